@@ -1,0 +1,266 @@
+// Package ingest is driftguard's HTTP edge: it verifies each webhook's
+// signature on the raw bytes, validates the payload against the stream's
+// schema, and produces it byte for byte to `<stream>.in`, keyed by entity.
+// It answers 202 only after the broker's ack; deciding what the event means
+// (duplicate, stale, applied) is the processors' work, not the edge's.
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/topics"
+)
+
+// Producer is the part of *kgo.Client the edge uses.
+type Producer interface {
+	ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults
+}
+
+// Handler serves POST /v1/webhooks/{stream}.
+type Handler struct {
+	streams        map[string]*edgeStream
+	producer       Producer
+	produceTimeout time.Duration
+	log            *slog.Logger
+	now            func() time.Time
+	metrics        *metrics
+}
+
+type edgeStream struct {
+	cfg     *config.Stream
+	topic   string
+	scheme  Scheme
+	schemas map[string]*jsonschema.Schema
+}
+
+// Options configure a Handler. Zero values mean defaults.
+type Options struct {
+	// ProduceTimeout is how long to wait for the broker's ack. Default 5s.
+	ProduceTimeout time.Duration
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Registerer receives the edge's metrics; nil skips them.
+	Registerer prometheus.Registerer
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// NewHandler builds the edge for the streams. It fails when a stream has no
+// usable secret or schema.
+func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Handler, error) {
+	h := &Handler{
+		streams:        map[string]*edgeStream{},
+		producer:       producer,
+		produceTimeout: opts.ProduceTimeout,
+		log:            opts.Logger,
+		now:            opts.Now,
+		metrics:        newMetrics(opts.Registerer),
+	}
+	if h.produceTimeout == 0 {
+		h.produceTimeout = 5 * time.Second
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	if h.now == nil {
+		h.now = time.Now
+	}
+	for _, s := range streams {
+		scheme, err := NewScheme(s)
+		if err != nil {
+			return nil, err
+		}
+		es := &edgeStream{cfg: s, topic: topics.For(s.Name).In, scheme: scheme, schemas: map[string]*jsonschema.Schema{}}
+		for typ := range s.Schemas {
+			sch, err := compileSchema(s, typ)
+			if err != nil {
+				return nil, fmt.Errorf("in streams.%s.schemas.%s: %w", s.Name, typ, err)
+			}
+			es.schemas[typ] = sch
+		}
+		h.streams[s.Name] = es
+	}
+	return h, nil
+}
+
+func compileSchema(s *config.Stream, eventType string) (*jsonschema.Schema, error) {
+	data, err := s.SchemaBytes(eventType)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("schema is not JSON: %w", err)
+	}
+	url := "driftguard:///" + s.Name + "/" + eventType + ".json"
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource(url, doc); err != nil {
+		return nil, err
+	}
+	return c.Compile(url)
+}
+
+// Register adds the webhook route to mux.
+func (h *Handler) Register(mux *http.ServeMux) {
+	mux.Handle("/v1/webhooks/{stream}", h)
+}
+
+// Accepted is the 202 body.
+type Accepted struct {
+	Status    string `json:"status"`
+	Stream    string `json:"stream"`
+	EventID   string `json:"event_id"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("stream")
+	status := h.serve(w, r, name)
+	h.metrics.observe(name, status, h.streams[name] != nil)
+}
+
+// serve follows design §3's order of work and returns the status written.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string) int {
+	s := h.streams[name]
+	if s == nil {
+		return writeProblem(w, http.StatusNotFound, "unknown_stream", fmt.Sprintf("no stream named %q", name), nil)
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		return writeProblem(w, http.StatusMethodNotAllowed, "method", "webhooks are POSTed", nil)
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		return writeProblem(w, http.StatusUnsupportedMediaType, "content_type", "Content-Type must be application/json", nil)
+	}
+	if err := s.scheme.CheckHeaders(r.Header, h.now()); err != nil {
+		return h.rejectSignature(w, name, err)
+	}
+	if r.ContentLength > s.cfg.Limits.MaxBodyBytes {
+		return writeProblem(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the body is over %d bytes", s.cfg.Limits.MaxBodyBytes), nil)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.Limits.MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return writeProblem(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the body is over %d bytes", s.cfg.Limits.MaxBodyBytes), nil)
+		}
+		return writeProblem(w, http.StatusBadRequest, "read", "the body could not be read", nil)
+	}
+	deliveryID, err := s.scheme.Verify(r.Header, body)
+	if err != nil {
+		return h.rejectSignature(w, name, err)
+	}
+	doc, err := envelope.Decode(body)
+	if err != nil {
+		return writeProblem(w, http.StatusBadRequest, "json", err.Error(), nil)
+	}
+	fields, problems := h.validate(s, doc, deliveryID)
+	if problems != nil {
+		return writeProblem(w, http.StatusUnprocessableEntity, "schema", "the payload does not match the stream's schema", problems)
+	}
+	return h.produce(w, r.Context(), s, body, fields)
+}
+
+func (h *Handler) rejectSignature(w http.ResponseWriter, stream string, err error) int {
+	var se *SignatureError
+	reason := "signature"
+	if errors.As(err, &se) {
+		reason = se.Reason
+	}
+	h.log.Info("webhook rejected", "stream", stream, "reason", reason)
+	return writeProblem(w, http.StatusUnauthorized, "signature", err.Error(), nil)
+}
+
+// validate checks the schema of the event's type, then extracts the
+// catalogue fields, returning every problem with its JSON pointer.
+func (h *Handler) validate(s *edgeStream, doc any, deliveryID string) (envelope.Fields, []FieldProblem) {
+	typ, err := envelope.EventType(s.cfg, doc)
+	if err != nil {
+		return envelope.Fields{}, fieldProblem(err)
+	}
+	sch := s.schemas[typ]
+	if sch == nil {
+		return envelope.Fields{}, []FieldProblem{{Pointer: s.cfg.Type.Field, Detail: fmt.Sprintf("unknown event type %q", typ)}}
+	}
+	if err := sch.Validate(doc); err != nil {
+		return envelope.Fields{}, schemaProblems(err)
+	}
+	// Schema-valid can still be unusable for ordering, e.g. a version over 2^63.
+	fields, err := envelope.Extract(s.cfg, doc, deliveryID)
+	if err != nil {
+		return fields, fieldProblem(err)
+	}
+	return fields, nil
+}
+
+func fieldProblem(err error) []FieldProblem {
+	var fe *envelope.FieldError
+	if errors.As(err, &fe) {
+		return []FieldProblem{{Pointer: fe.Pointer, Detail: fe.Problem}}
+	}
+	return []FieldProblem{{Detail: err.Error()}}
+}
+
+func schemaProblems(err error) []FieldProblem {
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return []FieldProblem{{Detail: err.Error()}}
+	}
+	var out []FieldProblem
+	for _, unit := range ve.BasicOutput().Errors {
+		if unit.Error == nil {
+			continue
+		}
+		out = append(out, FieldProblem{Pointer: unit.InstanceLocation, Detail: unit.Error.String()})
+	}
+	if len(out) == 0 {
+		out = append(out, FieldProblem{Detail: ve.Error()})
+	}
+	return out
+}
+
+func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, s *edgeStream, body []byte, f envelope.Fields) int {
+	receivedAt := h.now()
+	rec := &kgo.Record{
+		Topic: s.topic,
+		Key:   []byte(f.Key),
+		Value: body,
+		Headers: []kgo.RecordHeader{
+			{Key: envelope.HeaderStream, Value: []byte(s.cfg.Name)},
+			{Key: envelope.HeaderEventID, Value: []byte(f.EventID)},
+			{Key: envelope.HeaderType, Value: []byte(f.Type)},
+			{Key: envelope.HeaderReceivedAt, Value: []byte(strconv.FormatInt(receivedAt.UnixMilli(), 10))},
+			{Key: envelope.HeaderScheme, Value: []byte(s.scheme.Name())},
+		},
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.produceTimeout)
+	defer cancel()
+	start := time.Now()
+	res := h.producer.ProduceSync(ctx, rec)
+	h.metrics.produceLatency.Observe(time.Since(start).Seconds())
+	if err := res.FirstErr(); err != nil {
+		h.log.Warn("produce failed", "stream", s.cfg.Name, "err", err)
+		w.Header().Set("Retry-After", "5")
+		return writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the event was not durably written; retry later", nil)
+	}
+	return writeJSON(w, http.StatusAccepted, Accepted{
+		Status: "accepted", Stream: s.cfg.Name, EventID: f.EventID,
+		Partition: rec.Partition, Offset: rec.Offset,
+	})
+}

@@ -1,0 +1,62 @@
+package ingest
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/driftguard/driftguard/internal/config"
+)
+
+// Scheme verifies a webhook's signature over the raw body bytes.
+type Scheme interface {
+	// Name is the catalogue's scheme name, carried in the dg-scheme header.
+	Name() string
+	// CheckHeaders rejects a request on its headers alone, before the body
+	// is read, so forged floods cost no body reads or hashing.
+	CheckHeaders(h http.Header, now time.Time) error
+	// Verify checks the signature over body and returns the delivery id the
+	// scheme carries (empty when it has none).
+	Verify(h http.Header, body []byte) (deliveryID string, err error)
+}
+
+// SignatureError is a verification failure; it is always a 401 and its
+// Reason labels the rejection metric. The message never contains a secret.
+type SignatureError struct {
+	Reason string
+	Detail string
+}
+
+func (e *SignatureError) Error() string { return fmt.Sprintf("signature rejected (%s): %s", e.Reason, e.Detail) }
+
+// IsSignatureError reports whether err is a signature failure.
+func IsSignatureError(err error) bool {
+	var se *SignatureError
+	return errors.As(err, &se)
+}
+
+// NewScheme builds the scheme a stream's catalogue entry names. It refuses
+// to start without secrets: an unsigned edge on the internet is never a
+// default.
+func NewScheme(s *config.Stream) (Scheme, error) {
+	if len(s.Signature.Secrets) == 0 {
+		return nil, fmt.Errorf("in streams.%s.signature.secrets: no secret; set DRIFTGUARD_SECRETS_%s", s.Name, upper(s.Name))
+	}
+	switch s.Signature.Scheme {
+	case config.SchemeStandardWebhooks:
+		return newStandardScheme(s.Signature.Secrets, s.Signature.Tolerance)
+	default:
+		return nil, fmt.Errorf("in streams.%s.signature.scheme: %q is not supported", s.Name, s.Signature.Scheme)
+	}
+}
+
+func upper(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'a' && c <= 'z' {
+			b[i] = c - 'a' + 'A'
+		}
+	}
+	return string(b)
+}

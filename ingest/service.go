@@ -1,0 +1,64 @@
+package ingest
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/telemetry"
+)
+
+// Service serves the webhook edge and its /metrics, /healthz and /readyz on
+// one listener.
+type Service struct {
+	cfg     *config.Config
+	brokers []string
+	log     *slog.Logger
+	ops     *telemetry.Ops
+	// Listener, when set, is used instead of listening on cfg.HTTP.Addr.
+	Listener net.Listener
+}
+
+// NewService builds the ingest service.
+func NewService(cfg *config.Config, brokers []string, log *slog.Logger, ops *telemetry.Ops) *Service {
+	return &Service{cfg: cfg, brokers: brokers, log: log, ops: ops}
+}
+
+// Name implements service.Service.
+func (s *Service) Name() string { return "ingest" }
+
+// Run serves until ctx is done.
+func (s *Service) Run(ctx context.Context) error {
+	cl, err := kafka.NewClient(s.brokers)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	streams := make([]*config.Stream, 0, len(s.cfg.Streams))
+	for _, name := range s.cfg.StreamNames() {
+		streams = append(streams, s.cfg.Streams[name])
+	}
+	h, err := NewHandler(streams, cl, Options{
+		ProduceTimeout: s.cfg.Kafka.ProduceTimeout,
+		Logger:         s.log,
+		Registerer:     s.ops.Registry,
+	})
+	if err != nil {
+		return err
+	}
+	s.ops.AddReadiness("kafka", cl.Ping)
+	mux := http.NewServeMux()
+	h.Register(mux)
+	s.ops.Register(mux)
+	ln := s.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", s.cfg.HTTP.Addr); err != nil {
+			return err
+		}
+	}
+	s.log.Info("ingest listening", "addr", ln.Addr().String(), "streams", s.cfg.StreamNames())
+	return telemetry.ServeListener(ctx, ln, mux, s.log)
+}

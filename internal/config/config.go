@@ -1,0 +1,370 @@
+// Package config loads driftguard's one YAML configuration: defaults that work
+// on loopback, the embedded stream catalogue, the operator's file and the
+// DRIFTGUARD_* environment overrides, in that order. Validate reports every
+// problem with the config path it belongs to.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/driftguard/driftguard/schemas"
+)
+
+// Config is the whole configuration. A zero field means its documented default.
+type Config struct {
+	Kafka      Kafka      `yaml:"kafka"`
+	HTTP       HTTP       `yaml:"http"`
+	ClickHouse ClickHouse `yaml:"clickhouse"`
+	Telemetry  Telemetry  `yaml:"telemetry"`
+	// DataDir holds local state such as the processors' table storage.
+	// Default: $XDG_STATE_HOME/driftguard or ~/.local/state/driftguard.
+	DataDir string `yaml:"data_dir"`
+	// Streams is the catalogue: the embedded entries, each overridable field
+	// by field, plus any new stream defined here.
+	Streams map[string]*Stream `yaml:"streams"`
+
+	// baseDir resolves relative schema paths of the operator's file.
+	baseDir string
+	// Warnings collects what is suspicious but not fatal, such as unknown keys.
+	Warnings []string `yaml:"-"`
+}
+
+// Kafka configures every Kafka client.
+type Kafka struct {
+	// Brokers are the seed brokers. Default: 127.0.0.1:9092. In `dev` an
+	// empty list means the embedded broker.
+	Brokers []string `yaml:"brokers"`
+	// ReplicationFactor for topics driftguard creates. Default 1 (one broker
+	// on loopback); use 3 in production.
+	ReplicationFactor int `yaml:"replication_factor"`
+	// ProduceTimeout bounds the wait for the broker's ack at the ingest edge.
+	// Default 5s.
+	ProduceTimeout time.Duration `yaml:"produce_timeout"`
+}
+
+// HTTP configures the ingest edge's listener.
+type HTTP struct {
+	// Addr of the webhook listener. Default 127.0.0.1:8080.
+	Addr string `yaml:"addr"`
+}
+
+// ClickHouse configures the sink and `migrate`.
+type ClickHouse struct {
+	// Addr of the native protocol port. Default 127.0.0.1:9000.
+	Addr string `yaml:"addr"`
+	// Database receiving driftguard's tables. Default driftguard.
+	Database string `yaml:"database"`
+	// Username and Password; default user "default" with no password.
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
+	// BatchRows and BatchPeriod bound one insert. Defaults 10000 and 500ms.
+	BatchRows   int           `yaml:"batch_rows"`
+	BatchPeriod time.Duration `yaml:"batch_period"`
+}
+
+// Telemetry configures the operational endpoints of the non-HTTP components.
+type Telemetry struct {
+	// Addr serves /metrics, /healthz and /readyz for process and sink.
+	// Default 127.0.0.1:9464. Ingest serves them on its own listener too.
+	Addr string `yaml:"addr"`
+	// LogLevel is debug, info, warn or error. Default info.
+	LogLevel string `yaml:"log_level"`
+}
+
+// Default returns the configuration with every default filled in and the
+// embedded catalogue loaded.
+func Default() (*Config, error) {
+	c := &Config{}
+	if err := c.mergeYAML(schemas.Catalogue, "embedded catalogue", ""); err != nil {
+		return nil, err
+	}
+	c.applyDefaults()
+	return c, nil
+}
+
+// Load builds the configuration from the defaults, the file at path (if not
+// empty) and the environment, then validates it.
+func Load(path string, environ []string) (*Config, error) {
+	c, err := Default()
+	if err != nil {
+		return nil, err
+	}
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		if err := c.mergeYAML(data, path, filepath.Dir(path)); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.applyEnv(environ); err != nil {
+		return nil, err
+	}
+	c.applyDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// mergeYAML decodes data over c: scalars replace, stream entries merge field
+// by field into the entry of the same name.
+func (c *Config) mergeYAML(data []byte, source, baseDir string) error {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return fmt.Errorf("config %s: %w", source, err)
+	}
+	if len(root.Content) == 0 {
+		return nil
+	}
+	doc := root.Content[0]
+	if doc.Kind != yaml.MappingNode {
+		return fmt.Errorf("config %s: the top level must be a mapping", source)
+	}
+	for _, w := range unknownKeys(doc, c, "") {
+		c.Warnings = append(c.Warnings, fmt.Sprintf("%s: unknown key %s", source, w))
+	}
+	// Streams merge per entry; everything else decodes directly.
+	var streams *yaml.Node
+	rest := &yaml.Node{Kind: yaml.MappingNode}
+	for i := 0; i+1 < len(doc.Content); i += 2 {
+		if doc.Content[i].Value == "streams" {
+			streams = doc.Content[i+1]
+			continue
+		}
+		rest.Content = append(rest.Content, doc.Content[i], doc.Content[i+1])
+	}
+	if err := rest.Decode(c); err != nil {
+		return fmt.Errorf("config %s: %w", source, err)
+	}
+	if streams == nil {
+		return nil
+	}
+	if streams.Kind != yaml.MappingNode {
+		return fmt.Errorf("config %s: streams must be a mapping of stream name to entry", source)
+	}
+	if c.Streams == nil {
+		c.Streams = map[string]*Stream{}
+	}
+	for i := 0; i+1 < len(streams.Content); i += 2 {
+		name := streams.Content[i].Value
+		s := c.Streams[name]
+		if s == nil {
+			s = &Stream{}
+			c.Streams[name] = s
+		}
+		if err := streams.Content[i+1].Decode(s); err != nil {
+			return fmt.Errorf("config %s: streams.%s: %w", source, name, err)
+		}
+		s.Name = name
+		if baseDir != "" {
+			s.baseDir = baseDir
+		}
+	}
+	return nil
+}
+
+// applyEnv applies the DRIFTGUARD_* variables of design §7.
+func (c *Config) applyEnv(environ []string) error {
+	for _, kv := range environ {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(name, "DRIFTGUARD_") {
+			continue
+		}
+		switch name {
+		case "DRIFTGUARD_KAFKA_BROKERS":
+			c.Kafka.Brokers = splitList(value)
+		case "DRIFTGUARD_HTTP_ADDR":
+			c.HTTP.Addr = value
+		case "DRIFTGUARD_CLICKHOUSE_ADDR":
+			c.ClickHouse.Addr = value
+		case "DRIFTGUARD_CLICKHOUSE_DATABASE":
+			c.ClickHouse.Database = value
+		case "DRIFTGUARD_DATA_DIR":
+			c.DataDir = value
+		case "DRIFTGUARD_TELEMETRY_ADDR":
+			c.Telemetry.Addr = value
+		case "DRIFTGUARD_LOG_LEVEL":
+			c.Telemetry.LogLevel = value
+		default:
+			stream, isSecret := strings.CutPrefix(name, "DRIFTGUARD_SECRETS_")
+			if !isSecret {
+				// Test and tooling variables share the prefix; only ours are checked.
+				continue
+			}
+			s := c.Streams[strings.ToLower(stream)]
+			if s == nil {
+				return fmt.Errorf("config: %s names stream %q, which is not in the catalogue", name, strings.ToLower(stream))
+			}
+			s.Signature.Secrets = splitList(value)
+		}
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+func (c *Config) applyDefaults() {
+	if c.Kafka.ReplicationFactor == 0 {
+		c.Kafka.ReplicationFactor = 1
+	}
+	if c.Kafka.ProduceTimeout == 0 {
+		c.Kafka.ProduceTimeout = 5 * time.Second
+	}
+	if c.HTTP.Addr == "" {
+		c.HTTP.Addr = "127.0.0.1:8080"
+	}
+	if c.ClickHouse.Addr == "" {
+		c.ClickHouse.Addr = "127.0.0.1:9000"
+	}
+	if c.ClickHouse.Database == "" {
+		c.ClickHouse.Database = "driftguard"
+	}
+	if c.ClickHouse.Username == "" {
+		c.ClickHouse.Username = "default"
+	}
+	if c.ClickHouse.BatchRows == 0 {
+		c.ClickHouse.BatchRows = 10000
+	}
+	if c.ClickHouse.BatchPeriod == 0 {
+		c.ClickHouse.BatchPeriod = 500 * time.Millisecond
+	}
+	if c.Telemetry.Addr == "" {
+		c.Telemetry.Addr = "127.0.0.1:9464"
+	}
+	if c.Telemetry.LogLevel == "" {
+		c.Telemetry.LogLevel = "info"
+	}
+	if c.DataDir == "" {
+		c.DataDir = defaultDataDir()
+	}
+	for _, s := range c.Streams {
+		s.applyDefaults()
+	}
+}
+
+func defaultDataDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "driftguard")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "driftguard")
+	}
+	return filepath.Join(os.TempDir(), "driftguard")
+}
+
+// BrokersOrDefault returns the configured brokers, or the loopback default.
+// Only `dev` reads an empty list differently: as "start the embedded broker".
+func (c *Config) BrokersOrDefault() []string {
+	if len(c.Kafka.Brokers) == 0 {
+		return []string{"127.0.0.1:9092"}
+	}
+	return c.Kafka.Brokers
+}
+
+// StreamNames returns the catalogue's stream names in a stable order.
+func (c *Config) StreamNames() []string {
+	names := make([]string, 0, len(c.Streams))
+	for name := range c.Streams {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Validate checks the whole configuration and returns every problem found,
+// each prefixed with its config path.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(path, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("in %s: %s", path, fmt.Sprintf(format, args...)))
+	}
+	if c.Kafka.ReplicationFactor < 1 {
+		add("kafka.replication_factor", "must be at least 1, got %d", c.Kafka.ReplicationFactor)
+	}
+	if c.Kafka.ProduceTimeout < 0 {
+		add("kafka.produce_timeout", "must be positive, got %s", c.Kafka.ProduceTimeout)
+	}
+	for i, b := range c.Kafka.Brokers {
+		if !strings.Contains(b, ":") {
+			add(fmt.Sprintf("kafka.brokers[%d]", i), "%q needs host:port", b)
+		}
+	}
+	if !validIdent(c.ClickHouse.Database) {
+		add("clickhouse.database", "%q must be letters, digits and underscores, starting with a letter", c.ClickHouse.Database)
+	}
+	if c.ClickHouse.BatchRows < 1 {
+		add("clickhouse.batch_rows", "must be at least 1")
+	}
+	switch c.Telemetry.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		add("telemetry.log_level", "must be debug, info, warn or error, got %q", c.Telemetry.LogLevel)
+	}
+	if len(c.Streams) == 0 {
+		add("streams", "the catalogue has no streams")
+	}
+	for _, name := range c.StreamNames() {
+		errs = append(errs, c.Streams[name].validate("streams."+name)...)
+	}
+	return errors.Join(errs...)
+}
+
+func validIdent(s string) bool {
+	if s == "" || !(s[0] >= 'a' && s[0] <= 'z' || s[0] >= 'A' && s[0] <= 'Z') {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Example returns a commented configuration file showing every key with its
+// default, for `driftguard config example`.
+func Example() []byte { return []byte(exampleYAML) }
+
+const exampleYAML = `# driftguard configuration. Every key is optional; shown are the defaults.
+kafka:
+  brokers: [127.0.0.1:9092]      # DRIFTGUARD_KAFKA_BROKERS=a:9092,b:9092
+  replication_factor: 1          # use 3 in production
+  produce_timeout: 5s            # ingest answers 503 after this
+http:
+  addr: 127.0.0.1:8080           # DRIFTGUARD_HTTP_ADDR
+clickhouse:
+  addr: 127.0.0.1:9000           # DRIFTGUARD_CLICKHOUSE_ADDR (native protocol)
+  database: driftguard           # DRIFTGUARD_CLICKHOUSE_DATABASE
+  username: default
+  password: ""
+  batch_rows: 10000
+  batch_period: 500ms
+telemetry:
+  addr: 127.0.0.1:9464           # /metrics, /healthz, /readyz of process and sink
+  log_level: info
+data_dir: ~/.local/state/driftguard   # DRIFTGUARD_DATA_DIR
+streams:
+  presence:
+    signature:
+      secrets: [whsec_...]       # DRIFTGUARD_SECRETS_PRESENCE=whsec_a,whsec_b
+    limits:
+      partitions: 6
+`

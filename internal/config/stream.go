@@ -1,0 +1,235 @@
+package config
+
+import (
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/driftguard/driftguard/schemas"
+)
+
+// Policy is a stream's ordering policy (design §2).
+type Policy string
+
+// The ordering policies.
+const (
+	// PolicyLatest applies a version only if it is greater than the last
+	// applied one; without a version pointer each new event id applies in log
+	// order.
+	PolicyLatest Policy = "latest"
+	// PolicyGapless applies exactly last+1 and buffers what is ahead.
+	PolicyGapless Policy = "gapless"
+	// PolicyAssign has the processor assign the sequence.
+	PolicyAssign Policy = "assign"
+)
+
+// Signature schemes (design §3).
+const (
+	SchemeStandardWebhooks = "standard-webhooks"
+	SchemeHMACSHA256Hex    = "hmac-sha256-hex"
+	SchemeGitHub           = "github"
+)
+
+// Stream is one catalogue entry.
+type Stream struct {
+	// Name is the map key; it names the topics and the goka group.
+	Name string `yaml:"-"`
+	// Policy is latest, gapless or assign.
+	Policy Policy `yaml:"policy"`
+	// Key is the JSON pointer to the entity key.
+	Key string `yaml:"key"`
+	// EventID is the JSON pointer to the unique event id; when the body has
+	// none, the signature scheme's delivery id (webhook-id) is used.
+	EventID string `yaml:"event_id"`
+	// Type says where the event type comes from.
+	Type TypeSource `yaml:"type"`
+	// Version is the JSON pointer to the source's logical version, where the
+	// policy uses one.
+	Version string `yaml:"version"`
+	// OccurredAt is the JSON pointer to the source's clock, in
+	// OccurredAtUnit ("s" or "ms"; default "s").
+	OccurredAt     string `yaml:"occurred_at"`
+	OccurredAtUnit string `yaml:"occurred_at_unit"`
+	// Schemas maps each event type to its JSON Schema: a path in the
+	// embedded schemas, or a file relative to the config file.
+	Schemas map[string]string `yaml:"schemas"`
+	// Signature selects the scheme and holds the secrets.
+	Signature Signature `yaml:"signature"`
+	// Limits bound what one stream may hold.
+	Limits Limits `yaml:"limits"`
+
+	baseDir string
+}
+
+// TypeSource reads the event type from a field or fixes it.
+type TypeSource struct {
+	// Field is a JSON pointer to the type.
+	Field string `yaml:"field"`
+	// Fixed is the type of every event of the stream.
+	Fixed string `yaml:"fixed"`
+}
+
+// Signature configures webhook verification.
+type Signature struct {
+	// Scheme: standard-webhooks (default), hmac-sha256-hex or github.
+	Scheme string `yaml:"scheme"`
+	// Secrets: any one of them verifies, so secrets rotate without downtime.
+	// Set them with DRIFTGUARD_SECRETS_<STREAM> rather than in the file.
+	Secrets []string `yaml:"secrets"`
+	// Tolerance of webhook-timestamp in both directions. Default 300s.
+	Tolerance time.Duration `yaml:"tolerance"`
+}
+
+// Limits bound per-stream resources.
+type Limits struct {
+	// Partitions of every topic of the stream. Default 6.
+	Partitions int `yaml:"partitions"`
+	// MaxBodyBytes of one webhook. Default 256 KiB.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// DedupIDs is how many recent event ids each key remembers. Default 256.
+	DedupIDs int `yaml:"dedup_ids"`
+}
+
+func (s *Stream) applyDefaults() {
+	if s.Signature.Scheme == "" {
+		s.Signature.Scheme = SchemeStandardWebhooks
+	}
+	if s.Signature.Tolerance == 0 {
+		s.Signature.Tolerance = 300 * time.Second
+	}
+	if s.OccurredAtUnit == "" {
+		s.OccurredAtUnit = "s"
+	}
+	if s.Limits.Partitions == 0 {
+		s.Limits.Partitions = 6
+	}
+	if s.Limits.MaxBodyBytes == 0 {
+		s.Limits.MaxBodyBytes = 256 << 10
+	}
+	if s.Limits.DedupIDs == 0 {
+		s.Limits.DedupIDs = 256
+	}
+}
+
+var streamName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
+
+// MinSecretBytes is the shortest secret key accepted: an HMAC-SHA256 key
+// shorter than its output weakens it, and empty secrets must never verify.
+const MinSecretBytes = 24
+
+func (s *Stream) validate(path string) []error {
+	var errs []error
+	add := func(sub, format string, args ...any) {
+		p := path
+		if sub != "" {
+			p += "." + sub
+		}
+		errs = append(errs, fmt.Errorf("in %s: %s", p, fmt.Sprintf(format, args...)))
+	}
+	if !streamName.MatchString(s.Name) {
+		add("", "stream name %q must match %s (it names Kafka topics and tables)", s.Name, streamName)
+	}
+	switch s.Policy {
+	case PolicyLatest:
+	case PolicyGapless, PolicyAssign:
+		add("policy", "policy %q is not available in this release; use latest", s.Policy)
+	case "":
+		add("policy", "missing; one of latest, gapless, assign")
+	default:
+		add("policy", "unknown policy %q; one of latest, gapless, assign", s.Policy)
+	}
+	checkPointer := func(sub, p string, required bool) {
+		if p == "" {
+			if required {
+				add(sub, "missing JSON pointer")
+			}
+			return
+		}
+		if !strings.HasPrefix(p, "/") {
+			add(sub, "%q is not a JSON pointer: it must start with /", p)
+		}
+	}
+	checkPointer("key", s.Key, true)
+	checkPointer("event_id", s.EventID, false)
+	checkPointer("version", s.Version, false)
+	checkPointer("occurred_at", s.OccurredAt, false)
+	checkPointer("type.field", s.Type.Field, false)
+	if (s.Type.Field == "") == (s.Type.Fixed == "") {
+		add("type", "set exactly one of field and fixed")
+	}
+	if s.OccurredAtUnit != "s" && s.OccurredAtUnit != "ms" {
+		add("occurred_at_unit", "must be s or ms, got %q", s.OccurredAtUnit)
+	}
+	if len(s.Schemas) == 0 {
+		add("schemas", "no schema: every event type needs one")
+	}
+	for typ, file := range s.Schemas {
+		if _, err := s.SchemaBytes(typ); err != nil {
+			add("schemas."+typ, "%s: %v", file, err)
+		}
+	}
+	switch s.Signature.Scheme {
+	case SchemeStandardWebhooks:
+		for i, secret := range s.Signature.Secrets {
+			if _, err := DecodeStandardSecret(secret); err != nil {
+				add(fmt.Sprintf("signature.secrets[%d]", i), "%v", err)
+			}
+		}
+	case SchemeHMACSHA256Hex, SchemeGitHub:
+		add("signature.scheme", "scheme %q is not available in this release; use standard-webhooks", s.Signature.Scheme)
+	default:
+		add("signature.scheme", "unknown scheme %q; one of standard-webhooks, hmac-sha256-hex, github", s.Signature.Scheme)
+	}
+	if s.Signature.Tolerance < 0 {
+		add("signature.tolerance", "must be positive")
+	}
+	if s.Limits.Partitions < 1 || s.Limits.Partitions > 10000 {
+		add("limits.partitions", "must be between 1 and 10000, got %d", s.Limits.Partitions)
+	}
+	if s.Limits.MaxBodyBytes < 1 {
+		add("limits.max_body_bytes", "must be positive")
+	}
+	if s.Limits.DedupIDs < 1 || s.Limits.DedupIDs > 100000 {
+		add("limits.dedup_ids", "must be between 1 and 100000, got %d", s.Limits.DedupIDs)
+	}
+	return errs
+}
+
+// SchemaBytes returns the JSON Schema of an event type: from the operator's
+// folder when the file exists there, else from the embedded schemas.
+func (s *Stream) SchemaBytes(eventType string) ([]byte, error) {
+	file, ok := s.Schemas[eventType]
+	if !ok {
+		return nil, fmt.Errorf("stream %s has no schema for event type %q", s.Name, eventType)
+	}
+	if s.baseDir != "" && !filepath.IsAbs(file) {
+		if data, err := os.ReadFile(filepath.Join(s.baseDir, file)); err == nil {
+			return data, nil
+		}
+	}
+	if filepath.IsAbs(file) {
+		return os.ReadFile(file)
+	}
+	return schemas.Files.ReadFile(file)
+}
+
+// DecodeStandardSecret turns a Standard Webhooks secret ("whsec_" + base64)
+// into its key bytes, refusing empty and short keys.
+func DecodeStandardSecret(secret string) ([]byte, error) {
+	raw, ok := strings.CutPrefix(secret, "whsec_")
+	if !ok {
+		return nil, fmt.Errorf("a standard-webhooks secret starts with whsec_")
+	}
+	key, err := base64.StdEncoding.DecodeString(raw)
+	if err != nil {
+		return nil, fmt.Errorf("the part after whsec_ is not base64: %v", err)
+	}
+	if len(key) < MinSecretBytes {
+		return nil, fmt.Errorf("the key is %d bytes; at least %d are needed", len(key), MinSecretBytes)
+	}
+	return key, nil
+}

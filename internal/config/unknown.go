@@ -1,0 +1,66 @@
+package config
+
+import (
+	"reflect"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// unknownKeys lists the config paths in node that match no field of target,
+// so a typo such as `partitons:` is reported instead of silently ignored.
+func unknownKeys(node *yaml.Node, target any, path string) []string {
+	return walkUnknown(node, reflect.TypeOf(target), path)
+}
+
+func walkUnknown(node *yaml.Node, t reflect.Type, path string) []string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if node.Kind != yaml.MappingNode {
+		return nil
+	}
+	var out []string
+	switch t.Kind() {
+	case reflect.Map:
+		for i := 0; i+1 < len(node.Content); i += 2 {
+			out = append(out, walkUnknown(node.Content[i+1], t.Elem(), join(path, node.Content[i].Value))...)
+		}
+	case reflect.Struct:
+		fields := yamlFields(t)
+		for i := 0; i+1 < len(node.Content); i += 2 {
+			key := node.Content[i].Value
+			p := join(path, key)
+			ft, ok := fields[key]
+			if !ok {
+				out = append(out, p)
+				continue
+			}
+			out = append(out, walkUnknown(node.Content[i+1], ft, p)...)
+		}
+	}
+	return out
+}
+
+func yamlFields(t reflect.Type) map[string]reflect.Type {
+	fields := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(f.Name)
+		}
+		fields[name] = f.Type
+	}
+	return fields
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}

@@ -1,0 +1,197 @@
+// Package envelope is the wire contract between driftguard's components:
+// the Kafka headers ingest sets, the fields read from a webhook body through
+// the catalogue's pointers, and the records processors emit to the state,
+// outcomes and DLQ topics. Ingest, processors and sinks never import each
+// other; they agree through this package.
+package envelope
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/driftguard/driftguard/internal/config"
+)
+
+// Kafka header names set by ingest on every `<stream>.in` record (design §3).
+const (
+	HeaderStream     = "dg-stream"
+	HeaderEventID    = "dg-event-id"
+	HeaderType       = "dg-type"
+	HeaderReceivedAt = "dg-received-at" // unix milliseconds, decimal
+	HeaderScheme     = "dg-scheme"
+)
+
+// Fields are what the catalogue's pointers read from one event body.
+type Fields struct {
+	Key     string
+	EventID string
+	Type    string
+	// Version is the source's logical version; HasVersion is false when the
+	// stream has no version pointer.
+	Version    int64
+	HasVersion bool
+	// OccurredAtMs is the source clock in unix ms, 0 when absent.
+	OccurredAtMs int64
+}
+
+// FieldError is a problem with one field of the body, located by pointer.
+type FieldError struct {
+	Pointer string
+	Problem string
+}
+
+func (e *FieldError) Error() string { return e.Pointer + ": " + e.Problem }
+
+// Decode parses body as one JSON value with numbers kept exact. It is the
+// only JSON decoder of webhook bodies, so validation and extraction see the
+// same value.
+func Decode(body []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("not JSON: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("not JSON: data after the top-level value")
+	}
+	return v, nil
+}
+
+// Extract reads the catalogue fields of a decoded body. fallbackID is used
+// when the stream has no event id pointer or the body lacks it (design §2:
+// fall back to the webhook-id header).
+func Extract(s *config.Stream, doc any, fallbackID string) (Fields, error) {
+	var f Fields
+	var err error
+	if f.Key, err = stringAt(doc, s.Key); err != nil {
+		return f, err
+	}
+	if s.EventID != "" {
+		f.EventID, err = stringAt(doc, s.EventID)
+		var fe *FieldError
+		if errors.As(err, &fe) && fe.Problem == problemMissing && fallbackID != "" {
+			f.EventID, err = fallbackID, nil
+		}
+		if err != nil {
+			return f, err
+		}
+	} else if f.EventID = fallbackID; f.EventID == "" {
+		return f, &FieldError{Pointer: "", Problem: "the stream has no event_id pointer and the request no delivery id"}
+	}
+	if f.Type, err = EventType(s, doc); err != nil {
+		return f, err
+	}
+	if s.Version != "" {
+		if f.Version, err = intAt(doc, s.Version); err != nil {
+			return f, err
+		}
+		if f.Version < 0 {
+			return f, &FieldError{Pointer: s.Version, Problem: "a version must not be negative"}
+		}
+		f.HasVersion = true
+	}
+	if s.OccurredAt != "" {
+		v, err := intAt(doc, s.OccurredAt)
+		var fe *FieldError
+		switch {
+		case errors.As(err, &fe) && fe.Problem == problemMissing:
+		case err != nil:
+			return f, err
+		case s.OccurredAtUnit == "ms":
+			f.OccurredAtMs = v
+		default:
+			if v > math.MaxInt64/1000 {
+				return f, &FieldError{Pointer: s.OccurredAt, Problem: "timestamp out of range"}
+			}
+			f.OccurredAtMs = v * 1000
+		}
+	}
+	return f, nil
+}
+
+// EventType returns the event's type: the stream's fixed type, or the field
+// its type pointer names.
+func EventType(s *config.Stream, doc any) (string, error) {
+	if s.Type.Fixed != "" {
+		return s.Type.Fixed, nil
+	}
+	return stringAt(doc, s.Type.Field)
+}
+
+const problemMissing = "missing"
+
+func stringAt(doc any, pointer string) (string, error) {
+	v, err := Lookup(doc, pointer)
+	if err != nil {
+		return "", err
+	}
+	switch v := v.(type) {
+	case string:
+		if v == "" {
+			return "", &FieldError{Pointer: pointer, Problem: "must not be empty"}
+		}
+		return v, nil
+	case json.Number:
+		// Numeric ids are common in webhooks; use their exact text.
+		return v.String(), nil
+	default:
+		return "", &FieldError{Pointer: pointer, Problem: "must be a string or a number"}
+	}
+}
+
+func intAt(doc any, pointer string) (int64, error) {
+	v, err := Lookup(doc, pointer)
+	if err != nil {
+		return 0, err
+	}
+	n, ok := v.(json.Number)
+	if !ok {
+		return 0, &FieldError{Pointer: pointer, Problem: "must be an integer"}
+	}
+	i, err := strconv.ParseInt(n.String(), 10, 64)
+	if err != nil {
+		return 0, &FieldError{Pointer: pointer, Problem: "must be an integer that fits in 64 bits"}
+	}
+	return i, nil
+}
+
+// Lookup resolves an RFC 6901 JSON pointer in a decoded document.
+func Lookup(doc any, pointer string) (any, error) {
+	if pointer == "" {
+		return doc, nil
+	}
+	if !strings.HasPrefix(pointer, "/") {
+		return nil, &FieldError{Pointer: pointer, Problem: "not a JSON pointer"}
+	}
+	cur := doc
+	for _, token := range strings.Split(pointer[1:], "/") {
+		token = strings.ReplaceAll(strings.ReplaceAll(token, "~1", "/"), "~0", "~")
+		switch node := cur.(type) {
+		case map[string]any:
+			next, ok := node[token]
+			if !ok {
+				return nil, &FieldError{Pointer: pointer, Problem: problemMissing}
+			}
+			cur = next
+		case []any:
+			i, err := strconv.Atoi(token)
+			if err != nil || i < 0 || i >= len(node) {
+				return nil, &FieldError{Pointer: pointer, Problem: problemMissing}
+			}
+			cur = node[i]
+		default:
+			return nil, &FieldError{Pointer: pointer, Problem: problemMissing}
+		}
+	}
+	if cur == nil {
+		return nil, &FieldError{Pointer: pointer, Problem: problemMissing}
+	}
+	return cur, nil
+}

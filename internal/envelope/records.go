@@ -1,0 +1,66 @@
+package envelope
+
+import "encoding/json"
+
+// Outcome names (design §5).
+const (
+	OutcomeApplied     = "applied"
+	OutcomeDuplicate   = "duplicate"
+	OutcomeStale       = "stale"
+	OutcomeBuffered    = "buffered"
+	OutcomeQuarantined = "quarantined"
+	OutcomeReconciled  = "reconciled"
+	OutcomeExpired     = "expired"
+	OutcomeRejected    = "rejected"
+)
+
+// Outcome is one decision, the value of a `<stream>.outcomes` record keyed by
+// the entity key.
+type Outcome struct {
+	Stream    string `json:"stream"`
+	Key       string `json:"key"`
+	EventID   string `json:"event_id"`
+	EventType string `json:"type"`
+	// Version is the source version, or the assigned sequence for assign.
+	Version int64  `json:"version"`
+	Outcome string `json:"outcome"`
+	Reason  string `json:"reason,omitempty"`
+	// Gap is how many versions this applied event skipped.
+	Gap         int64 `json:"gap"`
+	BufferDepth int   `json:"buffer_depth"`
+	// The three clocks plus the decision time, unix ms.
+	OccurredAtMs  int64 `json:"occurred_at_ms"`
+	ReceivedAtMs  int64 `json:"received_at_ms"`
+	ProcessedAtMs int64 `json:"processed_at_ms"`
+	// Where the decided event sits in `<stream>.in`.
+	InputPartition int32           `json:"input_partition"`
+	InputOffset    int64           `json:"input_offset"`
+	Payload        json.RawMessage `json:"payload,omitempty"`
+}
+
+// State is the public state of one entity after an applied change, the value
+// of a `<stream>.state` record keyed by the entity key.
+type State struct {
+	Stream  string `json:"stream"`
+	Key     string `json:"key"`
+	Version int64  `json:"version"`
+	// State is the JSON of the public state: the applied event's fields.
+	State       json.RawMessage `json:"state"`
+	UpdatedAtMs int64           `json:"updated_at_ms"`
+	// ExpiresAtMs is when readers must show unknown; 0 means never.
+	ExpiresAtMs int64 `json:"expires_at_ms"`
+}
+
+// DeadLetter is a record that could not be processed, the value of a
+// `<stream>.dlq` record.
+type DeadLetter struct {
+	Stream    string `json:"stream"`
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+	Key       string `json:"key"`
+	Reason    string `json:"reason"`
+	Detail    string `json:"detail,omitempty"`
+	// Payload is the original record value (base64 in JSON).
+	Payload []byte `json:"payload"`
+}

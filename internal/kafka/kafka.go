@@ -1,0 +1,43 @@
+// Package kafka holds the franz-go plumbing every component shares: one way
+// to build a client (Kafka's murmur2 partitioning, acks=all, idempotence),
+// topic setup.
+package kafka
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/topics"
+)
+
+// NewClient returns a franz-go client for brokers with driftguard's
+// defaults; opts add consumer settings or override.
+func NewClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
+	base := []kgo.Opt{
+		kgo.SeedBrokers(brokers...),
+		// Java's and goka's (with partition.GokaHasher) placement of keys.
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		// acks=all and idempotence are franz-go's defaults; stated so a
+		// reader does not have to know that.
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+	}
+	cl, err := kgo.NewClient(append(base, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	return cl, nil
+}
+
+// EnsureTopics creates (when create is true) and checks every topic of the
+// configured streams.
+func EnsureTopics(ctx context.Context, cl *kgo.Client, cfg *config.Config, create bool) ([]topics.Status, error) {
+	streams := make([]*config.Stream, 0, len(cfg.Streams))
+	for _, name := range cfg.StreamNames() {
+		streams = append(streams, cfg.Streams[name])
+	}
+	return topics.Ensure(ctx, kadm.NewClient(cl), streams, int16(cfg.Kafka.ReplicationFactor), create)
+}

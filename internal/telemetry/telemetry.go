@@ -1,0 +1,131 @@
+// Package telemetry gives every component the same operational surface:
+// slog logging, Prometheus metrics under the driftguard_ prefix, /healthz
+// (the process is alive) and /readyz (its dependencies answer).
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// NewLogger returns a JSON logger at level (debug, info, warn, error); text
+// when human is true, for `dev`.
+func NewLogger(w io.Writer, level string, human bool) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	opts := &slog.HandlerOptions{Level: l}
+	if human {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// Discard is a logger for libraries handed a nil one.
+func Discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// Ops is the registry and readiness checks of one process.
+type Ops struct {
+	Registry *prometheus.Registry
+
+	mu     sync.Mutex
+	checks map[string]func(context.Context) error
+}
+
+// NewOps returns an Ops with Go and process collectors registered.
+func NewOps() *Ops {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return &Ops{Registry: reg, checks: map[string]func(context.Context) error{}}
+}
+
+// AddReadiness registers a check that /readyz runs; the process is ready
+// when every check passes.
+func (o *Ops) AddReadiness(name string, check func(context.Context) error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.checks[name] = check
+}
+
+// Ready runs every readiness check and returns their failures.
+func (o *Ops) Ready(ctx context.Context) error {
+	o.mu.Lock()
+	names := make([]string, 0, len(o.checks))
+	for name := range o.checks {
+		names = append(names, name)
+	}
+	checks := o.checks
+	o.mu.Unlock()
+	sort.Strings(names)
+	var errs []error
+	for _, name := range names {
+		if err := checks[name](ctx); err != nil {
+			errs = append(errs, errors.New(name+": "+err.Error()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Register adds the /metrics, /healthz and /readyz handlers to mux.
+func (o *Ops) Register(mux *http.ServeMux) {
+	mux.Handle("GET /metrics", promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{Registry: o.Registry}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := o.Ready(ctx); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, err.Error()+"\n")
+			return
+		}
+		_, _ = io.WriteString(w, "ready\n")
+	})
+}
+
+// Serve runs an HTTP server for handler on addr until ctx is done, with the
+// timeouts every driftguard listener uses.
+func Serve(ctx context.Context, addr string, handler http.Handler, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return ServeListener(ctx, ln, handler, log)
+}
+
+// ServeListener is Serve on an open listener (tests use port 0).
+func ServeListener(ctx context.Context, ln net.Listener, handler http.Handler, log *slog.Logger) error {
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+		return nil
+	}
+}

@@ -1,0 +1,53 @@
+package processors
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+)
+
+// Entity is the per-key value of the group table `<stream>-table`.
+type Entity struct {
+	// Applied is false until the first event is applied.
+	Applied bool `json:"applied"`
+	// Version is the last applied version.
+	Version int64 `json:"version"`
+	// State is the public state: the applied event's body.
+	State       json.RawMessage `json:"state,omitempty"`
+	UpdatedAtMs int64           `json:"updated_at_ms"`
+	ExpiresAtMs int64           `json:"expires_at_ms,omitempty"`
+	// Recent holds the most recent event ids, oldest first, so a redelivery
+	// is recognised as a duplicate. It is bounded by limits.dedup_ids.
+	Recent []string `json:"recent,omitempty"`
+}
+
+// seen reports whether id is in the recent-ids memory.
+func (e *Entity) seen(id string) bool { return slices.Contains(e.Recent, id) }
+
+// remember adds id, forgetting the oldest ids beyond limit.
+func (e *Entity) remember(id string, limit int) {
+	e.Recent = append(e.Recent, id)
+	if over := len(e.Recent) - limit; over > 0 {
+		e.Recent = slices.Delete(e.Recent, 0, over)
+	}
+}
+
+// entityCodec stores Entity as JSON: readable with any Kafka tool, and
+// tolerant of fields added by later releases.
+type entityCodec struct{}
+
+func (entityCodec) Encode(value any) ([]byte, error) {
+	e, ok := value.(*Entity)
+	if !ok {
+		return nil, fmt.Errorf("entity codec: got %T", value)
+	}
+	return json.Marshal(e)
+}
+
+func (entityCodec) Decode(data []byte) (any, error) {
+	var e Entity
+	if err := json.Unmarshal(data, &e); err != nil {
+		return nil, fmt.Errorf("entity codec: %w", err)
+	}
+	return &e, nil
+}

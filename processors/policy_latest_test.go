@@ -1,0 +1,117 @@
+package processors
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/driftguard/driftguard/internal/envelope"
+)
+
+func latestEvent(id string, version int64) Event {
+	return Event{
+		Fields: envelope.Fields{Key: "u", EventID: id, Version: version, HasVersion: true},
+		Body:   json.RawMessage(fmt.Sprintf(`{"v":%d,"id":%q}`, version, id)),
+	}
+}
+
+// The seed scenario: 841, 843, 842, 843 (new id), 843 (same id), 844.
+func TestLatestSeedScenario(t *testing.T) {
+	var e Entity
+	steps := []struct {
+		id      string
+		version int64
+		want    string
+		gap     int64
+	}{
+		{"a", 841, envelope.OutcomeApplied, 0},
+		{"b", 843, envelope.OutcomeApplied, 1},
+		{"c", 842, envelope.OutcomeStale, 0},
+		{"d", 843, envelope.OutcomeStale, 0},
+		{"b", 843, envelope.OutcomeDuplicate, 0},
+		{"e", 844, envelope.OutcomeApplied, 0},
+	}
+	for i, s := range steps {
+		d := decideLatest(&e, latestEvent(s.id, s.version), 16)
+		if d.Outcome != s.want || d.Gap != s.gap {
+			t.Fatalf("step %d (%s@%d): got %s gap %d, want %s gap %d", i, s.id, s.version, d.Outcome, d.Gap, s.want, s.gap)
+		}
+	}
+	if e.Version != 844 || string(e.State) != `{"v":844,"id":"e"}` {
+		t.Fatalf("final entity: version %d state %s", e.Version, e.State)
+	}
+}
+
+func TestLatestWithoutVersionAppliesInLogOrder(t *testing.T) {
+	var e Entity
+	for i, id := range []string{"x", "y", "x", "z"} {
+		d := decideLatest(&e, Event{Fields: envelope.Fields{EventID: id}, Body: json.RawMessage(`{}`)}, 16)
+		want := envelope.OutcomeApplied
+		if i == 2 {
+			want = envelope.OutcomeDuplicate
+		}
+		if d.Outcome != want {
+			t.Fatalf("event %d (%s): %s, want %s", i, id, d.Outcome, want)
+		}
+	}
+	if e.Version != 3 {
+		t.Fatalf("version %d, want 3", e.Version)
+	}
+}
+
+func TestLatestDedupMemoryIsBounded(t *testing.T) {
+	var e Entity
+	for v := int64(1); v <= 100; v++ {
+		decideLatest(&e, latestEvent(fmt.Sprint(v), v), 8)
+	}
+	if len(e.Recent) != 8 || e.Recent[0] != "93" {
+		t.Fatalf("recent ids %v, want the last 8", e.Recent)
+	}
+}
+
+// Any permutation and duplication of a version history ends in the state of
+// the clean ordered replay, and every event id applies at most once.
+func TestLatestConvergesUnderReorderAndDuplication(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(1, 40).Draw(t, "versions")
+		start := rapid.Int64Range(0, 1_000_000).Draw(t, "start")
+		var history []Event
+		for i := range n {
+			v := start + int64(i)*rapid.Int64Range(1, 3).Draw(t, "step")
+			if i > 0 {
+				v = max(v, history[i-1].Version+1)
+			}
+			history = append(history, latestEvent(fmt.Sprintf("e%d", i), v))
+		}
+		var clean Entity
+		for _, ev := range history {
+			decideLatest(&clean, ev, 1024)
+		}
+		// Deliveries: each event at least once, some several times, shuffled.
+		var deliveries []Event
+		for _, ev := range history {
+			copies := rapid.IntRange(1, 3).Draw(t, "copies")
+			for range copies {
+				deliveries = append(deliveries, ev)
+			}
+		}
+		perm := rapid.Permutation(deliveries).Draw(t, "order")
+		var got Entity
+		applied := map[string]int{}
+		for _, ev := range perm {
+			if d := decideLatest(&got, ev, 1024); d.Applied() {
+				applied[ev.EventID]++
+			}
+		}
+		if got.Version != clean.Version || string(got.State) != string(clean.State) {
+			t.Fatalf("final version %d state %s; ordered replay gives %d %s", got.Version, got.State, clean.Version, clean.State)
+		}
+		for id, times := range applied {
+			if times > 1 {
+				t.Fatalf("event %s applied %d times", id, times)
+			}
+		}
+	})
+}

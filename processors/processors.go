@@ -1,0 +1,165 @@
+// Package processors runs one goka group per stream. Each group keeps the
+// per-key state in its compacted table `<stream>-table`, decides every input
+// event with the stream's ordering policy, and emits the decision to
+// `<stream>.outcomes`, the new public state to `<stream>.state`, and what it
+// cannot read to `<stream>.dlq`.
+package processors
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/lovoo/goka"
+	"github.com/lovoo/goka/codec"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/topics"
+)
+
+// Options configure a stream's processor. Zero values mean defaults.
+type Options struct {
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Metrics receives decision counters; nil skips them.
+	Metrics *Metrics
+	// Now is the decision clock (processed_at only: decisions never read
+	// clocks); nil means time.Now.
+	Now func() time.Time
+}
+
+// Metrics count decisions across streams.
+type Metrics struct {
+	decisions *prometheus.CounterVec
+}
+
+// NewMetrics registers the processor metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "driftguard_processor_decisions_total",
+		Help: "Decisions by stream and outcome.",
+	}, []string{"stream", "outcome"})}
+	reg.MustRegister(m.decisions)
+	return m
+}
+
+// New builds the goka processor of stream s. goka options come last so a
+// test can pass goka.WithTester; Kafka-facing defaults come from
+// GokaOptions.
+func New(brokers []string, s *config.Stream, opts Options, gokaOpts ...goka.ProcessorOption) (*goka.Processor, error) {
+	h := &handler{stream: s, names: topics.For(s.Name), opts: opts}
+	if h.opts.Logger == nil {
+		h.opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if h.opts.Now == nil {
+		h.opts.Now = time.Now
+	}
+	g := goka.DefineGroup(goka.Group(topics.Group(s.Name)),
+		goka.Input(goka.Stream(h.names.In), new(codec.Bytes), h.process),
+		goka.Persist(entityCodec{}),
+		goka.Output(goka.Stream(h.names.Outcomes), new(codec.Bytes)),
+		goka.Output(goka.Stream(h.names.State), new(codec.Bytes)),
+		goka.Output(goka.Stream(h.names.DLQ), new(codec.Bytes)),
+	)
+	return goka.NewProcessor(brokers, g, gokaOpts...)
+}
+
+type handler struct {
+	stream *config.Stream
+	names  topics.Names
+	opts   Options
+}
+
+// process is goka's callback: goka serializes calls per partition, so
+// everything here for one key happens in log order.
+func (h *handler) process(ctx goka.Context, msg any) {
+	body, _ := msg.([]byte)
+	ev, err := h.decode(ctx, body)
+	if err != nil {
+		h.deadLetter(ctx, body, "undecodable", err)
+		return
+	}
+	if ev.Key != ctx.Key() {
+		// The record's Kafka key places its state; a producer that keyed it
+		// differently from the body would split one entity in two.
+		h.deadLetter(ctx, body, "key_mismatch", fmt.Errorf("record key %q, body key %q", ctx.Key(), ev.Key))
+		return
+	}
+	entity, _ := ctx.Value().(*Entity)
+	if entity == nil {
+		entity = &Entity{}
+	}
+	d := decideLatest(entity, ev, h.stream.Limits.DedupIDs)
+	// The table is written on every decision, duplicates included: the
+	// dedup memory is part of the state.
+	ctx.SetValue(entity)
+	if d.Applied() {
+		h.emit(ctx, h.names.State, envelope.State{
+			Stream: h.stream.Name, Key: ev.Key, Version: d.Version, State: entity.State,
+			UpdatedAtMs: entity.UpdatedAtMs, ExpiresAtMs: entity.ExpiresAtMs,
+		})
+	}
+	h.emit(ctx, h.names.Outcomes, envelope.Outcome{
+		Stream: h.stream.Name, Key: ev.Key, EventID: ev.EventID, EventType: ev.Type,
+		Version: d.Version, Outcome: d.Outcome, Reason: d.Reason, Gap: d.Gap,
+		OccurredAtMs: ev.OccurredAtMs, ReceivedAtMs: ev.ReceivedAtMs,
+		ProcessedAtMs:  h.opts.Now().UnixMilli(),
+		InputPartition: ctx.Partition(), InputOffset: ctx.Offset(),
+		Payload: ev.Body,
+	})
+	h.count(d.Outcome)
+}
+
+// decode reads an input record: the body through the catalogue, the
+// received_at clock from ingest's header (or the record timestamp when a
+// foreign producer wrote it).
+func (h *handler) decode(ctx goka.Context, body []byte) (Event, error) {
+	if len(body) == 0 {
+		return Event{}, errors.New("empty record")
+	}
+	doc, err := envelope.Decode(body)
+	if err != nil {
+		return Event{}, err
+	}
+	headers := ctx.Headers()
+	fields, err := envelope.Extract(h.stream, doc, string(headers[envelope.HeaderEventID]))
+	if err != nil {
+		return Event{}, err
+	}
+	receivedAt := ctx.Timestamp().UnixMilli()
+	if v, ok := headers[envelope.HeaderReceivedAt]; ok {
+		if ms, err := strconv.ParseInt(string(v), 10, 64); err == nil {
+			receivedAt = ms
+		}
+	}
+	return Event{Fields: fields, Body: body, ReceivedAtMs: receivedAt}, nil
+}
+
+func (h *handler) deadLetter(ctx goka.Context, body []byte, reason string, cause error) {
+	h.opts.Logger.Warn("record sent to the DLQ", "stream", h.stream.Name, "reason", reason,
+		"partition", ctx.Partition(), "offset", ctx.Offset(), "err", cause)
+	h.emit(ctx, h.names.DLQ, envelope.DeadLetter{
+		Stream: h.stream.Name, Topic: h.names.In, Partition: ctx.Partition(), Offset: ctx.Offset(),
+		Key: ctx.Key(), Reason: reason, Detail: cause.Error(), Payload: body,
+	})
+	h.count("dead_letter")
+}
+
+func (h *handler) emit(ctx goka.Context, topic string, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		ctx.Fail(fmt.Errorf("encoding %s record: %w", topic, err))
+	}
+	ctx.Emit(goka.Stream(topic), ctx.Key(), data)
+}
+
+func (h *handler) count(outcome string) {
+	if h.opts.Metrics != nil {
+		h.opts.Metrics.decisions.WithLabelValues(h.stream.Name, outcome).Inc()
+	}
+}

@@ -1,0 +1,80 @@
+package processors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/lovoo/goka"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/service"
+	"github.com/driftguard/driftguard/internal/telemetry"
+)
+
+// Service runs the processor of every stream in the catalogue.
+type Service struct {
+	cfg     *config.Config
+	brokers []string
+	log     *slog.Logger
+	ops     *telemetry.Ops
+	metrics *Metrics
+	// dataDir for table storage; empty keeps tables in memory (dev, tests).
+	dataDir string
+}
+
+// NewService builds the processors service. ops may be nil.
+func NewService(cfg *config.Config, brokers []string, dataDir string, log *slog.Logger, ops *telemetry.Ops) *Service {
+	s := &Service{cfg: cfg, brokers: brokers, log: log, ops: ops, dataDir: dataDir}
+	if ops != nil {
+		s.metrics = NewMetrics(ops.Registry)
+	}
+	return s
+}
+
+// Name implements service.Service.
+func (s *Service) Name() string { return "process" }
+
+// Run creates or checks the topics, refusing to start when a stream's topics
+// are not co-partitioned, then runs one goka group per stream.
+func (s *Service) Run(ctx context.Context) error {
+	cl, err := kafka.NewClient(s.brokers)
+	if err != nil {
+		return err
+	}
+	_, err = kafka.EnsureTopics(ctx, cl, s.cfg, true)
+	cl.Close()
+	if err != nil {
+		return fmt.Errorf("topics: %w", err)
+	}
+	var procs []*goka.Processor
+	var services []service.Service
+	for _, name := range s.cfg.StreamNames() {
+		stream := s.cfg.Streams[name]
+		p, err := New(s.brokers, stream, Options{Logger: s.log, Metrics: s.metrics},
+			GokaOptions(s.cfg.Kafka.ReplicationFactor, s.dataDir, s.log)...)
+		if err != nil {
+			return fmt.Errorf("processor %s: %w", name, err)
+		}
+		procs = append(procs, p)
+		services = append(services, service.Func{Label: "processor " + name, Fn: p.Run})
+	}
+	if s.ops != nil {
+		s.ops.AddReadiness("processors", func(context.Context) error {
+			for i, p := range procs {
+				if !p.Recovered() {
+					return fmt.Errorf("%s has not recovered its table yet", services[i].Name())
+				}
+			}
+			return nil
+		})
+	}
+	s.log.Info("processors starting", "streams", s.cfg.StreamNames(), "brokers", s.brokers)
+	err = service.RunAll(ctx, services...)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Run a command against a throwaway Kafka broker and ClickHouse server:
+#
+#   scripts/with-services.sh go test ./...
+#
+# Starts both (in parallel), exports DRIFTGUARD_TEST_KAFKA,
+# DRIFTGUARD_TEST_CLICKHOUSE and DRIFTGUARD_TEST_REQUIRE=1 (integration tests
+# must then fail rather than skip), runs the command, always stops both, and
+# exits with the command's exit code.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if (($# == 0)); then
+  echo "usage: $0 CMD [ARGS...]" >&2
+  exit 2
+fi
+
+out="$(mktemp -d "${TMPDIR:-/tmp}/driftguard-with-services.XXXXXX")"
+starters=()
+
+# shellcheck disable=SC2317 # only reached through the trap
+cleanup() {
+  # A start still in flight has written its pid file right after launching
+  # the server, so ending the starter first and then `stop` leaves nothing.
+  local p
+  for p in "${starters[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${starters[@]}"; do wait "$p" 2>/dev/null || true; done
+  "$here/kafka.sh" stop &
+  "$here/clickhouse.sh" stop &
+  wait || true
+  rm -rf "$out"
+}
+trap cleanup EXIT
+# exit runs the EXIT trap; the codes are the usual 128+signal.
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+"$here/kafka.sh" start >"$out/kafka" &
+starters+=("$!")
+"$here/clickhouse.sh" start >"$out/clickhouse" &
+starters+=("$!")
+ok=1
+for p in "${starters[@]}"; do wait "$p" || ok=0; done
+starters=()
+if ((!ok)); then
+  echo "with-services.sh: could not start the test services" >&2
+  exit 1
+fi
+
+kafka="$(sed -n 's/^DRIFTGUARD_TEST_KAFKA=//p' "$out/kafka")"
+clickhouse="$(sed -n 's/^DRIFTGUARD_TEST_CLICKHOUSE=//p' "$out/clickhouse")"
+export DRIFTGUARD_TEST_KAFKA="$kafka" DRIFTGUARD_TEST_CLICKHOUSE="$clickhouse" DRIFTGUARD_TEST_REQUIRE=1
+
+rc=0
+"$@" || rc=$?
+exit "$rc"
