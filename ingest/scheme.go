@@ -28,7 +28,9 @@ type SignatureError struct {
 	Detail string
 }
 
-func (e *SignatureError) Error() string { return fmt.Sprintf("signature rejected (%s): %s", e.Reason, e.Detail) }
+func (e *SignatureError) Error() string {
+	return fmt.Sprintf("signature rejected (%s): %s", e.Reason, e.Detail)
+}
 
 // IsSignatureError reports whether err is a signature failure.
 func IsSignatureError(err error) bool {

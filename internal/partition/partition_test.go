@@ -12,9 +12,9 @@ import (
 // Vectors from Kafka's own UtilsTest.testMurmur2, as signed Java ints.
 func TestMurmur2MatchesJavaClient(t *testing.T) {
 	cases := map[string]int32{
-		"21":                       -973932308,
-		"foobar":                   -790332482,
-		"a-little-bit-long-string": -985981536,
+		"21":                         -973932308,
+		"foobar":                     -790332482,
+		"a-little-bit-long-string":   -985981536,
 		"a-little-bit-longer-string": -1486304829,
 		"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
 		"abc": 479470107,

@@ -1,0 +1,82 @@
+// Package testenv finds the real services the integration tests run
+// against. The test task starts Apache Kafka and ClickHouse on loopback and
+// names them in DRIFTGUARD_TEST_KAFKA and DRIFTGUARD_TEST_CLICKHOUSE; a
+// quick `go test ./...` without them skips those tests with a message, and
+// DRIFTGUARD_TEST_REQUIRE=1 (set by the test task and CI) turns every such
+// skip into a failure, so a green CI run means the real services ran.
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Environment variables the test task sets.
+const (
+	EnvKafka      = "DRIFTGUARD_TEST_KAFKA"
+	EnvClickHouse = "DRIFTGUARD_TEST_CLICKHOUSE"
+	EnvRequire    = "DRIFTGUARD_TEST_REQUIRE"
+)
+
+// missing skips, or fails when the run requires real services.
+func missing(t testing.TB, what, env string) {
+	t.Helper()
+	msg := fmt.Sprintf("%s not available: set %s (the test task `go tool task test` starts it)", what, env)
+	if os.Getenv(EnvRequire) == "1" {
+		t.Fatal(msg + "; " + EnvRequire + "=1 forbids skipping")
+	}
+	t.Skip(msg)
+}
+
+// Kafka returns the real broker's addresses.
+func Kafka(t testing.TB) []string {
+	t.Helper()
+	v := os.Getenv(EnvKafka)
+	if v == "" {
+		missing(t, "Apache Kafka", EnvKafka)
+	}
+	return strings.Split(v, ",")
+}
+
+// Fake starts an embedded kfake broker for the test and returns its address.
+func Fake(t testing.TB) []string {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.ListenFn(func(network, _ string) (net.Listener, error) {
+		return net.Listen(network, "127.0.0.1:0")
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c.ListenAddrs()
+}
+
+// ClickHouse returns the real server's native address.
+func ClickHouse(t testing.TB) string {
+	t.Helper()
+	v := os.Getenv(EnvClickHouse)
+	if v == "" {
+		missing(t, "ClickHouse", EnvClickHouse)
+	}
+	return v
+}
+
+// UniqueName returns a lower-case name unique to this test run, for
+// databases and streams that tests share a server with.
+func UniqueName(prefix string) string {
+	return fmt.Sprintf("%s_%x", prefix, time.Now().UnixNano())
+}
+
+// Context returns a context that ends with the test or after d.
+func Context(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
