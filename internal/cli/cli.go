@@ -160,6 +160,9 @@ func runTopics(ctx context.Context, cfg *config.Config, create bool, out io.Writ
 	}
 	defer cl.Close()
 	statuses, err := kafka.EnsureTopics(ctx, cl, cfg, create)
+	if len(statuses) == 0 {
+		return err
+	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOPIC\tPARTITIONS\tCLEANUP\tSTATUS")
 	for _, s := range statuses {

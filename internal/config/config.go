@@ -255,6 +255,11 @@ func (c *Config) applyDefaults() {
 	if c.DataDir == "" {
 		c.DataDir = defaultDataDir()
 	}
+	if rest, ok := strings.CutPrefix(c.DataDir, "~/"); ok {
+		if home, err := os.UserHomeDir(); err == nil {
+			c.DataDir = filepath.Join(home, rest)
+		}
+	}
 	for _, s := range c.Streams {
 		s.applyDefaults()
 	}
@@ -363,8 +368,8 @@ telemetry:
 data_dir: ~/.local/state/driftguard   # DRIFTGUARD_DATA_DIR
 streams:
   presence:
-    signature:
-      secrets: [whsec_...]       # DRIFTGUARD_SECRETS_PRESENCE=whsec_a,whsec_b
+    # Secrets: prefer DRIFTGUARD_SECRETS_PRESENCE=whsec_a,whsec_b to the file;
+    # in the file they go under signature.secrets.
     limits:
       partitions: 6
 `

@@ -31,9 +31,6 @@ func NewLogger(w io.Writer, level string, human bool) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
-// Discard is a logger for libraries handed a nil one.
-func Discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
-
 // Ops is the registry and readiness checks of one process.
 type Ops struct {
 	Registry *prometheus.Registry

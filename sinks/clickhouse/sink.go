@@ -3,7 +3,6 @@ package clickhouse
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -188,10 +187,6 @@ func appendState(b driver.Batch, r *kgo.Record) error {
 		time.UnixMilli(st.UpdatedAtMs), r.Topic, r.Partition, r.Offset)
 }
 
-// errSkip marks a record that can never be inserted; it is logged and left
-// out rather than blocking the partition forever.
-var errSkip = errors.New("record skipped")
-
 func (s *Sink) insertBatch(ctx context.Context, table, query string, records []*kgo.Record, add func(driver.Batch, *kgo.Record) error) error {
 	batch, err := s.conn.PrepareBatch(ctx, query)
 	if err != nil {
@@ -201,7 +196,9 @@ func (s *Sink) insertBatch(ctx context.Context, table, query string, records []*
 	rows := 0
 	for _, r := range records {
 		if err := add(batch, r); err != nil {
-			s.log.Error("record cannot be inserted; skipped", "table", table, "err", fmt.Errorf("%w: %v", errSkip, err))
+			// A record that can never be decoded is left out rather than
+			// blocking its partition forever.
+			s.log.Error("record cannot be inserted; skipped", "table", table, "err", err)
 			continue
 		}
 		rows++
