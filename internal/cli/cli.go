@@ -52,6 +52,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "dev", "ingest", "process", "sink", "migrate", "topics", "config":
+	default:
+		fmt.Fprintf(stderr, "driftguard: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
 	fs := flag.NewFlagSet("driftguard "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", os.Getenv("DRIFTGUARD_CONFIG"), "configuration file (YAML)")
@@ -90,9 +96,6 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runMigrate(ctx, cfg, log, stdout)
 	case "topics":
 		err = runTopics(ctx, cfg, !*checkOnly, stdout)
-	default:
-		fmt.Fprintf(stderr, "driftguard: unknown command %q\n\n%s", cmd, usage)
-		return 2
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintf(stderr, "driftguard %s: %s\n", cmd, err)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"sort"
@@ -61,7 +62,8 @@ func (o *Ops) Ready(ctx context.Context) error {
 	for name := range o.checks {
 		names = append(names, name)
 	}
-	checks := o.checks
+	// A copy: components add checks while /readyz runs.
+	checks := maps.Clone(o.checks)
 	o.mu.Unlock()
 	sort.Strings(names)
 	var errs []error

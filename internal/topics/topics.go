@@ -111,7 +111,7 @@ func Ensure(ctx context.Context, adm *kadm.Client, streams []*config.Stream, rep
 	for i, s := range specs {
 		names[i] = s.Name
 	}
-	details, err := adm.ListTopics(ctx, names...)
+	details, err := listUncached(ctx, adm, names)
 	if err != nil {
 		return nil, fmt.Errorf("listing topics: %w", err)
 	}
@@ -149,8 +149,13 @@ func Ensure(ctx context.Context, adm *kadm.Client, streams []*config.Stream, rep
 			}
 			statuses = append(statuses, Status{Spec: spec, Created: err == nil})
 		}
-		if details, err = adm.ListTopics(ctx, names...); err != nil {
+		if details, err = waitVisible(ctx, adm, names); err != nil {
 			return nil, fmt.Errorf("listing topics: %w", err)
+		}
+		for _, spec := range specs {
+			if d, ok := details[spec.Name]; !ok || d.Err != nil {
+				errs = append(errs, fmt.Errorf("topic %s: not in the broker's metadata after creating it, so not checked: %v", spec.Name, d.Err))
+			}
 		}
 	}
 	errs = append(errs, checkShapes(ctx, adm, specs, details)...)
@@ -199,4 +204,37 @@ func checkShapes(ctx context.Context, adm *kadm.Client, specs []Spec, details ka
 
 func samePolicy(got, want string) bool {
 	return strings.ReplaceAll(got, " ", "") == want
+}
+
+// listUncached lists topics from a broker. kadm.ListTopics otherwise answers
+// from the client's metadata cache for MetadataMinAge (5s by default), which
+// may still say "unknown topic" for a topic created since.
+func listUncached(ctx context.Context, adm *kadm.Client, names []string) (kadm.TopicDetails, error) {
+	return adm.ListTopics(kadm.WithAuthorizedOps(ctx), names...)
+}
+
+// waitVisible lists until every topic is in the broker's metadata, which
+// trails CreateTopics by a moment, or gives up after a while.
+func waitVisible(ctx context.Context, adm *kadm.Client, names []string) (kadm.TopicDetails, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		details, err := listUncached(ctx, adm, names)
+		if err != nil {
+			return nil, err
+		}
+		visible := true
+		for _, name := range names {
+			if d, ok := details[name]; !ok || d.Err != nil || len(d.Partitions) == 0 {
+				visible = false
+			}
+		}
+		if visible || time.Now().After(deadline) {
+			return details, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

@@ -107,7 +107,7 @@ func Migrate(ctx context.Context, conn driver.Conn, database string, log *slog.L
 	}
 	bootstrap := []string{
 		"CREATE DATABASE IF NOT EXISTS " + database,
-		"CREATE TABLE IF NOT EXISTS " + database + ".schema_migrations (version UInt32, name String, applied_at DateTime) ENGINE = TinyLog",
+		"CREATE TABLE IF NOT EXISTS " + database + ".schema_migrations (version UInt32, name String, applied_at DateTime) ENGINE = MergeTree() ORDER BY version",
 	}
 	for _, stmt := range bootstrap {
 		if err := conn.Exec(ctx, stmt); err != nil {

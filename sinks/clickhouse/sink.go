@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -36,6 +37,15 @@ type Sink struct {
 	rows    *prometheus.CounterVec
 	// kinds maps a topic to what it carries.
 	kinds map[string]topicKind
+	// held is the highest offset per source partition already in
+	// ClickHouse, read from it the first time a partition is seen.
+	heldMu sync.Mutex
+	held   map[sourcePartition]int64
+}
+
+type sourcePartition struct {
+	topic     string
+	partition int32
 }
 
 type topicKind struct {
@@ -45,7 +55,7 @@ type topicKind struct {
 
 // New builds the sink. conn must reach a migrated database; ops may be nil.
 func New(cfg *config.Config, brokers []string, conn driver.Conn, log *slog.Logger, ops *telemetry.Ops) *Sink {
-	s := &Sink{cfg: cfg, brokers: brokers, conn: conn, log: log, ops: ops, kinds: map[string]topicKind{}}
+	s := &Sink{cfg: cfg, brokers: brokers, conn: conn, log: log, ops: ops, kinds: map[string]topicKind{}, held: map[sourcePartition]int64{}}
 	s.rows = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "driftguard_sink_rows_total",
 		Help: "Rows inserted into ClickHouse by table.",
@@ -65,8 +75,10 @@ func New(cfg *config.Config, brokers []string, conn driver.Conn, log *slog.Logge
 func (s *Sink) Name() string { return "sink" }
 
 // Run consumes until ctx is done. Offsets are committed only after the rows
-// of a poll are inserted, so a crash never loses a row (it may insert a poll
-// twice: exactly-once is the resume-from-ClickHouse path).
+// of a poll are inserted, so a crash never loses a row; and a poll inserted
+// but not committed before a crash is not inserted again, because Insert
+// skips offsets at or below the highest one ClickHouse already holds for
+// that partition.
 func (s *Sink) Run(ctx context.Context) error {
 	names := make([]string, 0, len(s.kinds))
 	for topic := range s.kinds {
@@ -80,6 +92,10 @@ func (s *Sink) Run(ctx context.Context) error {
 		// No partition moves while a polled batch is being inserted.
 		kgo.BlockRebalanceOnPoll(),
 		kgo.FetchMaxWait(s.cfg.ClickHouse.BatchPeriod),
+		// Another replica may have inserted a partition's rows while it was
+		// away: read its watermark again when it comes back.
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, lost map[string][]int32) { s.forget(lost) }),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, lost map[string][]int32) { s.forget(lost) }),
 	)
 	if err != nil {
 		return err
@@ -140,6 +156,15 @@ func (s *Sink) Insert(ctx context.Context, records []*kgo.Record) error {
 	var events, states []*kgo.Record
 	for _, r := range records {
 		kind, ok := s.kinds[r.Topic]
+		if ok {
+			held, err := s.heldOffset(ctx, kind, r.Topic, r.Partition)
+			if err != nil {
+				return err
+			}
+			if r.Offset <= held {
+				continue // inserted before a crash, never committed
+			}
+		}
 		switch {
 		case !ok:
 			s.log.Warn("record from an unexpected topic skipped", "topic", r.Topic)
@@ -159,7 +184,55 @@ func (s *Sink) Insert(ctx context.Context, records []*kgo.Record) error {
 			return err
 		}
 	}
+	s.heldMu.Lock()
+	for _, r := range append(events, states...) {
+		sp := sourcePartition{r.Topic, r.Partition}
+		if r.Offset > s.held[sp] {
+			s.held[sp] = r.Offset
+		}
+	}
+	s.heldMu.Unlock()
 	return nil
+}
+
+// heldOffset returns the highest offset of the partition that ClickHouse
+// holds, or -1.
+func (s *Sink) heldOffset(ctx context.Context, kind topicKind, topic string, partition int32) (int64, error) {
+	sp := sourcePartition{topic, partition}
+	s.heldMu.Lock()
+	held, ok := s.held[sp]
+	s.heldMu.Unlock()
+	if ok {
+		return held, nil
+	}
+	table := "events"
+	if kind.state {
+		table = "entity_state"
+	}
+	var maxOffset int64
+	var rows uint64
+	err := s.conn.QueryRow(ctx, "SELECT max(`offset`), count() FROM "+s.cfg.ClickHouse.Database+"."+table+
+		" WHERE `topic` = ? AND `partition` = ?", topic, partition).Scan(&maxOffset, &rows)
+	if err != nil {
+		return 0, fmt.Errorf("%s: reading what is held of %s/%d: %w", table, topic, partition, err)
+	}
+	if rows == 0 {
+		maxOffset = -1
+	}
+	s.heldMu.Lock()
+	s.held[sp] = maxOffset
+	s.heldMu.Unlock()
+	return maxOffset, nil
+}
+
+func (s *Sink) forget(partitions map[string][]int32) {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	for topic, ps := range partitions {
+		for _, p := range ps {
+			delete(s.held, sourcePartition{topic, p})
+		}
+	}
 }
 
 const eventColumns = "(stream, entity_key, event_id, event_type, version, outcome, reason, gap, buffer_depth, " +

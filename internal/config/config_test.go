@@ -1,0 +1,546 @@
+package config_test
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/driftguard/driftguard/internal/config"
+)
+
+// Secrets of the right shape: "whsec_" plus base64 of 32 and 16 bytes.
+var (
+	validSecret      = "whsec_" + base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
+	otherValidSecret = "whsec_" + base64.StdEncoding.EncodeToString([]byte("fedcba9876543210fedcba9876543210"))
+	shortSecret      = "whsec_" + base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))
+)
+
+// writeFile writes content to name under dir, creating folders, and returns
+// the path.
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// writeConfig writes a config file in a fresh folder and returns its path.
+func writeConfig(t *testing.T, content string) string {
+	t.Helper()
+	return writeFile(t, t.TempDir(), "driftguard.yaml", content)
+}
+
+// field is one observed value and the value it should have.
+type field struct {
+	name      string
+	got, want any
+}
+
+func checkFields(t *testing.T, fields []field) {
+	t.Helper()
+	for _, f := range fields {
+		if fmt.Sprint(f.got) != fmt.Sprint(f.want) {
+			t.Errorf("%s = %v, want %v", f.name, f.got, f.want)
+		}
+	}
+}
+
+func mustLoad(t *testing.T, path string, environ []string) *config.Config {
+	t.Helper()
+	cfg, err := config.Load(path, environ)
+	if err != nil {
+		t.Fatalf("Load(%q): %v", path, err)
+	}
+	return cfg
+}
+
+func TestLoadWithoutFileGivesWorkingDefaults(t *testing.T) {
+	// The data dir default follows XDG_STATE_HOME; pin it so the expected
+	// value does not depend on the machine.
+	state := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", state)
+
+	cfg := mustLoad(t, "", nil)
+
+	presence := cfg.Streams["presence"]
+	if presence == nil {
+		t.Fatalf("the embedded catalogue has no presence stream; streams: %v", cfg.StreamNames())
+	}
+	checkFields(t, []field{
+		{"Kafka.Brokers (empty: dev reads it as the embedded broker)", len(cfg.Kafka.Brokers), 0},
+		{"BrokersOrDefault()", cfg.BrokersOrDefault(), []string{"127.0.0.1:9092"}},
+		{"Kafka.ReplicationFactor", cfg.Kafka.ReplicationFactor, 1},
+		{"Kafka.ProduceTimeout", cfg.Kafka.ProduceTimeout, 5 * time.Second},
+		{"HTTP.Addr", cfg.HTTP.Addr, "127.0.0.1:8080"},
+		{"ClickHouse.Addr", cfg.ClickHouse.Addr, "127.0.0.1:9000"},
+		{"ClickHouse.Database", cfg.ClickHouse.Database, "driftguard"},
+		{"ClickHouse.Username", cfg.ClickHouse.Username, "default"},
+		{"ClickHouse.BatchRows", cfg.ClickHouse.BatchRows, 10000},
+		{"ClickHouse.BatchPeriod", cfg.ClickHouse.BatchPeriod, 500 * time.Millisecond},
+		{"Telemetry.Addr", cfg.Telemetry.Addr, "127.0.0.1:9464"},
+		{"Telemetry.LogLevel", cfg.Telemetry.LogLevel, "info"},
+		{"DataDir", cfg.DataDir, filepath.Join(state, "driftguard")},
+		{"Warnings", len(cfg.Warnings), 0},
+		{"presence.Name", presence.Name, "presence"},
+		{"presence.Policy", presence.Policy, config.PolicyLatest},
+		{"presence.Key", presence.Key, "/user_id"},
+		{"presence.EventID", presence.EventID, "/event_id"},
+		{"presence.Version", presence.Version, "/sequence_number"},
+		{"presence.OccurredAt", presence.OccurredAt, "/timestamp"},
+		{"presence.OccurredAtUnit", presence.OccurredAtUnit, "s"},
+		{"presence.Type.Fixed", presence.Type.Fixed, "presence.changed"},
+		{"presence.Signature.Scheme", presence.Signature.Scheme, config.SchemeStandardWebhooks},
+		{"presence.Signature.Tolerance", presence.Signature.Tolerance, 300 * time.Second},
+		{"presence.Signature.Secrets", len(presence.Signature.Secrets), 0},
+		{"presence.Limits.Partitions", presence.Limits.Partitions, 6},
+		{"presence.Limits.MaxBodyBytes", presence.Limits.MaxBodyBytes, 256 << 10},
+		{"presence.Limits.DedupIDs", presence.Limits.DedupIDs, 256},
+	})
+	schema, err := presence.SchemaBytes("presence.changed")
+	if err != nil || !strings.Contains(string(schema), `"sequence_number"`) {
+		t.Errorf("presence schema from the embedded files: %v\n%s", err, schema)
+	}
+}
+
+// Default is what Load starts from, so with no file and no environment the
+// two agree, and Default on its own already validates.
+func TestDefaultValidatesAndMatchesLoad(t *testing.T) {
+	def, err := config.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := def.Validate(); err != nil {
+		t.Fatalf("Default().Validate(): %v", err)
+	}
+	loaded := mustLoad(t, "", nil)
+	if got, want := fmt.Sprintf("%+v", *loaded.Streams["presence"]), fmt.Sprintf("%+v", *def.Streams["presence"]); got != want {
+		t.Errorf("presence from Load:\n%s\nfrom Default:\n%s", got, want)
+	}
+}
+
+func TestLoadFileMergesStreamEntriesFieldByField(t *testing.T) {
+	path := writeConfig(t, `
+kafka:
+  brokers: [kafka-1:9092, kafka-2:9092]
+streams:
+  presence:
+    limits:
+      partitions: 12
+    signature:
+      tolerance: 60s
+`)
+	cfg := mustLoad(t, path, nil)
+	presence := cfg.Streams["presence"]
+	checkFields(t, []field{
+		// What the file says.
+		{"BrokersOrDefault()", cfg.BrokersOrDefault(), []string{"kafka-1:9092", "kafka-2:9092"}},
+		{"presence.Limits.Partitions", presence.Limits.Partitions, 12},
+		{"presence.Signature.Tolerance", presence.Signature.Tolerance, time.Minute},
+		// What the file leaves alone, down to siblings inside the same
+		// nested blocks (limits, signature).
+		{"presence.Limits.DedupIDs", presence.Limits.DedupIDs, 256},
+		{"presence.Limits.MaxBodyBytes", presence.Limits.MaxBodyBytes, 262144},
+		{"presence.Signature.Scheme", presence.Signature.Scheme, config.SchemeStandardWebhooks},
+		{"presence.Policy", presence.Policy, config.PolicyLatest},
+		{"presence.Key", presence.Key, "/user_id"},
+		{"presence.Version", presence.Version, "/sequence_number"},
+		{"presence.Type.Fixed", presence.Type.Fixed, "presence.changed"},
+		{"presence.Schemas", presence.Schemas, map[string]string{"presence.changed": "streams/presence.schema.json"}},
+		{"streams", cfg.StreamNames(), []string{"presence"}},
+		{"Warnings", cfg.Warnings, []string(nil)},
+	})
+	// The entry now belongs to the file's folder, which has no copy of the
+	// shipped schema: it must still come from the embedded files.
+	if _, err := presence.SchemaBytes("presence.changed"); err != nil {
+		t.Errorf("presence schema after an override: %v", err)
+	}
+}
+
+// The README's example of a new stream: an entry plus a schema next to the
+// config file, no Go code.
+func TestLoadFileAddsStreamWithSchemaNextToConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	schema := `{"type": "object", "required": ["agent_id", "id", "revision"]}`
+	writeFile(t, dir, "etc/schemas/availability.schema.json", schema)
+	path := writeFile(t, dir, "etc/driftguard.yaml", `
+streams:
+  availability:
+    policy: latest
+    key: /agent_id
+    event_id: /id
+    type: {fixed: availability.changed}
+    version: /revision
+    schemas: {availability.changed: schemas/availability.schema.json}
+`)
+	// The test's working directory is the package folder, so a schema path
+	// resolved against it instead of the config's folder would not be found.
+	cfg := mustLoad(t, path, nil)
+
+	if got, want := cfg.StreamNames(), []string{"availability", "presence"}; !slices.Equal(got, want) {
+		t.Fatalf("streams %v, want %v", got, want)
+	}
+	s := cfg.Streams["availability"]
+	checkFields(t, []field{
+		{"availability.Name", s.Name, "availability"},
+		{"availability.Key", s.Key, "/agent_id"},
+		// Fields the entry leaves out get the stream defaults.
+		{"availability.Limits.Partitions", s.Limits.Partitions, 6},
+		{"availability.Signature.Scheme", s.Signature.Scheme, config.SchemeStandardWebhooks},
+		{"availability.OccurredAtUnit", s.OccurredAtUnit, "s"},
+	})
+	got, err := s.SchemaBytes("availability.changed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != schema {
+		t.Errorf("schema %s, want the file next to the config: %s", got, schema)
+	}
+}
+
+func TestLoadRejectsInvalidFileNamingTheConfigPath(t *testing.T) {
+	cases := []struct {
+		name string
+		yaml string
+		want []string
+	}{
+		{
+			name: "partitions below one",
+			yaml: "streams: {presence: {limits: {partitions: -1}}}",
+			want: []string{"in streams.presence.limits.partitions:", "got -1"},
+		},
+		{
+			name: "partitions above the limit",
+			yaml: "streams: {presence: {limits: {partitions: 10001}}}",
+			want: []string{"in streams.presence.limits.partitions:", "got 10001"},
+		},
+		{
+			name: "replication factor below one",
+			yaml: "kafka: {replication_factor: -1}",
+			want: []string{"in kafka.replication_factor:"},
+		},
+		{
+			name: "broker without a port",
+			yaml: "kafka: {brokers: [127.0.0.1:9092, localhost]}",
+			want: []string{"in kafka.brokers[1]:", `"localhost"`},
+		},
+		{
+			name: "unknown policy",
+			yaml: "streams: {presence: {policy: newest}}",
+			want: []string{"in streams.presence.policy:", `unknown policy "newest"`},
+		},
+		{
+			name: "key pointer without leading slash",
+			yaml: "streams: {presence: {key: user_id}}",
+			want: []string{"in streams.presence.key:", "must start with /"},
+		},
+		{
+			name: "version pointer without leading slash",
+			yaml: "streams: {presence: {version: sequence_number}}",
+			want: []string{"in streams.presence.version:"},
+		},
+		{
+			name: "secret without whsec_ prefix",
+			yaml: "streams: {presence: {signature: {secrets: [" + validSecret + ", not-a-whsec-secret]}}}",
+			want: []string{"in streams.presence.signature.secrets[1]:", "whsec_"},
+		},
+		{
+			name: "secret that is not base64",
+			yaml: "streams: {presence: {signature: {secrets: [whsec_***]}}}",
+			want: []string{"in streams.presence.signature.secrets[0]:", "not base64"},
+		},
+		{
+			name: "secret shorter than the minimum",
+			yaml: "streams: {presence: {signature: {secrets: [" + shortSecret + "]}}}",
+			want: []string{"in streams.presence.signature.secrets[0]:", "16 bytes", fmt.Sprint(config.MinSecretBytes)},
+		},
+		{
+			name: "empty secret",
+			yaml: `streams: {presence: {signature: {secrets: [""]}}}`,
+			want: []string{"in streams.presence.signature.secrets[0]:"},
+		},
+		{
+			name: "unknown signature scheme",
+			yaml: "streams: {presence: {signature: {scheme: rot13}}}",
+			want: []string{"in streams.presence.signature.scheme:", `"rot13"`},
+		},
+		{
+			name: "type both fixed and from a field",
+			yaml: "streams: {presence: {type: {field: /type}}}",
+			want: []string{"in streams.presence.type:", "exactly one"},
+		},
+		{
+			name: "occurred_at unit other than s or ms",
+			yaml: "streams: {presence: {occurred_at_unit: us}}",
+			want: []string{"in streams.presence.occurred_at_unit:"},
+		},
+		{
+			name: "dedup memory above the limit",
+			yaml: "streams: {presence: {limits: {dedup_ids: 100001}}}",
+			want: []string{"in streams.presence.limits.dedup_ids:"},
+		},
+		{
+			name: "database name that is not an identifier",
+			yaml: "clickhouse: {database: drift-guard}",
+			want: []string{"in clickhouse.database:"},
+		},
+		{
+			name: "unknown log level",
+			yaml: "telemetry: {log_level: verbose}",
+			want: []string{"in telemetry.log_level:"},
+		},
+		{
+			name: "stream name that cannot name a topic",
+			yaml: "streams: {Bad-Name: {policy: latest, key: /id, type: {fixed: t}, schemas: {t: streams/presence.schema.json}}}",
+			want: []string{"in streams.Bad-Name:", "stream name"},
+		},
+		{
+			name: "new stream without policy, key and schemas",
+			yaml: "streams: {bare: {type: {fixed: t}}}",
+			want: []string{"in streams.bare.policy: missing", "in streams.bare.key: missing", "in streams.bare.schemas:"},
+		},
+		{
+			name: "schema file that does not exist",
+			yaml: "streams: {presence: {schemas: {presence.changed: nowhere.json}}}",
+			want: []string{"in streams.presence.schemas.presence.changed:", "nowhere.json"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := config.Load(writeConfig(t, tc.yaml), nil)
+			if err == nil {
+				t.Fatalf("Load accepted the file; config %+v", cfg)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error does not contain %q:\n%v", want, err)
+				}
+			}
+		})
+	}
+}
+
+// An operator fixing a file one error per run would need as many runs as
+// errors; Validate reports them all in one go.
+func TestValidateReportsEveryErrorAtOnce(t *testing.T) {
+	cfg, err := config.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	presence := cfg.Streams["presence"]
+	cfg.Kafka.ReplicationFactor = 0
+	presence.Policy = "newest"
+	presence.Key = "user_id"
+	presence.Limits.Partitions = 0
+	presence.Signature.Secrets = []string{"bad", shortSecret}
+
+	err = cfg.Validate()
+	if err == nil {
+		t.Fatal("Validate accepted the config")
+	}
+	wantPaths := []string{
+		"in kafka.replication_factor:",
+		"in streams.presence.policy:",
+		"in streams.presence.key:",
+		"in streams.presence.limits.partitions:",
+		"in streams.presence.signature.secrets[0]:",
+		"in streams.presence.signature.secrets[1]:",
+	}
+	for _, want := range wantPaths {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not contain %q", want)
+		}
+	}
+	// One error per problem, so callers can list them.
+	var joined interface{ Unwrap() []error }
+	if !errors.As(err, &joined) || len(joined.Unwrap()) != len(wantPaths) {
+		t.Errorf("want %d separate errors, got:\n%v", len(wantPaths), err)
+	}
+}
+
+func TestValidateRejectsEmptyCatalogue(t *testing.T) {
+	cfg, err := config.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Streams = nil
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "in streams:") {
+		t.Errorf("Validate() = %v, want an error in streams", err)
+	}
+}
+
+func TestLoadReportsUnknownKeysAsWarnings(t *testing.T) {
+	cases := []struct {
+		name string
+		yaml string
+		want string // the config path the warning names
+	}{
+		{"misspelt kafka key", "kafka: {brokerz: x}", "kafka.brokerz"},
+		{"misspelt top-level section", "kafak: {brokers: [a:1]}", "kafak"},
+		{"misspelt stream block", "streams: {presence: {limitz: {}}}", "streams.presence.limitz"},
+		{"misspelt limit", "streams: {presence: {limits: {partitons: 3}}}", "streams.presence.limits.partitons"},
+		{"misspelt signature key", "streams: {presence: {signature: {secret: [x]}}}", "streams.presence.signature.secret"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := writeConfig(t, tc.yaml)
+			// A typo must not stop the process: only a warning.
+			cfg := mustLoad(t, path, nil)
+			if len(cfg.Warnings) != 1 {
+				t.Fatalf("warnings %q, want one naming %s", cfg.Warnings, tc.want)
+			}
+			w := cfg.Warnings[0]
+			if !strings.Contains(w, "unknown key "+tc.want) || !strings.Contains(w, path) {
+				t.Errorf("warning %q, want the file %s and the key %s", w, path, tc.want)
+			}
+		})
+	}
+}
+
+// Environment overrides win over the file (design §7).
+func TestLoadEnvironmentWinsOverFile(t *testing.T) {
+	path := writeConfig(t, `
+kafka: {brokers: [file:9092]}
+http: {addr: 127.0.0.1:1}
+clickhouse: {addr: 127.0.0.1:2, database: fromfile}
+data_dir: /from/file
+streams:
+  presence:
+    signature: {secrets: [`+validSecret+`]}
+`)
+	environ := []string{
+		"DRIFTGUARD_KAFKA_BROKERS=env-1:9092, env-2:9092,",
+		"DRIFTGUARD_HTTP_ADDR=0.0.0.0:8081",
+		"DRIFTGUARD_CLICKHOUSE_ADDR=ch.internal:9000",
+		"DRIFTGUARD_CLICKHOUSE_DATABASE=fromenv",
+		"DRIFTGUARD_DATA_DIR=/from/env",
+		"DRIFTGUARD_SECRETS_PRESENCE=" + otherValidSecret + "," + validSecret,
+		// Variables of other tools and of the test harness share the prefix
+		// and must be left alone.
+		"DRIFTGUARD_TEST_KAFKA=127.0.0.1:1",
+		"DRIFTGUARD_CONFIG=/ignored.yaml",
+		"PATH=/usr/bin",
+		"NOEQUALSSIGN",
+	}
+	cfg := mustLoad(t, path, environ)
+	checkFields(t, []field{
+		{"BrokersOrDefault()", cfg.BrokersOrDefault(), []string{"env-1:9092", "env-2:9092"}},
+		{"HTTP.Addr", cfg.HTTP.Addr, "0.0.0.0:8081"},
+		{"ClickHouse.Addr", cfg.ClickHouse.Addr, "ch.internal:9000"},
+		{"ClickHouse.Database", cfg.ClickHouse.Database, "fromenv"},
+		{"DataDir", cfg.DataDir, "/from/env"},
+		{"presence secrets", cfg.Streams["presence"].Signature.Secrets, []string{otherValidSecret, validSecret}},
+	})
+}
+
+func TestLoadEnvironmentSecrets(t *testing.T) {
+	newStream := `
+streams:
+  my_stream:
+    policy: latest
+    key: /id
+    type: {fixed: t}
+    schemas: {t: streams/presence.schema.json}
+`
+	cases := []struct {
+		name    string
+		yaml    string
+		environ []string
+		// wantErr lists what the error must say; empty means success.
+		wantErr []string
+	}{
+		{
+			name:    "secrets for a stream that is not in the catalogue",
+			environ: []string{"DRIFTGUARD_SECRETS_NOSUCH=" + validSecret},
+			wantErr: []string{"DRIFTGUARD_SECRETS_NOSUCH", `"nosuch"`},
+		},
+		{
+			name:    "secrets for a stream the file adds",
+			yaml:    newStream,
+			environ: []string{"DRIFTGUARD_SECRETS_MY_STREAM=" + validSecret},
+		},
+		{
+			// The variable is validated like the file, with the same path.
+			name:    "short secret from the environment",
+			environ: []string{"DRIFTGUARD_SECRETS_PRESENCE=" + shortSecret},
+			wantErr: []string{"in streams.presence.signature.secrets[0]:"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := ""
+			if tc.yaml != "" {
+				path = writeConfig(t, tc.yaml)
+			}
+			_, err := config.Load(path, tc.environ)
+			if len(tc.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("Load: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("Load accepted the environment")
+			}
+			for _, want := range tc.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error does not contain %q:\n%v", want, err)
+				}
+			}
+		})
+	}
+}
+
+func TestDecodeStandardSecret(t *testing.T) {
+	cases := []struct {
+		name    string
+		secret  string
+		wantLen int // 0: an error is expected
+	}{
+		{"32-byte key", validSecret, 32},
+		{"exactly the minimum", "whsec_" + base64.StdEncoding.EncodeToString(make([]byte, config.MinSecretBytes)), config.MinSecretBytes},
+		{"one byte short", "whsec_" + base64.StdEncoding.EncodeToString(make([]byte, config.MinSecretBytes-1)), 0},
+		{"empty", "", 0},
+		{"prefix only", "whsec_", 0},
+		{"no prefix", base64.StdEncoding.EncodeToString(make([]byte, 32)), 0},
+		{"not base64", "whsec_%%%%", 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			key, err := config.DecodeStandardSecret(tc.secret)
+			switch {
+			case tc.wantLen == 0 && err == nil:
+				t.Errorf("accepted, key of %d bytes", len(key))
+			case tc.wantLen != 0 && err != nil:
+				t.Errorf("rejected: %v", err)
+			case tc.wantLen != 0 && len(key) != tc.wantLen:
+				t.Errorf("key of %d bytes, want %d", len(key), tc.wantLen)
+			}
+		})
+	}
+}
+
+func ExampleLoad() {
+	// No file: the shipped catalogue and defaults, with the environment on top.
+	cfg, err := config.Load("", []string{"DRIFTGUARD_KAFKA_BROKERS=kafka-1:9092,kafka-2:9092"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	presence := cfg.Streams["presence"]
+	fmt.Println(cfg.BrokersOrDefault())
+	fmt.Println(cfg.StreamNames(), presence.Policy, presence.Key, presence.Limits.Partitions)
+	// Output:
+	// [kafka-1:9092 kafka-2:9092]
+	// [presence] latest /user_id 6
+}

@@ -1,0 +1,408 @@
+package topics_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/testenv"
+	"github.com/driftguard/driftguard/internal/topics"
+)
+
+// Topic names and cleanup policies are the contract of design §4: tools and
+// Java producers address them by name.
+func TestSpecsPerPolicy(t *testing.T) {
+	cases := []struct {
+		policy config.Policy
+		want   map[string]string // topic → cleanup.policy
+	}{
+		{config.PolicyLatest, map[string]string{
+			"s.in": "delete", "s-table": "compact", "s.state": "compact", "s.outcomes": "delete", "s.dlq": "delete",
+		}},
+		{config.PolicyGapless, map[string]string{
+			"s.in": "delete", "s-table": "compact", "s.state": "compact", "s.outcomes": "delete", "s.dlq": "delete",
+			"s.replay": "delete",
+		}},
+		{config.PolicyAssign, map[string]string{
+			"s.in": "delete", "s-table": "compact", "s.state": "compact", "s.outcomes": "delete", "s.dlq": "delete",
+			"s.ephemeral": "delete",
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(string(tc.policy), func(t *testing.T) {
+			s := &config.Stream{Name: "s", Policy: tc.policy, Limits: config.Limits{Partitions: 4}}
+			specs := topics.Specs(s)
+			if len(specs) != len(tc.want) {
+				t.Errorf("%d topics, want %d: %+v", len(specs), len(tc.want), specs)
+			}
+			for _, spec := range specs {
+				want, ok := tc.want[spec.Name]
+				if !ok {
+					t.Errorf("unexpected topic %s", spec.Name)
+					continue
+				}
+				if spec.CleanupPolicy() != want || spec.Partitions != 4 || spec.Stream != "s" {
+					t.Errorf("%s: cleanup %q, %d partitions, stream %q; want %q, 4, s", spec.Name, spec.CleanupPolicy(), spec.Partitions, spec.Stream, want)
+				}
+				// Compacted topics keep the latest value per key forever;
+				// only the others expire.
+				_, hasRetention := spec.Configs["retention.ms"]
+				if hasRetention != (want == "delete") {
+					t.Errorf("%s: retention.ms set = %v with cleanup %s", spec.Name, hasRetention, want)
+				}
+			}
+		})
+	}
+}
+
+// The goka group table follows goka's "<group>-table" naming, so the group
+// must be the stream name for goka to find it.
+func TestTableTopicIsGokaGroupTable(t *testing.T) {
+	if got, want := topics.For("presence").Table, topics.Group("presence")+"-table"; got != want {
+		t.Errorf("table topic %q, want goka's %q", got, want)
+	}
+}
+
+// ensureCases run against both the embedded broker and real Kafka: the same
+// code talks to either by address.
+var ensureCases = []struct {
+	name string
+	run  func(t *testing.T, brokers []string)
+}{
+	{"creates every topic with its shape, then reports them existing", testEnsureCreatesThenReportsExisting},
+	{"check only reports missing topics and creates none", testEnsureCheckOnlyReportsMissing},
+	{"wrong partition count is a mismatch", testEnsureRejectsWrongPartitionCount},
+	{"wrong cleanup policy is a mismatch", testEnsureRejectsWrongCleanupPolicy},
+	{"topic created after an earlier listing is still checked", testEnsureChecksTopicCreatedAfterListing},
+}
+
+func TestEnsureTopicsOnKfake(t *testing.T) {
+	for _, tc := range ensureCases {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, testenv.Fake(t)) })
+	}
+}
+
+func TestEnsureTopicsOnRealKafka(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	for _, tc := range ensureCases {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, brokers) })
+	}
+}
+
+// partitions is deliberately not the catalogue default, so a topic created
+// with the default count would be caught.
+const partitions = 3
+
+// fixture is one uniquely named copy of the presence stream on a broker.
+type fixture struct {
+	ctx    context.Context
+	cfg    *config.Config
+	stream *config.Stream
+	adm    *kadm.Client
+	specs  map[string]topics.Spec
+}
+
+func newFixture(t *testing.T, brokers []string) *fixture {
+	t.Helper()
+	ctx := testenv.Context(t, time.Minute)
+	cfg, err := config.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A unique stream per test keeps its topics apart from every other test
+	// on a shared broker.
+	s := *cfg.Streams["presence"]
+	s.Name = testenv.UniqueName("topics")
+	s.Limits.Partitions = partitions
+	cfg.Streams = map[string]*config.Stream{s.Name: &s}
+	cfg.Kafka.Brokers = brokers
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kafka.NewClient(brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm := kadm.NewClient(cl)
+	specs := map[string]topics.Spec{}
+	for _, spec := range topics.Specs(&s) {
+		specs[spec.Name] = spec
+	}
+	t.Cleanup(func() {
+		// Leave the shared broker as it was.
+		names := make([]string, 0, len(specs))
+		for name := range specs {
+			names = append(names, name)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = adm.DeleteTopics(ctx, names...)
+		cl.Close()
+	})
+	return &fixture{ctx: ctx, cfg: cfg, stream: &s, adm: adm, specs: specs}
+}
+
+func (f *fixture) names() []string {
+	out := make([]string, 0, len(f.specs))
+	for name := range f.specs {
+		out = append(out, name)
+	}
+	return out
+}
+
+func (f *fixture) ensure(t *testing.T, create bool) ([]topics.Status, error) {
+	t.Helper()
+	cl, err := kafka.NewClient(f.cfg.BrokersOrDefault())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	return kafka.EnsureTopics(f.ctx, cl, f.cfg, create)
+}
+
+// createTopic creates a topic behind driftguard's back, as an operator or an
+// auto-creating producer would, and waits until the broker shows it: the
+// topic has existed for a while when driftguard comes to check it.
+func (f *fixture) createTopic(t *testing.T, name string, partitions int32, cleanup string) {
+	t.Helper()
+	resp, err := f.adm.CreateTopic(f.ctx, partitions, 1, map[string]*string{"cleanup.policy": &cleanup}, name)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("creating %s: %v", name, err)
+	}
+	f.waitForTopics(t, name)
+}
+
+// listTopics asks the broker, not the client's metadata cache: kadm answers
+// ListTopics from that cache for MetadataMinAge (5s by default), and a topic
+// listed as unknown stays unknown there even after it is created.
+func (f *fixture) listTopics(t *testing.T, names ...string) kadm.TopicDetails {
+	t.Helper()
+	details, err := f.adm.ListTopics(kadm.WithAuthorizedOps(f.ctx), names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return details
+}
+
+// waitForTopics waits until the broker's metadata lists the topics. Real
+// Kafka serves metadata from a copy that trails CreateTopics by some
+// milliseconds, during which a new topic is unknown.
+func (f *fixture) waitForTopics(t *testing.T, names ...string) {
+	t.Helper()
+	for {
+		details := f.listTopics(t, names...)
+		visible := 0
+		for _, name := range names {
+			if d, ok := details[name]; ok && d.Err == nil && len(d.Partitions) > 0 {
+				visible++
+			}
+		}
+		if visible == len(names) {
+			return
+		}
+		select {
+		case <-f.ctx.Done():
+			t.Fatalf("topics %v not in the broker's metadata: %v", names, details)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// partitionCounts returns the partition count of every topic of the stream
+// that exists.
+func (f *fixture) partitionCounts(t *testing.T) map[string]int {
+	t.Helper()
+	details := f.listTopics(t, f.names()...)
+	out := map[string]int{}
+	for name, d := range details {
+		if d.Err == nil {
+			out[name] = len(d.Partitions)
+		}
+	}
+	return out
+}
+
+func testEnsureCreatesThenReportsExisting(t *testing.T, brokers []string) {
+	f := newFixture(t, brokers)
+
+	statuses, err := f.ensure(t, true)
+	if err != nil {
+		t.Fatalf("first Ensure: %v", err)
+	}
+	checkStatuses(t, "first Ensure", statuses, f.specs, true)
+
+	f.waitForTopics(t, f.names()...)
+	counts := f.partitionCounts(t)
+	for name := range f.specs {
+		if counts[name] != partitions {
+			t.Errorf("%s: %d partitions, want %d", name, counts[name], partitions)
+		}
+	}
+	configs, err := f.adm.DescribeTopicConfigs(f.ctx, f.names()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rc := range configs {
+		if rc.Err != nil {
+			t.Errorf("describing %s: %v", rc.Name, rc.Err)
+			continue
+		}
+		got := map[string]string{}
+		for _, c := range rc.Configs {
+			if c.Value != nil {
+				got[c.Key] = *c.Value
+			}
+		}
+		// Every config driftguard asks for (cleanup.policy, retention.ms) is
+		// what the broker applied.
+		for key, want := range f.specs[rc.Name].Configs {
+			if got[key] != want {
+				t.Errorf("%s: %s=%q, want %q", rc.Name, key, got[key], want)
+			}
+		}
+	}
+	if len(configs) != len(f.specs) {
+		t.Errorf("described %d topics, want %d", len(configs), len(f.specs))
+	}
+
+	statuses, err = f.ensure(t, true)
+	if err != nil {
+		t.Fatalf("second Ensure: %v", err)
+	}
+	checkStatuses(t, "second Ensure", statuses, f.specs, false)
+}
+
+// checkStatuses wants exactly one status per spec, each with created.
+func checkStatuses(t *testing.T, what string, statuses []topics.Status, specs map[string]topics.Spec, created bool) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, s := range statuses {
+		if _, ok := specs[s.Spec.Name]; !ok || seen[s.Spec.Name] {
+			t.Errorf("%s: unexpected or repeated status for %s", what, s.Spec.Name)
+		}
+		seen[s.Spec.Name] = true
+		if s.Created != created {
+			t.Errorf("%s: %s Created=%v, want %v", what, s.Spec.Name, s.Created, created)
+		}
+	}
+	if len(seen) != len(specs) {
+		t.Errorf("%s: statuses for %d topics, want %d", what, len(seen), len(specs))
+	}
+}
+
+func testEnsureCheckOnlyReportsMissing(t *testing.T, brokers []string) {
+	f := newFixture(t, brokers)
+
+	statuses, err := f.ensure(t, false)
+	if err == nil {
+		t.Fatalf("Ensure without create succeeded on a broker without the topics: %+v", statuses)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "driftguard topics") {
+		t.Errorf("the error does not say how to fix it (`driftguard topics`):\n%s", msg)
+	}
+	for name := range f.specs {
+		if !strings.Contains(msg, "topic "+name+" is missing") {
+			t.Errorf("the error does not name the missing topic %s:\n%s", name, msg)
+		}
+	}
+	if errors.Is(err, topics.ErrMismatch) {
+		t.Errorf("a missing topic is not a mismatch: %v", err)
+	}
+	if len(statuses) != 0 {
+		t.Errorf("statuses for missing topics: %+v", statuses)
+	}
+	if counts := f.partitionCounts(t); len(counts) != 0 {
+		t.Errorf("check only created topics: %v", counts)
+	}
+}
+
+func testEnsureRejectsWrongPartitionCount(t *testing.T, brokers []string) {
+	f := newFixture(t, brokers)
+	state := topics.For(f.stream.Name).State
+	f.createTopic(t, state, 2, "compact")
+
+	statuses, err := f.ensure(t, true)
+	if !errors.Is(err, topics.ErrMismatch) {
+		t.Fatalf("Ensure = %v, want an error wrapping ErrMismatch", err)
+	}
+	for _, want := range []string{state, "2 partitions", "streams." + f.stream.Name + ".limits.partitions"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not contain %q:\n%v", want, err)
+		}
+	}
+	// The others are still created; the wrong one is left as found, because
+	// repartitioning would move keys away from their state.
+	for _, s := range statuses {
+		if s.Created == (s.Spec.Name == state) {
+			t.Errorf("%s: Created=%v", s.Spec.Name, s.Created)
+		}
+	}
+	f.waitForTopics(t, f.names()...)
+	counts := f.partitionCounts(t)
+	for name := range f.specs {
+		want := partitions
+		if name == state {
+			want = 2
+		}
+		if counts[name] != want {
+			t.Errorf("%s: %d partitions, want %d", name, counts[name], want)
+		}
+	}
+}
+
+func testEnsureRejectsWrongCleanupPolicy(t *testing.T, brokers []string) {
+	f := newFixture(t, brokers)
+	names := topics.For(f.stream.Name)
+	// A table that deletes old segments loses entities; an input that
+	// compacts loses history.
+	f.createTopic(t, names.Table, partitions, "delete")
+	f.createTopic(t, names.In, partitions, "compact")
+
+	_, err := f.ensure(t, true)
+	if !errors.Is(err, topics.ErrMismatch) {
+		t.Fatalf("Ensure = %v, want an error wrapping ErrMismatch", err)
+	}
+	for _, want := range []string{
+		"topic " + names.Table + " has cleanup.policy=delete but needs compact",
+		"topic " + names.In + " has cleanup.policy=compact but needs delete",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not contain %q:\n%v", want, err)
+		}
+	}
+}
+
+// A topic can appear between Ensure's listing and its create request: a
+// processor replica starting at the same time, or a producer writing to
+// `<stream>.in` on a broker that auto-creates topics with its default
+// partition count. The create then answers TOPIC_ALREADY_EXISTS and the topic
+// must still be checked. Here the listing is made stale on purpose: the same
+// client listed the topics as missing just before they were created.
+func testEnsureChecksTopicCreatedAfterListing(t *testing.T, brokers []string) {
+	f := newFixture(t, brokers)
+	cl, err := kafka.NewClient(brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kafka.EnsureTopics(f.ctx, cl, f.cfg, false); err == nil {
+		t.Fatal("check-only Ensure passed before any topic existed")
+	}
+	names := topics.For(f.stream.Name)
+	f.createTopic(t, names.In, 1, "delete")
+
+	statuses, err := kafka.EnsureTopics(f.ctx, cl, f.cfg, true)
+	if !errors.Is(err, topics.ErrMismatch) || !strings.Contains(err.Error(), "topic "+names.In+" has 1 partitions") {
+		t.Fatalf("Ensure = %v, want a mismatch naming %s; statuses %+v", err, names.In, statuses)
+	}
+}

@@ -1,0 +1,186 @@
+package clickhouse_test
+
+import (
+	"encoding/json"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/testenv"
+	"github.com/driftguard/driftguard/internal/topics"
+	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
+)
+
+func record(t *testing.T, topic string, partition int32, offset int64, value any) *kgo.Record {
+	t.Helper()
+	raw, ok := value.([]byte)
+	if !ok {
+		var err error
+		if raw, err = json.Marshal(value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &kgo.Record{Topic: topic, Partition: partition, Offset: offset, Value: raw}
+}
+
+func state(key string, version int64, presence string) envelope.State {
+	return envelope.State{
+		Stream:      "presence",
+		Key:         key,
+		Version:     version,
+		State:       json.RawMessage(`{"presence":"` + presence + `"}`),
+		UpdatedAtMs: 1_700_000_000_000 + version,
+		ExpiresAtMs: 1_700_000_900_000,
+	}
+}
+
+// The sink's Insert, fed records as the consumer would poll them, against a
+// migrated database on the real server.
+func TestSinkInsertWritesOutcomesAndLatestState(t *testing.T) {
+	conn, c := openTestDatabase(t)
+	ctx := testenv.Context(t, time.Minute)
+	if _, err := sinkch.Migrate(ctx, conn, c.Database, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ClickHouse = c
+	sink := sinkch.New(cfg, nil, conn, slog.New(slog.DiscardHandler), nil)
+	names := topics.For("presence")
+
+	applied := envelope.Outcome{
+		Stream: "presence", Key: "alice", EventID: "alice-843", EventType: "presence.changed",
+		Version: 843, Outcome: envelope.OutcomeApplied, Gap: 1, BufferDepth: 0,
+		OccurredAtMs: 1_700_000_000_000, ReceivedAtMs: 1_700_000_000_100, ProcessedAtMs: 1_700_000_000_200,
+		InputPartition: 4, InputOffset: 7,
+		Payload: json.RawMessage(`{"event_id":"alice-843","user_id":"alice","presence":"BUSY"}`),
+	}
+	stale := applied
+	stale.EventID, stale.Version, stale.Outcome, stale.Reason, stale.Gap = "alice-842", 842, envelope.OutcomeStale, "version 842 <= 843", 0
+	stale.InputOffset = 8
+
+	// One poll: decodable and undecodable records of both kinds, plus a
+	// record from a topic the sink does not own. The bad ones are skipped,
+	// the batch is not failed: a poison record must not block a partition.
+	first := []*kgo.Record{
+		record(t, names.Outcomes, 2, 40, applied),
+		record(t, names.Outcomes, 2, 41, []byte("not json")),
+		record(t, names.Outcomes, 2, 42, stale),
+		record(t, names.State, 2, 10, state("alice", 843, "BUSY")),
+		record(t, names.State, 2, 11, []byte("{")),
+		record(t, names.State, 1, 20, state("bob", 5, "ONLINE")),
+		record(t, "elsewhere.outcomes", 0, 0, applied),
+	}
+	if err := sink.Insert(ctx, first); err != nil {
+		t.Fatalf("Insert with undecodable records: %v", err)
+	}
+	// A later poll, a separate insert and so a separate part: alice gets an
+	// older version (it must not win), bob a newer one (it must).
+	second := []*kgo.Record{
+		record(t, names.State, 2, 12, state("alice", 842, "ONLINE")),
+		record(t, names.State, 1, 21, state("bob", 9, "AWAY")),
+	}
+	if err := sink.Insert(ctx, second); err != nil {
+		t.Fatalf("second Insert: %v", err)
+	}
+	// A poll of nothing but poison inserts nothing and still succeeds.
+	if err := sink.Insert(ctx, []*kgo.Record{record(t, names.Outcomes, 2, 43, []byte("\x00"))}); err != nil {
+		t.Fatalf("Insert of only undecodable records: %v", err)
+	}
+
+	type eventRow struct {
+		Stream, Key, EventID, EventType, Outcome, Reason string
+		Version, Gap, BufferDepth                        int64
+		OccurredAtMs, ReceivedAtMs, ProcessedAtMs        int64
+		Topic                                            string
+		Partition                                        int32
+		Offset                                           int64
+		InputPartition                                   int32
+		InputOffset                                      int64
+		Payload                                          string
+	}
+	rows, err := conn.Query(ctx, "SELECT stream, entity_key, event_id, event_type, outcome, reason, version, gap, buffer_depth, "+
+		"occurred_at_ms, received_at_ms, processed_at_ms, `topic`, `partition`, `offset`, input_partition, input_offset, payload "+
+		"FROM "+c.Database+".events ORDER BY `offset`")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []eventRow
+	for rows.Next() {
+		var r eventRow
+		if err := rows.Scan(&r.Stream, &r.Key, &r.EventID, &r.EventType, &r.Outcome, &r.Reason, &r.Version, &r.Gap, &r.BufferDepth,
+			&r.OccurredAtMs, &r.ReceivedAtMs, &r.ProcessedAtMs, &r.Topic, &r.Partition, &r.Offset, &r.InputPartition, &r.InputOffset, &r.Payload); err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	wantEvents := []eventRow{
+		{"presence", "alice", "alice-843", "presence.changed", "applied", "", 843, 1, 0,
+			1_700_000_000_000, 1_700_000_000_100, 1_700_000_000_200, names.Outcomes, 2, 40, 4, 7, string(applied.Payload)},
+		{"presence", "alice", "alice-842", "presence.changed", "stale", "version 842 <= 843", 842, 0, 0,
+			1_700_000_000_000, 1_700_000_000_100, 1_700_000_000_200, names.Outcomes, 2, 42, 4, 8, string(applied.Payload)},
+	}
+	if len(events) != len(wantEvents) {
+		t.Fatalf("events rows:\n%+v\nwant:\n%+v", events, wantEvents)
+	}
+	for i := range events {
+		if events[i] != wantEvents[i] {
+			t.Errorf("events row %d:\n%+v\nwant:\n%+v", i, events[i], wantEvents[i])
+		}
+	}
+
+	cases := []struct {
+		key           string
+		wantVersion   uint64
+		wantState     string
+		wantPartition int32
+		wantOffset    int64
+	}{
+		{"alice", 843, `{"presence":"BUSY"}`, 2, 10},
+		{"bob", 9, `{"presence":"AWAY"}`, 1, 21},
+	}
+	for _, tc := range cases {
+		t.Run("entity_state FINAL of "+tc.key, func(t *testing.T) {
+			var (
+				version              uint64
+				st, topic            string
+				updatedAt, expiresAt int64
+				partition            int32
+				offset               int64
+			)
+			err := conn.QueryRow(ctx, "SELECT version, state, updated_at_ms, expires_at_ms, `topic`, `partition`, `offset` FROM "+
+				c.Database+".entity_state FINAL WHERE stream = 'presence' AND entity_key = ?", tc.key).
+				Scan(&version, &st, &updatedAt, &expiresAt, &topic, &partition, &offset)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if version != tc.wantVersion || st != tc.wantState || topic != names.State || partition != tc.wantPartition || offset != tc.wantOffset {
+				t.Errorf("got version %d state %s at %s/%d/%d; want version %d state %s at %s/%d/%d",
+					version, st, topic, partition, offset, tc.wantVersion, tc.wantState, names.State, tc.wantPartition, tc.wantOffset)
+			}
+			if updatedAt != 1_700_000_000_000+int64(tc.wantVersion) || expiresAt != 1_700_000_900_000 {
+				t.Errorf("updated_at_ms %d, expires_at_ms %d", updatedAt, expiresAt)
+			}
+		})
+	}
+
+	// Without FINAL every inserted version is still there: the undecodable
+	// state record added none.
+	var stateRows uint64
+	if err := conn.QueryRow(ctx, "SELECT count() FROM "+c.Database+".entity_state").Scan(&stateRows); err != nil {
+		t.Fatal(err)
+	}
+	if stateRows != 4 {
+		t.Errorf("entity_state has %d rows before merging, want 4", stateRows)
+	}
+}
