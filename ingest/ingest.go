@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
@@ -28,7 +29,7 @@ import (
 
 // Producer is the part of *kgo.Client the edge uses.
 type Producer interface {
-	ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults
+	Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
 }
 
 // Handler serves POST /v1/webhooks/{stream}.
@@ -168,7 +169,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string) int
 	}
 	doc, err := envelope.Decode(body)
 	if err != nil {
-		return writeProblem(w, http.StatusBadRequest, "json", err.Error(), nil)
+		var located []FieldProblem
+		if fe := (*envelope.FieldError)(nil); errors.As(err, &fe) {
+			located = fieldProblem(err)
+		}
+		return writeProblem(w, http.StatusBadRequest, "json", err.Error(), located)
 	}
 	fields, problems := h.validate(s, doc, deliveryID)
 	if problems != nil {
@@ -227,6 +232,14 @@ func schemaProblems(err error) []FieldProblem {
 		if unit.Error == nil {
 			continue
 		}
+		// A missing property is located where it should be, not at its
+		// parent, so a client can point at the field.
+		if req, ok := unit.Error.Kind.(*kind.Required); ok {
+			for _, name := range req.Missing {
+				out = append(out, FieldProblem{Pointer: unit.InstanceLocation + "/" + envelope.EscapePointer(name), Detail: "missing required property"})
+			}
+			continue
+		}
 		out = append(out, FieldProblem{Pointer: unit.InstanceLocation, Detail: unit.Error.String()})
 	}
 	if len(out) == 0 {
@@ -252,9 +265,21 @@ func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, s *edgeStr
 	ctx, cancel := context.WithTimeout(ctx, h.produceTimeout)
 	defer cancel()
 	start := time.Now()
-	res := h.producer.ProduceSync(ctx, rec)
+	// Wait for the ack or the deadline, whichever comes first: franz-go
+	// cannot fail a record whose idempotent produce request is in flight, so
+	// waiting for the promise alone could hang past the deadline when the
+	// broker vanishes. An event answered 503 may still land; the publisher's
+	// retry is then a duplicate, which the processors recognise.
+	acked := make(chan error, 1)
+	h.producer.Produce(ctx, rec, func(_ *kgo.Record, err error) { acked <- err })
+	var err error
+	select {
+	case err = <-acked:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
 	h.metrics.produceLatency.Observe(time.Since(start).Seconds())
-	if err := res.FirstErr(); err != nil {
+	if err != nil {
 		h.log.Warn("produce failed", "stream", s.cfg.Name, "err", err)
 		w.Header().Set("Retry-After", "5")
 		return writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the event was not durably written; retry later", nil)
@@ -264,3 +289,4 @@ func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, s *edgeStr
 		Partition: rec.Partition, Offset: rec.Offset,
 	})
 }
+

@@ -88,7 +88,7 @@ func (s *standardScheme) Verify(h http.Header, body []byte) (string, error) {
 		if !ok || version != "v1" {
 			continue // other versions may come from a newer signer
 		}
-		sig, err := base64.StdEncoding.DecodeString(value)
+		sig, err := base64.StdEncoding.Strict().DecodeString(value)
 		if err != nil || len(sig) != sha256.Size {
 			continue
 		}

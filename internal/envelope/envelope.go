@@ -14,6 +14,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/driftguard/driftguard/internal/config"
 )
@@ -48,20 +49,80 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return e.Pointer + ": " + e.Problem }
 
+// MaxDepth bounds the nesting of a webhook body: no event needs more, and
+// deep nesting is a cheap way to make a parser work hard.
+const MaxDepth = 64
+
 // Decode parses body as one JSON value with numbers kept exact. It is the
 // only JSON decoder of webhook bodies, so validation and extraction see the
-// same value.
+// same value. It is strict where parsers disagree: invalid UTF-8 (which
+// encoding/json would silently replace), duplicate keys (first or last
+// wins, depending on the reader) and nesting deeper than MaxDepth are
+// errors; a *FieldError locates the last two.
 func Decode(body []byte) (any, error) {
+	if !utf8.Valid(body) {
+		return nil, errors.New("not JSON: invalid UTF-8")
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("not JSON: %w", err)
+	v, err := decodeValue(dec, "", 0)
+	if err != nil {
+		return nil, err
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, errors.New("not JSON: data after the top-level value")
 	}
 	return v, nil
+}
+
+func decodeValue(dec *json.Decoder, pointer string, depth int) (any, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, fmt.Errorf("not JSON: %w", err)
+	}
+	delim, ok := tok.(json.Delim)
+	if !ok {
+		return tok, nil // string, json.Number, bool or nil
+	}
+	if depth >= MaxDepth {
+		return nil, &FieldError{Pointer: pointer, Problem: fmt.Sprintf("nested deeper than %d levels", MaxDepth)}
+	}
+	switch delim {
+	case '{':
+		obj := map[string]any{}
+		for dec.More() {
+			keyTok, err := dec.Token()
+			if err != nil {
+				return nil, fmt.Errorf("not JSON: %w", err)
+			}
+			key, _ := keyTok.(string)
+			child := pointer + "/" + EscapePointer(key)
+			if _, dup := obj[key]; dup {
+				return nil, &FieldError{Pointer: child, Problem: "duplicate key"}
+			}
+			if obj[key], err = decodeValue(dec, child, depth+1); err != nil {
+				return nil, err
+			}
+		}
+		_, err = dec.Token() // the closing brace
+		return obj, err
+	default: // '['
+		arr := []any{}
+		for i := 0; dec.More(); i++ {
+			v, err := decodeValue(dec, pointer+"/"+strconv.Itoa(i), depth+1)
+			if err != nil {
+				return nil, err
+			}
+			arr = append(arr, v)
+		}
+		_, err = dec.Token()
+		return arr, err
+	}
+}
+
+// EscapePointer escapes one reference token of a JSON pointer (RFC 6901).
+func EscapePointer(token string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(token, "~", "~0"), "/", "~1")
 }
 
 // Extract reads the catalogue fields of a decoded body. fallbackID is used

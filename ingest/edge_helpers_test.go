@@ -1,0 +1,272 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/webhook"
+)
+
+// specSecret is the secret of the Standard Webhooks specification's test
+// vector, so a failure here can be checked against the spec by hand.
+const specSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// presenceIn is the topic the presence stream's accepted webhooks go to
+// (design §3 and §4); spelled out because it is the contract under test.
+const presenceIn = "presence.in"
+
+var (
+	// nextSecret is the secret a publisher rotates to.
+	nextSecret = derivedSecret("next")
+	// strangerSecret is configured nowhere.
+	strangerSecret = derivedSecret("stranger")
+)
+
+// testNow is the edge's clock in the handler tests; deliveries are signed at
+// it unless a case says otherwise.
+var testNow = time.Unix(1_700_000_000, 0)
+
+func fixedClock() time.Time { return testNow }
+
+// derivedSecret returns a valid whsec_ secret with a 32-byte key derived from
+// seed, so the tests need no randomness for their secrets.
+func derivedSecret(seed string) string {
+	key := sha256.Sum256([]byte(seed))
+	return "whsec_" + base64.StdEncoding.EncodeToString(key[:])
+}
+
+// presenceConfig returns the default configuration and its shipped presence
+// stream with secrets set.
+func presenceConfig(t testing.TB, secrets ...string) (*config.Config, *config.Stream) {
+	t.Helper()
+	cfg, err := config.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Streams["presence"]
+	if s == nil {
+		t.Fatal("the shipped catalogue has no presence stream")
+	}
+	s.Signature.Secrets = secrets
+	return cfg, s
+}
+
+// presenceBody is a schema-valid presence webhook.
+func presenceBody(eventID, user string, seq int64) []byte {
+	return fmt.Appendf(nil, `{"event_id":%q,"user_id":%q,"presence":"ONLINE","sequence_number":%d,"timestamp":%d}`,
+		eventID, user, seq, testNow.Unix())
+}
+
+// signature is the webhook-signature value for one secret, over the exact
+// timestamp text given, so malformed timestamps can still be signed.
+func signature(t testing.TB, secret, id, ts string, body []byte) string {
+	t.Helper()
+	key, err := config.DecodeStandardSecret(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "v1," + base64.StdEncoding.EncodeToString(webhook.Sign(key, id, ts, body))
+}
+
+// delivery is one webhook request as a publisher sends it.
+type delivery struct {
+	method      string
+	stream      string
+	contentType string
+	header      http.Header
+	body        []byte
+	// chunked sends the body without a Content-Length, so the edge can only
+	// enforce its limit while reading.
+	chunked bool
+}
+
+// signedDelivery is a POST of body to the presence stream, signed with
+// secret at testNow.
+func signedDelivery(t testing.TB, secret, id string, body []byte) delivery {
+	return signedDeliveryAt(t, secret, id, strconv.FormatInt(testNow.Unix(), 10), body)
+}
+
+// signedDeliveryAt is signedDelivery with the webhook-timestamp text given.
+func signedDeliveryAt(t testing.TB, secret, id, ts string, body []byte) delivery {
+	t.Helper()
+	h := http.Header{}
+	h.Set(HeaderWebhookID, id)
+	h.Set(HeaderWebhookTimestamp, ts)
+	h.Set(HeaderWebhookSignature, signature(t, secret, id, ts, body))
+	return delivery{method: http.MethodPost, stream: "presence", contentType: "application/json", header: h, body: body}
+}
+
+// with returns a copy of d changed by change; the signature is not redone,
+// which is the point of most changes.
+func (d delivery) with(change func(*delivery)) delivery {
+	d.header = d.header.Clone()
+	change(&d)
+	return d
+}
+
+func (d delivery) withHeader(name, value string) delivery {
+	return d.with(func(d *delivery) { d.header.Set(name, value) })
+}
+
+func (d delivery) withoutHeader(name string) delivery {
+	return d.with(func(d *delivery) { d.header.Del(name) })
+}
+
+func (d delivery) withBody(body []byte) delivery {
+	return d.with(func(d *delivery) { d.body = body })
+}
+
+// mapSignature replaces the webhook-signature header with change(old).
+func (d delivery) mapSignature(change func(string) string) delivery {
+	return d.withHeader(HeaderWebhookSignature, change(d.header.Get(HeaderWebhookSignature)))
+}
+
+// reply is what the edge answered.
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (d delivery) send(t testing.TB, ctx context.Context, baseURL string) reply {
+	t.Helper()
+	var body io.Reader = bytes.NewReader(d.body)
+	if d.chunked {
+		// A reader net/http does not know the length of.
+		body = io.MultiReader(bytes.NewReader(d.body))
+	}
+	req, err := http.NewRequestWithContext(ctx, d.method, baseURL+"/v1/webhooks/"+d.stream, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, values := range d.header {
+		req.Header[name] = values
+	}
+	if d.contentType != "" {
+		req.Header.Set("Content-Type", d.contentType)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reply{status: resp.StatusCode, header: resp.Header, body: data}
+}
+
+// createTopics creates every topic of the configured streams on brokers.
+func createTopics(t testing.TB, brokers []string, cfg *config.Config) {
+	t.Helper()
+	cl, err := kafka.NewClient(brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := kafka.EnsureTopics(ctx, cl, cfg, true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serveEdge serves a handler for stream over HTTP, producing with the
+// client every driftguard component uses. A nil opts.Now is the fixed clock.
+func serveEdge(t testing.TB, brokers []string, stream *config.Stream, opts Options) *httptest.Server {
+	t.Helper()
+	cl, err := kafka.NewClient(brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	if opts.Now == nil {
+		opts.Now = fixedClock
+	}
+	h, err := NewHandler([]*config.Stream{stream}, cl, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	h.Register(mux)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// readTopic returns every record of topic from its start up to the end
+// offsets it has when called. Reading to the end offsets, rather than until
+// a quiet period, makes "nothing else was written" a fact, not a guess.
+func readTopic(t testing.TB, brokers []string, topic string) []*kgo.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(brokers...),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		t.Fatalf("end offsets of %s: %v", topic, err)
+	}
+	pending := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			pending[o.Partition] = o.Offset
+		}
+	})
+	var records []*kgo.Record
+	for len(pending) > 0 {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("reading %s: partitions not read to their end offsets: %v", topic, pending)
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			t.Fatalf("fetching %s/%d: %v", topic, p, err)
+		})
+		fetches.EachRecord(func(r *kgo.Record) {
+			records = append(records, r)
+			if end, ok := pending[r.Partition]; ok && r.Offset+1 >= end {
+				delete(pending, r.Partition)
+			}
+		})
+	}
+	return records
+}
+
+// headerMap flattens record headers; a repeated header fails the test, since
+// consumers read the first and would disagree with one reading the last.
+func headerMap(t testing.TB, r *kgo.Record) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, h := range r.Headers {
+		if _, dup := out[h.Key]; dup {
+			t.Errorf("record %d/%d repeats header %s", r.Partition, r.Offset, h.Key)
+		}
+		out[h.Key] = string(h.Value)
+	}
+	return out
+}
