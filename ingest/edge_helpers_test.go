@@ -202,6 +202,11 @@ func serveEdge(t testing.TB, brokers []string, stream *config.Stream, opts Optio
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveHandler(t, h)
+}
+
+// serveHandler serves h's routes until the test ends.
+func serveHandler(t testing.TB, h *Handler) *httptest.Server {
 	mux := http.NewServeMux()
 	h.Register(mux)
 	srv := httptest.NewServer(mux)

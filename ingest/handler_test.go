@@ -482,10 +482,7 @@ func TestRequestMetricFoldsUnknownStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	h.Register(mux)
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
+	srv := serveHandler(t, h)
 	ctx := testenv.Context(t, time.Minute)
 
 	valid := signedDelivery(t, specSecret, "msg_evt-metric", presenceBody("evt-metric", "alice", 1))

@@ -289,4 +289,3 @@ func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, s *edgeStr
 		Partition: rec.Partition, Offset: rec.Offset,
 	})
 }
-

@@ -11,15 +11,15 @@
 # and we stay out of its way on other ports.
 set -euo pipefail
 
+NAME=clickhouse
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
 CLICKHOUSE_PORT="${CLICKHOUSE_PORT:-19000}"
 CLICKHOUSE_HTTP_PORT="${CLICKHOUSE_HTTP_PORT:-18123}"
-STATE_DIR="${DRIFTGUARD_TEST_STATE:-${TMPDIR:-/tmp}/driftguard-test-${USER:-$(id -un)}}"
-PID_FILE="$STATE_DIR/clickhouse.pid"
-DIR_FILE="$STATE_DIR/clickhouse.dir"
 READY_TIMEOUT="${CLICKHOUSE_READY_TIMEOUT:-60}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-log() { echo "clickhouse.sh: $*" >&2; }
 
 # The server lives in /usr/sbin, which is not on a normal user's PATH.
 server_bin() {
@@ -45,47 +45,14 @@ install() {
     apt-get install -y -qq --no-install-recommends clickhouse-server clickhouse-client >&2
 }
 
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-# True if the pid in $1 is alive and its command line contains $2, so that a
-# recycled pid never gets a signal from us.
-pid_is() {
-  local cmd
-  [[ -n "$1" ]] && cmd="$(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline")" && [[ "$cmd" == *"$2"* ]]
-}
-
-stop() {
-  local pid="" dir=""
-  [[ -f "$PID_FILE" ]] && pid="$(cat "$PID_FILE")"
-  [[ -f "$DIR_FILE" ]] && dir="$(cat "$DIR_FILE")"
-  if [[ -n "$dir" ]] && pid_is "$pid" "$dir/config.xml"; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    if kill -0 "$pid" 2>/dev/null; then
-      log "server $pid ignored TERM for 20s, killing it"
-      kill -KILL "$pid" 2>/dev/null || true
-      for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-    fi
-  fi
-  # Only ever delete a folder this script created.
-  if [[ "$dir" == *"/driftguard-clickhouse."* && -d "$dir" ]]; then rm -rf "$dir"; fi
-  rm -f "$PID_FILE" "$DIR_FILE"
-}
+stop() { stop_recorded "@DIR@/config.xml"; }
 
 start() {
   install
   local bin
   bin="$(server_bin)"
-  mkdir -p "$STATE_DIR"
-  stop # a leftover server from an aborted run would hold the ports
-  if port_open "$CLICKHOUSE_PORT" || port_open "$CLICKHOUSE_HTTP_PORT"; then
-    log "port $CLICKHOUSE_PORT or $CLICKHOUSE_HTTP_PORT on 127.0.0.1 is already in use"
-    exit 1
-  fi
-
   local dir
-  dir="$(mktemp -d "${TMPDIR:-/tmp}/driftguard-clickhouse.XXXXXX")"
-  echo "$dir" >"$DIR_FILE"
+  dir="$(new_run_dir "$CLICKHOUSE_PORT" "$CLICKHOUSE_HTTP_PORT")"
   mkdir -p "$dir"/{data,tmp,user_files,format_schemas,log}
   # 18.16 config format (root <yandex>). Only the IPv4 loopback: listening on
   # ::1 fails outright on hosts without IPv6. No interserver port: that is

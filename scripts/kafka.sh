@@ -11,6 +11,10 @@
 # Maven Central is the only Kafka source reachable from CI and dev machines.
 set -euo pipefail
 
+NAME=kafka
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
 KAFKA_VERSION="${KAFKA_VERSION:-4.1.1}"
 KAFKA_PORT="${KAFKA_PORT:-19092}"
 KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-19093}"
@@ -22,12 +26,8 @@ LOG4J_VERSION="${LOG4J_VERSION:-2.24.3}"
 # Outside the checkout so that fresh clones (CI) reuse the download.
 CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/driftguard/kafka-${KAFKA_VERSION}"
 LIBS="$CACHE_DIR/libs"
-STATE_DIR="${DRIFTGUARD_TEST_STATE:-${TMPDIR:-/tmp}/driftguard-test-${USER:-$(id -un)}}"
-PID_FILE="$STATE_DIR/kafka.pid"
-DIR_FILE="$STATE_DIR/kafka.dir"
 READY_TIMEOUT="${KAFKA_READY_TIMEOUT:-90}"
 
-log() { echo "kafka.sh: $*" >&2; }
 
 fetch() {
   # The marker is written last, so an interrupted fetch is redone from scratch.
@@ -76,48 +76,12 @@ EOF
   log "cached $(find "$LIBS" -name '*.jar' | wc -l) jars in $LIBS"
 }
 
-# True if something accepts TCP connections on 127.0.0.1:$1.
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-# True if the pid in $1 is alive and its command line contains $2, so that a
-# recycled pid never gets a signal from us. Only for before the TERM: a JVM
-# that is shutting down may already show an empty command line.
-pid_is() {
-  local cmd
-  [[ -n "$1" ]] && cmd="$(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline")" && [[ "$cmd" == *"$2"* ]]
-}
-
-stop() {
-  local pid="" dir=""
-  [[ -f "$PID_FILE" ]] && pid="$(cat "$PID_FILE")"
-  [[ -f "$DIR_FILE" ]] && dir="$(cat "$DIR_FILE")"
-  if pid_is "$pid" kafka.Kafka; then
-    kill -TERM "$pid" 2>/dev/null || true
-    # A clean shutdown takes a few seconds (controlled shutdown, log flush).
-    for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    if kill -0 "$pid" 2>/dev/null; then
-      log "broker $pid ignored TERM for 20s, killing it"
-      kill -KILL "$pid" 2>/dev/null || true
-      for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-    fi
-  fi
-  # Only ever delete a folder this script created.
-  if [[ "$dir" == *"/driftguard-kafka."* && -d "$dir" ]]; then rm -rf "$dir"; fi
-  rm -f "$PID_FILE" "$DIR_FILE"
-}
+stop() { stop_recorded "kafka.Kafka"; }
 
 start() {
   fetch
-  mkdir -p "$STATE_DIR"
-  stop # a leftover broker from an aborted run would hold the ports
-  if port_open "$KAFKA_PORT" || port_open "$KAFKA_CONTROLLER_PORT"; then
-    log "port $KAFKA_PORT or $KAFKA_CONTROLLER_PORT on 127.0.0.1 is already in use"
-    exit 1
-  fi
-
   local dir
-  dir="$(mktemp -d "${TMPDIR:-/tmp}/driftguard-kafka.XXXXXX")"
-  echo "$dir" >"$DIR_FILE"
+  dir="$(new_run_dir "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT")"
   cat >"$dir/server.properties" <<EOF
 process.roles=broker,controller
 node.id=1

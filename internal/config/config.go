@@ -222,36 +222,16 @@ func splitList(s string) []string {
 }
 
 func (c *Config) applyDefaults() {
-	if c.Kafka.ReplicationFactor == 0 {
-		c.Kafka.ReplicationFactor = 1
-	}
-	if c.Kafka.ProduceTimeout == 0 {
-		c.Kafka.ProduceTimeout = 5 * time.Second
-	}
-	if c.HTTP.Addr == "" {
-		c.HTTP.Addr = "127.0.0.1:8080"
-	}
-	if c.ClickHouse.Addr == "" {
-		c.ClickHouse.Addr = "127.0.0.1:9000"
-	}
-	if c.ClickHouse.Database == "" {
-		c.ClickHouse.Database = "driftguard"
-	}
-	if c.ClickHouse.Username == "" {
-		c.ClickHouse.Username = "default"
-	}
-	if c.ClickHouse.BatchRows == 0 {
-		c.ClickHouse.BatchRows = 10000
-	}
-	if c.ClickHouse.BatchPeriod == 0 {
-		c.ClickHouse.BatchPeriod = 500 * time.Millisecond
-	}
-	if c.Telemetry.Addr == "" {
-		c.Telemetry.Addr = "127.0.0.1:9464"
-	}
-	if c.Telemetry.LogLevel == "" {
-		c.Telemetry.LogLevel = "info"
-	}
+	orDefault(&c.Kafka.ReplicationFactor, 1)
+	orDefault(&c.Kafka.ProduceTimeout, 5*time.Second)
+	orDefault(&c.HTTP.Addr, "127.0.0.1:8080")
+	orDefault(&c.ClickHouse.Addr, "127.0.0.1:9000")
+	orDefault(&c.ClickHouse.Database, "driftguard")
+	orDefault(&c.ClickHouse.Username, "default")
+	orDefault(&c.ClickHouse.BatchRows, 10000)
+	orDefault(&c.ClickHouse.BatchPeriod, 500*time.Millisecond)
+	orDefault(&c.Telemetry.Addr, "127.0.0.1:9464")
+	orDefault(&c.Telemetry.LogLevel, "info")
 	if c.DataDir == "" {
 		c.DataDir = defaultDataDir()
 	}
@@ -262,6 +242,15 @@ func (c *Config) applyDefaults() {
 	}
 	for _, s := range c.Streams {
 		s.applyDefaults()
+	}
+}
+
+// orDefault sets *field to def when it holds its zero value: in this
+// config, zero always means "the documented default".
+func orDefault[T comparable](field *T, def T) {
+	var zero T
+	if *field == zero {
+		*field = def
 	}
 }
 

@@ -95,24 +95,12 @@ type Limits struct {
 }
 
 func (s *Stream) applyDefaults() {
-	if s.Signature.Scheme == "" {
-		s.Signature.Scheme = SchemeStandardWebhooks
-	}
-	if s.Signature.Tolerance == 0 {
-		s.Signature.Tolerance = 300 * time.Second
-	}
-	if s.OccurredAtUnit == "" {
-		s.OccurredAtUnit = "s"
-	}
-	if s.Limits.Partitions == 0 {
-		s.Limits.Partitions = 6
-	}
-	if s.Limits.MaxBodyBytes == 0 {
-		s.Limits.MaxBodyBytes = 256 << 10
-	}
-	if s.Limits.DedupIDs == 0 {
-		s.Limits.DedupIDs = 256
-	}
+	orDefault(&s.Signature.Scheme, SchemeStandardWebhooks)
+	orDefault(&s.Signature.Tolerance, 300*time.Second)
+	orDefault(&s.OccurredAtUnit, "s")
+	orDefault(&s.Limits.Partitions, 6)
+	orDefault(&s.Limits.MaxBodyBytes, 256<<10)
+	orDefault(&s.Limits.DedupIDs, 256)
 }
 
 var streamName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)

@@ -1,0 +1,60 @@
+# shellcheck shell=bash
+# Shared by kafka.sh and clickhouse.sh: the state folder, process checks and
+# the stop sequence. Source it after setting NAME (used in messages and file
+# names).
+
+STATE_DIR="${DRIFTGUARD_TEST_STATE:-${TMPDIR:-/tmp}/driftguard-test-${USER:-$(id -un)}}"
+PID_FILE="$STATE_DIR/$NAME.pid"
+DIR_FILE="$STATE_DIR/$NAME.dir"
+
+log() { echo "$NAME.sh: $*" >&2; }
+
+# True if something accepts TCP connections on 127.0.0.1:$1.
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# True if the pid in $1 is alive and its command line contains $2, so that a
+# recycled pid never gets a signal from us. Only for before the TERM: a JVM
+# that is shutting down may already show an empty command line.
+pid_is() {
+  local cmd
+  [[ -n "$1" ]] && cmd="$(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline")" && [[ "$cmd" == *"$2"* ]]
+}
+
+# stop_recorded MARKER: stops the process recorded by `start` if its command
+# line still contains MARKER (TERM, then KILL after 20 s), and deletes the
+# temp folder it recorded, only if this script made it.
+stop_recorded() {
+  local marker="$1" pid="" dir=""
+  [[ -f "$PID_FILE" ]] && pid="$(cat "$PID_FILE")"
+  [[ -f "$DIR_FILE" ]] && dir="$(cat "$DIR_FILE")"
+  marker="${marker//@DIR@/$dir}"
+  if [[ -n "$dir" ]] && pid_is "$pid" "$marker"; then
+    kill -TERM "$pid" 2>/dev/null || true
+    # A clean shutdown takes a few seconds (log flush, controlled shutdown).
+    for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    if kill -0 "$pid" 2>/dev/null; then
+      log "process $pid ignored TERM for 20s, killing it"
+      kill -KILL "$pid" 2>/dev/null || true
+      for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    fi
+  fi
+  if [[ "$dir" == *"/driftguard-$NAME."* && -d "$dir" ]]; then rm -rf "$dir"; fi
+  rm -f "$PID_FILE" "$DIR_FILE"
+}
+
+# new_run_dir PORT...: stops a leftover run (it would hold the ports), checks
+# that the ports are free, and prints a fresh temp folder, recorded for stop.
+new_run_dir() {
+  mkdir -p "$STATE_DIR"
+  stop
+  local port dir
+  for port in "$@"; do
+    if port_open "$port"; then
+      log "port $port on 127.0.0.1 is already in use"
+      return 1
+    fi
+  done
+  dir="$(mktemp -d "${TMPDIR:-/tmp}/driftguard-$NAME.XXXXXX")"
+  echo "$dir" >"$DIR_FILE"
+  echo "$dir"
+}
