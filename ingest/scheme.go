@@ -48,6 +48,8 @@ func NewScheme(s *config.Stream) (Scheme, error) {
 	switch s.Signature.Scheme {
 	case config.SchemeStandardWebhooks:
 		return newStandardScheme(s.Signature.Secrets, s.Signature.Tolerance)
+	case config.SchemeHMACSHA256Hex, config.SchemeGitHub:
+		return newBodyHMACScheme(s.Signature.Scheme, s.Signature.Secrets)
 	default:
 		return nil, fmt.Errorf("in streams.%s.signature.scheme: %q is not supported", s.Name, s.Signature.Scheme)
 	}
