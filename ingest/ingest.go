@@ -43,10 +43,11 @@ type Handler struct {
 }
 
 type edgeStream struct {
-	cfg     *config.Stream
-	topic   string
-	scheme  Scheme
-	schemas map[string]*jsonschema.Schema
+	cfg       *config.Stream
+	topic     string
+	ephemeral string
+	scheme    Scheme
+	schemas   map[string]*jsonschema.Schema
 }
 
 // Options configure a Handler. Zero values mean defaults.
@@ -86,7 +87,8 @@ func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Han
 		if err != nil {
 			return nil, err
 		}
-		es := &edgeStream{cfg: s, topic: topics.For(s.Name).In, scheme: scheme, schemas: map[string]*jsonschema.Schema{}}
+		names := topics.For(s.Name)
+		es := &edgeStream{cfg: s, topic: names.In, ephemeral: names.Ephemeral, scheme: scheme, schemas: map[string]*jsonschema.Schema{}}
 		for typ := range s.Schemas {
 			sch, err := compileSchema(s, typ)
 			if err != nil {
@@ -250,8 +252,12 @@ func schemaProblems(err error) []FieldProblem {
 
 func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, s *edgeStream, body []byte, f envelope.Fields) int {
 	receivedAt := h.now()
+	topic := s.topic
+	if s.cfg.IsEphemeral(f.Type) {
+		topic = s.ephemeral
+	}
 	rec := &kgo.Record{
-		Topic: s.topic,
+		Topic: topic,
 		Key:   []byte(f.Key),
 		Value: body,
 		Headers: []kgo.RecordHeader{

@@ -157,7 +157,7 @@ streams:
 		{"presence.Version", presence.Version, "/sequence_number"},
 		{"presence.Type.Fixed", presence.Type.Fixed, "presence.changed"},
 		{"presence.Schemas", presence.Schemas, map[string]string{"presence.changed": "streams/presence.schema.json"}},
-		{"streams", cfg.StreamNames(), []string{"presence"}},
+		{"streams", cfg.StreamNames(), []string{"chat", "orders", "presence", "workflow"}},
 		{"Warnings", cfg.Warnings, []string(nil)},
 	})
 	// The entry now belongs to the file's folder, which has no copy of the
@@ -187,7 +187,7 @@ streams:
 	// resolved against it instead of the config's folder would not be found.
 	cfg := mustLoad(t, path, nil)
 
-	if got, want := cfg.StreamNames(), []string{"availability", "presence"}; !slices.Equal(got, want) {
+	if got, want := cfg.StreamNames(), []string{"availability", "chat", "orders", "presence", "workflow"}; !slices.Equal(got, want) {
 		t.Fatalf("streams %v, want %v", got, want)
 	}
 	s := cfg.Streams["availability"]
@@ -542,5 +542,5 @@ func ExampleLoad() {
 	fmt.Println(cfg.StreamNames(), presence.Policy, presence.Key, presence.Limits.Partitions)
 	// Output:
 	// [kafka-1:9092 kafka-2:9092]
-	// [presence] latest /user_id 6
+	// [chat orders presence workflow] latest /user_id 6
 }

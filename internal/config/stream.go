@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,6 +43,13 @@ type Stream struct {
 	Policy Policy `yaml:"policy"`
 	// Key is the JSON pointer to the entity key.
 	Key string `yaml:"key"`
+	// KeyByType overrides Key for some event types: a child event is keyed
+	// by its parent's id, so parent and children share a partition.
+	KeyByType map[string]string `yaml:"key_by_type"`
+	// EphemeralTypes are event types that ingest routes to
+	// `<stream>.ephemeral` (e.g. typing indicators): never decided, stored in
+	// a table, or written to ClickHouse.
+	EphemeralTypes []string `yaml:"ephemeral_types"`
 	// EventID is the JSON pointer to the unique event id; when the body has
 	// none, the signature scheme's delivery id (webhook-id) is used.
 	EventID string `yaml:"event_id"`
@@ -51,7 +59,8 @@ type Stream struct {
 	// policy uses one.
 	Version string `yaml:"version"`
 	// OccurredAt is the JSON pointer to the source's clock, in
-	// OccurredAtUnit ("s" or "ms"; default "s").
+	// OccurredAtUnit: "s" or "ms" for unix numbers, "rfc3339" for strings.
+	// Default "s".
 	OccurredAt     string `yaml:"occurred_at"`
 	OccurredAtUnit string `yaml:"occurred_at_unit"`
 	// Schemas maps each event type to its JSON Schema: a path in the
@@ -122,9 +131,7 @@ func (s *Stream) validate(path string) []error {
 		add("", "stream name %q must match %s (it names Kafka topics and tables)", s.Name, streamName)
 	}
 	switch s.Policy {
-	case PolicyLatest:
-	case PolicyGapless, PolicyAssign:
-		add("policy", "policy %q is not available in this release; use latest", s.Policy)
+	case PolicyLatest, PolicyGapless, PolicyAssign:
 	case "":
 		add("policy", "missing; one of latest, gapless, assign")
 	default:
@@ -142,6 +149,17 @@ func (s *Stream) validate(path string) []error {
 		}
 	}
 	checkPointer("key", s.Key, true)
+	for typ, p := range s.KeyByType {
+		checkPointer("key_by_type."+typ, p, true)
+		if _, ok := s.Schemas[typ]; !ok {
+			add("key_by_type."+typ, "event type %q has no schema", typ)
+		}
+	}
+	for i, typ := range s.EphemeralTypes {
+		if _, ok := s.Schemas[typ]; !ok {
+			add(fmt.Sprintf("ephemeral_types[%d]", i), "event type %q has no schema", typ)
+		}
+	}
 	checkPointer("event_id", s.EventID, false)
 	checkPointer("version", s.Version, false)
 	checkPointer("occurred_at", s.OccurredAt, false)
@@ -149,8 +167,10 @@ func (s *Stream) validate(path string) []error {
 	if (s.Type.Field == "") == (s.Type.Fixed == "") {
 		add("type", "set exactly one of field and fixed")
 	}
-	if s.OccurredAtUnit != "s" && s.OccurredAtUnit != "ms" {
-		add("occurred_at_unit", "must be s or ms, got %q", s.OccurredAtUnit)
+	switch s.OccurredAtUnit {
+	case "s", "ms", "rfc3339":
+	default:
+		add("occurred_at_unit", "must be s, ms or rfc3339, got %q", s.OccurredAtUnit)
 	}
 	if len(s.Schemas) == 0 {
 		add("schemas", "no schema: every event type needs one")
@@ -183,6 +203,19 @@ func (s *Stream) validate(path string) []error {
 		add("limits.dedup_ids", "must be between 1 and 100000, got %d", s.Limits.DedupIDs)
 	}
 	return errs
+}
+
+// KeyPointer returns the pointer to the entity key of an event type.
+func (s *Stream) KeyPointer(eventType string) string {
+	if p, ok := s.KeyByType[eventType]; ok {
+		return p
+	}
+	return s.Key
+}
+
+// IsEphemeral reports whether events of the type go to the ephemeral topic.
+func (s *Stream) IsEphemeral(eventType string) bool {
+	return slices.Contains(s.EphemeralTypes, eventType)
 }
 
 // SchemaBytes returns the JSON Schema of an event type: from the operator's

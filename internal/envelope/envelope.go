@@ -14,6 +14,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/driftguard/driftguard/internal/config"
@@ -131,7 +132,10 @@ func EscapePointer(token string) string {
 func Extract(s *config.Stream, doc any, fallbackID string) (Fields, error) {
 	var f Fields
 	var err error
-	if f.Key, err = stringAt(doc, s.Key); err != nil {
+	if f.Type, err = EventType(s, doc); err != nil {
+		return f, err
+	}
+	if f.Key, err = stringAt(doc, s.KeyPointer(f.Type)); err != nil {
 		return f, err
 	}
 	if s.EventID != "" {
@@ -146,9 +150,6 @@ func Extract(s *config.Stream, doc any, fallbackID string) (Fields, error) {
 	} else if f.EventID = fallbackID; f.EventID == "" {
 		return f, &FieldError{Pointer: "", Problem: "the stream has no event_id pointer and the request no delivery id"}
 	}
-	if f.Type, err = EventType(s, doc); err != nil {
-		return f, err
-	}
 	if s.Version != "" {
 		if f.Version, err = intAt(doc, s.Version); err != nil {
 			return f, err
@@ -159,19 +160,8 @@ func Extract(s *config.Stream, doc any, fallbackID string) (Fields, error) {
 		f.HasVersion = true
 	}
 	if s.OccurredAt != "" {
-		v, err := intAt(doc, s.OccurredAt)
-		var fe *FieldError
-		switch {
-		case errors.As(err, &fe) && fe.Problem == problemMissing:
-		case err != nil:
+		if f.OccurredAtMs, err = occurredAt(s, doc); err != nil {
 			return f, err
-		case s.OccurredAtUnit == "ms":
-			f.OccurredAtMs = v
-		default:
-			if v > math.MaxInt64/1000 {
-				return f, &FieldError{Pointer: s.OccurredAt, Problem: "timestamp out of range"}
-			}
-			f.OccurredAtMs = v * 1000
 		}
 	}
 	return f, nil
@@ -187,6 +177,35 @@ func EventType(s *config.Stream, doc any) (string, error) {
 }
 
 const problemMissing = "missing"
+
+// occurredAt reads the source clock in unix ms; an absent clock is 0.
+func occurredAt(s *config.Stream, doc any) (int64, error) {
+	var fe *FieldError
+	if s.OccurredAtUnit == "rfc3339" {
+		v, err := Lookup(doc, s.OccurredAt)
+		if errors.As(err, &fe) && fe.Problem == problemMissing {
+			return 0, nil
+		}
+		text, ok := v.(string)
+		t, perr := time.Parse(time.RFC3339Nano, text)
+		if err != nil || !ok || perr != nil {
+			return 0, &FieldError{Pointer: s.OccurredAt, Problem: "must be an RFC 3339 time"}
+		}
+		return t.UnixMilli(), nil
+	}
+	v, err := intAt(doc, s.OccurredAt)
+	switch {
+	case errors.As(err, &fe) && fe.Problem == problemMissing:
+		return 0, nil
+	case err != nil:
+		return 0, err
+	case s.OccurredAtUnit == "ms":
+		return v, nil
+	case v > math.MaxInt64/1000 || v < math.MinInt64/1000:
+		return 0, &FieldError{Pointer: s.OccurredAt, Problem: "timestamp out of range"}
+	}
+	return v * 1000, nil
+}
 
 func stringAt(doc any, pointer string) (string, error) {
 	v, err := Lookup(doc, pointer)

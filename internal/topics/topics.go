@@ -63,7 +63,7 @@ func ms(d time.Duration) *string {
 }
 
 // Specs lists every topic of the stream: the five every policy uses, plus
-// replay for gapless and ephemeral for assign.
+// replay for gapless and ephemeral for streams with ephemeral event types.
 func Specs(s *config.Stream) []Spec {
 	n := For(s.Name)
 	p := int32(s.Limits.Partitions)
@@ -80,10 +80,10 @@ func Specs(s *config.Stream) []Spec {
 		deleteAfter(n.Outcomes, 7*day),
 		deleteAfter(n.DLQ, 14*day),
 	}
-	switch s.Policy {
-	case config.PolicyGapless:
+	if s.Policy == config.PolicyGapless {
 		specs = append(specs, deleteAfter(n.Replay, 7*day))
-	case config.PolicyAssign:
+	}
+	if len(s.EphemeralTypes) > 0 {
 		specs = append(specs, deleteAfter(n.Ephemeral, 10*time.Minute))
 	}
 	return specs

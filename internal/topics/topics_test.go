@@ -19,24 +19,26 @@ import (
 // Java producers address them by name.
 func TestSpecsPerPolicy(t *testing.T) {
 	cases := []struct {
-		policy config.Policy
-		want   map[string]string // topic → cleanup.policy
+		policy    config.Policy
+		ephemeral []string
+		want      map[string]string // topic → cleanup.policy
 	}{
-		{config.PolicyLatest, map[string]string{
+		{config.PolicyLatest, nil, map[string]string{
 			"s.in": "delete", "s-table": "compact", "s.state": "compact", "s.outcomes": "delete", "s.dlq": "delete",
 		}},
-		{config.PolicyGapless, map[string]string{
+		{config.PolicyGapless, nil, map[string]string{
 			"s.in": "delete", "s-table": "compact", "s.state": "compact", "s.outcomes": "delete", "s.dlq": "delete",
 			"s.replay": "delete",
 		}},
-		{config.PolicyAssign, map[string]string{
+		// Ephemeral event types (chat's typing) get a short-lived topic.
+		{config.PolicyAssign, []string{"typing"}, map[string]string{
 			"s.in": "delete", "s-table": "compact", "s.state": "compact", "s.outcomes": "delete", "s.dlq": "delete",
 			"s.ephemeral": "delete",
 		}},
 	}
 	for _, tc := range cases {
 		t.Run(string(tc.policy), func(t *testing.T) {
-			s := &config.Stream{Name: "s", Policy: tc.policy, Limits: config.Limits{Partitions: 4}}
+			s := &config.Stream{Name: "s", Policy: tc.policy, EphemeralTypes: tc.ephemeral, Limits: config.Limits{Partitions: 4}}
 			specs := topics.Specs(s)
 			if len(specs) != len(tc.want) {
 				t.Errorf("%d topics, want %d: %+v", len(specs), len(tc.want), specs)
