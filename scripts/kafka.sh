@@ -151,6 +151,8 @@ EOF
   done
   log "kafka $KAFKA_VERSION ready (pid $pid, data $dir)"
   echo "DRIFTGUARD_TEST_KAFKA=127.0.0.1:$KAFKA_PORT"
+  # Fault tests pause and resume the broker by this id.
+  echo "DRIFTGUARD_TEST_KAFKA_PID=$pid"
 }
 
 case "${1:-}" in

@@ -29,6 +29,8 @@ stop_recorded() {
   [[ -f "$DIR_FILE" ]] && dir="$(cat "$DIR_FILE")"
   marker="${marker//@DIR@/$dir}"
   if [[ -n "$dir" ]] && pid_is "$pid" "$marker"; then
+    # A fault test may have left it paused (SIGSTOP); TERM needs it running.
+    kill -CONT "$pid" 2>/dev/null || true
     kill -TERM "$pid" 2>/dev/null || true
     # A clean shutdown takes a few seconds (log flush, controlled shutdown).
     for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done

@@ -3,8 +3,8 @@
 #
 #   scripts/with-services.sh go test ./...
 #
-# Starts both (in parallel), exports DRIFTGUARD_TEST_KAFKA,
-# DRIFTGUARD_TEST_CLICKHOUSE and DRIFTGUARD_TEST_REQUIRE=1 (integration tests
+# Starts both (in parallel), exports DRIFTGUARD_TEST_KAFKA (and the broker's
+# DRIFTGUARD_TEST_KAFKA_PID, for fault tests), DRIFTGUARD_TEST_CLICKHOUSE and DRIFTGUARD_TEST_REQUIRE=1 (integration tests
 # must then fail rather than skip), runs the command, always stops both, and
 # exits with the command's exit code.
 set -euo pipefail
@@ -48,8 +48,10 @@ if ((!ok)); then
 fi
 
 kafka="$(sed -n 's/^DRIFTGUARD_TEST_KAFKA=//p' "$out/kafka")"
+kafka_pid="$(sed -n 's/^DRIFTGUARD_TEST_KAFKA_PID=//p' "$out/kafka")"
 clickhouse="$(sed -n 's/^DRIFTGUARD_TEST_CLICKHOUSE=//p' "$out/clickhouse")"
-export DRIFTGUARD_TEST_KAFKA="$kafka" DRIFTGUARD_TEST_CLICKHOUSE="$clickhouse" DRIFTGUARD_TEST_REQUIRE=1
+export DRIFTGUARD_TEST_KAFKA="$kafka" DRIFTGUARD_TEST_KAFKA_PID="$kafka_pid" \
+  DRIFTGUARD_TEST_CLICKHOUSE="$clickhouse" DRIFTGUARD_TEST_REQUIRE=1
 
 rc=0
 "$@" || rc=$?

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -92,4 +93,22 @@ type testWriter struct{ t testing.TB }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+// EnvKafkaPID names the real broker's process id, for fault tests that
+// pause (SIGSTOP) and resume (SIGCONT) it.
+const EnvKafkaPID = "DRIFTGUARD_TEST_KAFKA_PID"
+
+// KafkaPID returns the real broker's process id.
+func KafkaPID(t testing.TB) int {
+	t.Helper()
+	v := os.Getenv(EnvKafkaPID)
+	if v == "" {
+		missing(t, "the Apache Kafka process id", EnvKafkaPID)
+	}
+	pid, err := strconv.Atoi(v)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", EnvKafkaPID, v, err)
+	}
+	return pid
 }
