@@ -133,13 +133,15 @@ type Accepted struct {
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.metrics.inFlight.Inc()
+	defer h.metrics.inFlight.Dec()
 	name := r.PathValue("stream")
-	status := h.serve(w, r, name)
-	h.metrics.observe(name, status, h.streams[name] != nil)
+	res := h.serve(w, r, name)
+	h.metrics.observe(name, res, h.streams[name] != nil)
 }
 
-// serve follows design §3's order of work and returns the status written.
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string) int {
+// serve follows design §3's order of work and returns what it wrote.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string) result {
 	s := h.streams[name]
 	if s == nil {
 		return writeProblem(w, http.StatusNotFound, "unknown_stream", fmt.Sprintf("no stream named %q", name), nil)
@@ -184,14 +186,16 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string) int
 	return h.produce(w, r.Context(), s, body, fields)
 }
 
-func (h *Handler) rejectSignature(w http.ResponseWriter, stream string, err error) int {
+func (h *Handler) rejectSignature(w http.ResponseWriter, stream string, err error) result {
 	var se *SignatureError
 	reason := "signature"
 	if errors.As(err, &se) {
-		reason = se.Reason
+		reason = "signature_" + se.Reason
 	}
 	h.log.Info("webhook rejected", "stream", stream, "reason", reason)
-	return writeProblem(w, http.StatusUnauthorized, "signature", err.Error(), nil)
+	res := writeProblem(w, http.StatusUnauthorized, "signature", err.Error(), nil)
+	res.reason = reason
+	return res
 }
 
 // validate checks the schema of the event's type, then extracts the
@@ -250,7 +254,7 @@ func schemaProblems(err error) []FieldProblem {
 	return out
 }
 
-func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, s *edgeStream, body []byte, f envelope.Fields) int {
+func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, s *edgeStream, body []byte, f envelope.Fields) result {
 	receivedAt := h.now()
 	topic := s.topic
 	if s.cfg.IsEphemeral(f.Type) {

@@ -8,6 +8,8 @@ import (
 
 type metrics struct {
 	requests       *prometheus.CounterVec
+	rejections     *prometheus.CounterVec
+	inFlight       prometheus.Gauge
 	produceLatency prometheus.Histogram
 }
 
@@ -17,6 +19,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "driftguard_ingest_requests_total",
 			Help: "Webhook requests by stream and HTTP status.",
 		}, []string{"stream", "status"}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "driftguard_ingest_rejections_total",
+			Help: "Rejected webhooks by stream and reason (signature_*, json, schema, too_large, unavailable...).",
+		}, []string{"stream", "reason"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "driftguard_ingest_in_flight_requests",
+			Help: "Webhook requests being served.",
+		}),
 		produceLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "driftguard_ingest_produce_seconds",
 			Help:    "Time from produce to the broker's ack (or the deadline).",
@@ -24,16 +34,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.produceLatency)
+		reg.MustRegister(m.requests, m.rejections, m.inFlight, m.produceLatency)
 	}
 	return m
 }
 
 // observe counts a request; unknown stream names are folded into one label
 // so a scanner cannot blow up the series count.
-func (m *metrics) observe(stream string, status int, known bool) {
+func (m *metrics) observe(stream string, res result, known bool) {
 	if !known {
 		stream = "unknown"
 	}
-	m.requests.WithLabelValues(stream, strconv.Itoa(status)).Inc()
+	m.requests.WithLabelValues(stream, strconv.Itoa(res.status)).Inc()
+	if res.reason != "" {
+		m.rejections.WithLabelValues(stream, res.reason).Inc()
+	}
 }

@@ -25,7 +25,14 @@ type FieldProblem struct {
 // documented in docs/ingest.md.
 const problemTypeBase = "https://driftguard.dev/problems/"
 
-func writeProblem(w http.ResponseWriter, status int, kind, detail string, errs []FieldProblem) int {
+// result is what serve wrote: the status, and for a rejection its reason
+// (the metric label).
+type result struct {
+	status int
+	reason string
+}
+
+func writeProblem(w http.ResponseWriter, status int, kind, detail string, errs []FieldProblem) result {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
@@ -33,12 +40,12 @@ func writeProblem(w http.ResponseWriter, status int, kind, detail string, errs [
 		Type: problemTypeBase + kind, Title: http.StatusText(status), Status: status,
 		Detail: detail, Errors: errs,
 	})
-	return status
+	return result{status: status, reason: kind}
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) int {
+func writeJSON(w http.ResponseWriter, status int, v any) result {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
-	return status
+	return result{status: status}
 }

@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/telemetry"
@@ -32,7 +34,11 @@ func (s *Service) Name() string { return "ingest" }
 
 // Run serves until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
-	cl, err := kafka.NewClient(s.brokers)
+	// No linger: each request waits for its own ack, and records that arrive
+	// while a produce request is in flight are batched anyway. The default
+	// buffer (50,000 records) far exceeds concurrent requests, so one slow
+	// partition does not stall the others.
+	cl, err := kafka.NewClient(s.brokers, kgo.ProducerLinger(0))
 	if err != nil {
 		return err
 	}

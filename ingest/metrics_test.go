@@ -1,0 +1,53 @@
+package ingest
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/testenv"
+)
+
+// Operators alert on rejections by reason: each kind of refusal is counted
+// under its own label, and nothing stays in flight after the replies.
+func TestRejectionsAreCountedByReason(t *testing.T) {
+	_, presence := presenceConfig(t, specSecret)
+	reg := prometheus.NewRegistry()
+	h, err := NewHandler([]*config.Stream{presence}, &recordingProducer{next: map[int32]int64{}}, Options{Now: fixedClock, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serveHandler(t, h)
+	ctx := testenv.Context(t, time.Minute)
+
+	valid := signedDelivery(t, specSecret, "msg_evt-ok", presenceBody("evt-ok", "alice", 1))
+	valid.send(t, ctx, srv.URL)
+	signedDelivery(t, strangerSecret, "msg_evt-forged", presenceBody("evt-forged", "alice", 2)).send(t, ctx, srv.URL)
+	valid.withoutHeader(HeaderWebhookSignature).send(t, ctx, srv.URL)
+	signedDelivery(t, specSecret, "msg_evt-bad", []byte(`{"event_id":"evt-bad"}`)).send(t, ctx, srv.URL)
+	signedDelivery(t, specSecret, "msg_evt-junk", []byte(`{"a":1,"a":2}`)).send(t, ctx, srv.URL)
+	valid.with(func(d *delivery) { d.contentType = "text/plain" }).send(t, ctx, srv.URL)
+
+	want := `
+# HELP driftguard_ingest_rejections_total Rejected webhooks by stream and reason (signature_*, json, schema, too_large, unavailable...).
+# TYPE driftguard_ingest_rejections_total counter
+driftguard_ingest_rejections_total{reason="content_type",stream="presence"} 1
+driftguard_ingest_rejections_total{reason="json",stream="presence"} 1
+driftguard_ingest_rejections_total{reason="schema",stream="presence"} 1
+driftguard_ingest_rejections_total{reason="signature_mismatch",stream="presence"} 1
+driftguard_ingest_rejections_total{reason="signature_missing_signature",stream="presence"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "driftguard_ingest_rejections_total"); err != nil {
+		t.Error(err)
+	}
+	if got := testutil.ToFloat64(h.metrics.inFlight); got != 0 {
+		t.Errorf("%v requests still in flight after every reply", got)
+	}
+	if got := testutil.CollectAndCount(h.metrics.produceLatency); got != 1 {
+		t.Errorf("produce latency has %d series, want 1", got)
+	}
+}
