@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,24 +56,42 @@ func (o *Ops) AddReadiness(name string, check func(context.Context) error) {
 	o.checks[name] = check
 }
 
-// Ready runs every readiness check and returns their failures.
+// Ready runs every readiness check at once and returns their failures. It
+// returns when ctx ends even if a check has not: a client stuck waiting on a
+// paused broker must not make /readyz hang.
 func (o *Ops) Ready(ctx context.Context) error {
 	o.mu.Lock()
-	names := make([]string, 0, len(o.checks))
-	for name := range o.checks {
-		names = append(names, name)
-	}
 	// A copy: components add checks while /readyz runs.
 	checks := maps.Clone(o.checks)
 	o.mu.Unlock()
-	sort.Strings(names)
-	var errs []error
-	for _, name := range names {
-		if err := checks[name](ctx); err != nil {
-			errs = append(errs, errors.New(name+": "+err.Error()))
+	type answer struct {
+		name string
+		err  error
+	}
+	answers := make(chan answer, len(checks))
+	for name, check := range checks {
+		go func() { answers <- answer{name, check(ctx)} }()
+	}
+	var failed []string
+	for len(checks) > 0 {
+		select {
+		case a := <-answers:
+			delete(checks, a.name)
+			if a.err != nil {
+				failed = append(failed, a.name+": "+a.err.Error())
+			}
+		case <-ctx.Done():
+			for name := range checks {
+				failed = append(failed, name+": no answer in time")
+			}
+			clear(checks)
 		}
 	}
-	return errors.Join(errs...)
+	sort.Strings(failed)
+	if len(failed) > 0 {
+		return errors.New(strings.Join(failed, "\n"))
+	}
+	return nil
 }
 
 // Register adds the /metrics, /healthz and /readyz handlers to mux.
