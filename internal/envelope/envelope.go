@@ -6,16 +6,11 @@
 package envelope
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
-	"math"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/driftguard/driftguard/internal/config"
 )
@@ -50,77 +45,6 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return e.Pointer + ": " + e.Problem }
 
-// MaxDepth bounds the nesting of a webhook body: no event needs more, and
-// deep nesting is a cheap way to make a parser work hard.
-const MaxDepth = 64
-
-// Decode parses body as one JSON value with numbers kept exact. It is the
-// only JSON decoder of webhook bodies, so validation and extraction see the
-// same value. It is strict where parsers disagree: invalid UTF-8 (which
-// encoding/json would silently replace), duplicate keys (first or last
-// wins, depending on the reader) and nesting deeper than MaxDepth are
-// errors; a *FieldError locates the last two.
-func Decode(body []byte) (any, error) {
-	if !utf8.Valid(body) {
-		return nil, errors.New("not JSON: invalid UTF-8")
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	v, err := decodeValue(dec, "", 0)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("not JSON: data after the top-level value")
-	}
-	return v, nil
-}
-
-func decodeValue(dec *json.Decoder, pointer string, depth int) (any, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, fmt.Errorf("not JSON: %w", err)
-	}
-	delim, ok := tok.(json.Delim)
-	if !ok {
-		return tok, nil // string, json.Number, bool or nil
-	}
-	if depth >= MaxDepth {
-		return nil, &FieldError{Pointer: pointer, Problem: fmt.Sprintf("nested deeper than %d levels", MaxDepth)}
-	}
-	switch delim {
-	case '{':
-		obj := map[string]any{}
-		for dec.More() {
-			keyTok, err := dec.Token()
-			if err != nil {
-				return nil, fmt.Errorf("not JSON: %w", err)
-			}
-			key, _ := keyTok.(string)
-			child := pointer + "/" + EscapePointer(key)
-			if _, dup := obj[key]; dup {
-				return nil, &FieldError{Pointer: child, Problem: "duplicate key"}
-			}
-			if obj[key], err = decodeValue(dec, child, depth+1); err != nil {
-				return nil, err
-			}
-		}
-		_, err = dec.Token() // the closing brace
-		return obj, err
-	default: // '['
-		arr := []any{}
-		for i := 0; dec.More(); i++ {
-			v, err := decodeValue(dec, pointer+"/"+strconv.Itoa(i), depth+1)
-			if err != nil {
-				return nil, err
-			}
-			arr = append(arr, v)
-		}
-		_, err = dec.Token()
-		return arr, err
-	}
-}
-
 // EscapePointer escapes one reference token of a JSON pointer (RFC 6901).
 func EscapePointer(token string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(token, "~", "~0"), "/", "~1")
@@ -140,8 +64,7 @@ func Extract(s *config.Stream, doc any, fallbackID string) (Fields, error) {
 	}
 	if s.EventID != "" {
 		f.EventID, err = stringAt(doc, s.EventID)
-		var fe *FieldError
-		if errors.As(err, &fe) && fe.Problem == problemMissing && fallbackID != "" {
+		if isMissing(err) && fallbackID != "" {
 			f.EventID, err = fallbackID, nil
 		}
 		if err != nil {
@@ -180,31 +103,35 @@ const problemMissing = "missing"
 
 // occurredAt reads the source clock in unix ms; an absent clock is 0.
 func occurredAt(s *config.Stream, doc any) (int64, error) {
-	var fe *FieldError
-	if s.OccurredAtUnit == "rfc3339" {
-		v, err := Lookup(doc, s.OccurredAt)
-		if errors.As(err, &fe) && fe.Problem == problemMissing {
-			return 0, nil
-		}
-		text, ok := v.(string)
-		t, perr := time.Parse(time.RFC3339Nano, text)
-		if err != nil || !ok || perr != nil {
-			return 0, &FieldError{Pointer: s.OccurredAt, Problem: "must be an RFC 3339 time"}
-		}
-		return t.UnixMilli(), nil
-	}
-	v, err := intAt(doc, s.OccurredAt)
+	v, err := Lookup(doc, s.OccurredAt)
 	switch {
-	case errors.As(err, &fe) && fe.Problem == problemMissing:
+	case isMissing(err):
 		return 0, nil
 	case err != nil:
 		return 0, err
-	case s.OccurredAtUnit == "ms":
-		return v, nil
-	case v > math.MaxInt64/1000 || v < math.MinInt64/1000:
-		return 0, &FieldError{Pointer: s.OccurredAt, Problem: "timestamp out of range"}
+	case s.OccurredAtUnit == "rfc3339":
+		return rfc3339Millis(v, s.OccurredAt)
 	}
-	return v * 1000, nil
+	n, err := integer(v, s.OccurredAt)
+	if err != nil || s.OccurredAtUnit == "ms" {
+		return n, err
+	}
+	// Cannot overflow: integer keeps n within ±(2^53−1).
+	return n * 1000, nil
+}
+
+func rfc3339Millis(v any, pointer string) (int64, error) {
+	text, _ := v.(string)
+	t, err := time.Parse(time.RFC3339Nano, text)
+	if err != nil {
+		return 0, &FieldError{Pointer: pointer, Problem: "must be an RFC 3339 time"}
+	}
+	return t.UnixMilli(), nil
+}
+
+func isMissing(err error) bool {
+	var fe *FieldError
+	return errors.As(err, &fe) && fe.Problem == problemMissing
 }
 
 func stringAt(doc any, pointer string) (string, error) {
@@ -231,18 +158,28 @@ func intAt(doc any, pointer string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return integer(v, pointer)
+}
+
+// integer reads an integer that every reader of the body sees alike: an
+// integer literal within ±(2^53−1), as Decode already requires of every
+// integer; checked again here for documents Decode did not build.
+func integer(v any, pointer string) (int64, error) {
 	n, ok := v.(json.Number)
-	if !ok {
+	if !ok || !isIntegerLiteral(n.String()) {
 		return 0, &FieldError{Pointer: pointer, Problem: "must be an integer"}
 	}
-	i, err := strconv.ParseInt(n.String(), 10, 64)
-	if err != nil {
-		return 0, &FieldError{Pointer: pointer, Problem: "must be an integer that fits in 64 bits"}
+	i, ok := parseExactInteger(n.String())
+	if !ok {
+		return 0, &FieldError{Pointer: pointer, Problem: problemInexactInteger}
 	}
 	return i, nil
 }
 
-// Lookup resolves an RFC 6901 JSON pointer in a decoded document.
+// Lookup resolves an RFC 6901 JSON pointer in a decoded document. A member
+// whose object also has a key differing from it only in case is ambiguous:
+// readers that match keys case-insensitively, such as Go's struct decoding,
+// may read the other one.
 func Lookup(doc any, pointer string) (any, error) {
 	if pointer == "" {
 		return doc, nil
@@ -259,6 +196,9 @@ func Lookup(doc any, pointer string) (any, error) {
 			if !ok {
 				return nil, &FieldError{Pointer: pointer, Problem: problemMissing}
 			}
+			if hasCaseVariant(node, token) {
+				return nil, &FieldError{Pointer: pointer, Problem: "ambiguous: keys differing only in case"}
+			}
 			cur = next
 		case []any:
 			i, err := strconv.Atoi(token)
@@ -274,4 +214,15 @@ func Lookup(doc any, pointer string) (any, error) {
 		return nil, &FieldError{Pointer: pointer, Problem: problemMissing}
 	}
 	return cur, nil
+}
+
+// hasCaseVariant reports whether obj has a key other than key that equals
+// it under Unicode case folding.
+func hasCaseVariant(obj map[string]any, key string) bool {
+	for other := range obj {
+		if other != key && strings.EqualFold(other, key) {
+			return true
+		}
+	}
+	return false
 }
