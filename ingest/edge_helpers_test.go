@@ -159,6 +159,12 @@ func (d delivery) send(t testing.TB, ctx context.Context, baseURL string) reply 
 	if d.contentType != "" {
 		req.Header.Set("Content-Type", d.contentType)
 	}
+	return do(t, req)
+}
+
+// do sends req and reads the whole reply.
+func do(t testing.TB, req *http.Request) reply {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

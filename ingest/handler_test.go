@@ -476,13 +476,7 @@ func FuzzHandlerSignedBody(f *testing.F) {
 // Every path under /v1/webhooks/ is counted, so names that are not streams
 // share one label value: a scanner must not create a series per guess.
 func TestRequestMetricFoldsUnknownStreams(t *testing.T) {
-	_, presence := presenceConfig(t, specSecret)
-	reg := prometheus.NewRegistry()
-	h, err := NewHandler([]*config.Stream{presence}, &recordingProducer{next: map[int32]int64{}}, Options{Now: fixedClock, Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := serveHandler(t, h)
+	_, reg, srv := memoryEdge(t)
 	ctx := testenv.Context(t, time.Minute)
 
 	valid := signedDelivery(t, specSecret, "msg_evt-metric", presenceBody("evt-metric", "alice", 1))
@@ -512,4 +506,17 @@ func TestRequestMetricFoldsUnknownStreams(t *testing.T) {
 	if !maps.Equal(got, want) {
 		t.Errorf("request series %v, want %v", got, want)
 	}
+}
+
+// memoryEdge serves the presence edge with an in-memory producer and its
+// own metrics registry.
+func memoryEdge(t *testing.T) (*Handler, *prometheus.Registry, *httptest.Server) {
+	t.Helper()
+	_, presence := presenceConfig(t, specSecret)
+	reg := prometheus.NewRegistry()
+	h, err := NewHandler([]*config.Stream{presence}, &recordingProducer{next: map[int32]int64{}}, Options{Now: fixedClock, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, reg, serveHandler(t, h)
 }

@@ -5,23 +5,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/testenv"
 )
 
 // Operators alert on rejections by reason: each kind of refusal is counted
 // under its own label, and nothing stays in flight after the replies.
 func TestRejectionsAreCountedByReason(t *testing.T) {
-	_, presence := presenceConfig(t, specSecret)
-	reg := prometheus.NewRegistry()
-	h, err := NewHandler([]*config.Stream{presence}, &recordingProducer{next: map[int32]int64{}}, Options{Now: fixedClock, Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := serveHandler(t, h)
+	h, reg, srv := memoryEdge(t)
 	ctx := testenv.Context(t, time.Minute)
 
 	valid := signedDelivery(t, specSecret, "msg_evt-ok", presenceBody("evt-ok", "alice", 1))

@@ -89,16 +89,7 @@ func (e exchange) request(t *testing.T, ctx context.Context, baseURL string) *ht
 // send makes the exchange with a real server.
 func (e exchange) send(t *testing.T, ctx context.Context, baseURL string) reply {
 	t.Helper()
-	resp, err := http.DefaultClient.Do(e.request(t, ctx, baseURL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return reply{status: resp.StatusCode, header: resp.Header, body: data}
+	return do(t, e.request(t, ctx, baseURL))
 }
 
 // documented finds the operation of the document an exchange is for. The
