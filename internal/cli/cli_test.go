@@ -190,10 +190,15 @@ func TestRunTopicsCreatesThenReportsOK(t *testing.T) {
 		t.Fatalf("first topics run: %v", first)
 	}
 	rows := topicTable(t, first.stdout)
-	want := map[string]string{ // topic → cleanup policy
-		"presence.in": "delete", "presence-table": "compact", "presence.state": "compact",
-		"presence.outcomes": "delete", "presence.dlq": "delete",
+	want := map[string]string{} // topic → cleanup policy
+	for _, stream := range []string{"presence", "workflow", "chat", "orders"} {
+		for topic, policy := range map[string]string{".in": "delete", "-table": "compact", ".state": "compact", ".outcomes": "delete", ".dlq": "delete"} {
+			want[stream+topic] = policy
+		}
 	}
+	// The topics only some policies use.
+	want["workflow.replay"] = "delete"
+	want["chat.ephemeral"] = "delete"
 	checkTopicTable(t, "first run", rows, want, "created")
 
 	second := run(t, "topics")

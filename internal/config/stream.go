@@ -68,6 +68,8 @@ type Stream struct {
 	Schemas map[string]string `yaml:"schemas"`
 	// Signature selects the scheme and holds the secrets.
 	Signature Signature `yaml:"signature"`
+	// Terminal states are irrevocable: later changes are rejected.
+	Terminal Terminal `yaml:"terminal"`
 	// Limits bound what one stream may hold.
 	Limits Limits `yaml:"limits"`
 
@@ -101,6 +103,20 @@ type Limits struct {
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// DedupIDs is how many recent event ids each key remembers. Default 256.
 	DedupIDs int `yaml:"dedup_ids"`
+	// Buffer and BufferBytes bound what one key holds ahead of a gap
+	// (gapless): overflow goes to the DLQ, never to memory. The byte bound
+	// keeps a table value well under Kafka's 1 MiB message limit. Defaults
+	// 256 events and 512 KiB.
+	Buffer      int `yaml:"buffer"`
+	BufferBytes int `yaml:"buffer_bytes"`
+}
+
+// Terminal names the states after which an entity never changes again.
+type Terminal struct {
+	// Field is the JSON pointer to the status.
+	Field string `yaml:"field"`
+	// Values are the terminal statuses.
+	Values []string `yaml:"values"`
 }
 
 func (s *Stream) applyDefaults() {
@@ -110,6 +126,8 @@ func (s *Stream) applyDefaults() {
 	orDefault(&s.Limits.Partitions, 6)
 	orDefault(&s.Limits.MaxBodyBytes, 256<<10)
 	orDefault(&s.Limits.DedupIDs, 256)
+	orDefault(&s.Limits.Buffer, 256)
+	orDefault(&s.Limits.BufferBytes, 512<<10)
 }
 
 var streamName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
@@ -199,6 +217,16 @@ func (s *Stream) validate(path string) []error {
 	if s.Limits.MaxBodyBytes < 1 {
 		add("limits.max_body_bytes", "must be positive")
 	}
+	if s.Limits.Buffer < 1 || s.Limits.Buffer > 100000 {
+		add("limits.buffer", "must be between 1 and 100000, got %d", s.Limits.Buffer)
+	}
+	if s.Limits.BufferBytes < 1 || s.Limits.BufferBytes > 768<<10 {
+		add("limits.buffer_bytes", "must be between 1 and 786432 (a table value must stay under Kafka's 1 MiB message limit), got %d", s.Limits.BufferBytes)
+	}
+	checkPointer("terminal.field", s.Terminal.Field, len(s.Terminal.Values) > 0)
+	if s.Policy == PolicyGapless && s.Version == "" {
+		add("version", "the gapless policy needs the pointer to the producer's sequence")
+	}
 	if s.Limits.DedupIDs < 1 || s.Limits.DedupIDs > 100000 {
 		add("limits.dedup_ids", "must be between 1 and 100000, got %d", s.Limits.DedupIDs)
 	}
@@ -211,6 +239,11 @@ func (s *Stream) KeyPointer(eventType string) string {
 		return p
 	}
 	return s.Key
+}
+
+// IsTerminal reports whether status is one of the stream's terminal states.
+func (s *Stream) IsTerminal(status string) bool {
+	return slices.Contains(s.Terminal.Values, status)
 }
 
 // IsEphemeral reports whether events of the type go to the ephemeral topic.
