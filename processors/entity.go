@@ -19,6 +19,20 @@ type Entity struct {
 	// Recent holds the most recent event ids, oldest first, so a redelivery
 	// is recognised as a duplicate. It is bounded by limits.dedup_ids.
 	Recent []string `json:"recent,omitempty"`
+	// Terminal is set once a terminal status is applied (gapless).
+	Terminal bool `json:"terminal,omitempty"`
+	// Buffer holds events ahead of a gap in sequence order (gapless),
+	// bounded by limits.buffer and limits.buffer_bytes.
+	Buffer []Event `json:"buffer,omitempty"`
+}
+
+// bufferBytes is the size of the buffered bodies.
+func (e *Entity) bufferBytes() int {
+	n := 0
+	for _, b := range e.Buffer {
+		n += len(b.Body)
+	}
+	return n
 }
 
 // seen reports whether id is in the recent-ids memory.

@@ -115,3 +115,8 @@ func TestLatestConvergesUnderReorderAndDuplication(t *testing.T) {
 		}
 	})
 }
+
+// decideLatest is the latest policy's single decision on ev.
+func decideLatest(e *Entity, ev Event, dedupIDs int) Decision {
+	return latest{dedupIDs: dedupIDs}.decide(e, ev).Decisions[0]
+}

@@ -52,27 +52,31 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // test can pass goka.WithTester; Kafka-facing defaults come from
 // GokaOptions.
 func New(brokers []string, s *config.Stream, opts Options, gokaOpts ...goka.ProcessorOption) (*goka.Processor, error) {
-	h := &handler{stream: s, names: topics.For(s.Name), opts: opts}
+	h := &handler{stream: s, names: topics.For(s.Name), opts: opts, policy: policyFor(s)}
 	if h.opts.Logger == nil {
 		h.opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if h.opts.Now == nil {
 		h.opts.Now = time.Now
 	}
-	g := goka.DefineGroup(goka.Group(topics.Group(s.Name)),
+	edges := []goka.Edge{
 		goka.Input(goka.Stream(h.names.In), new(codec.Bytes), h.process),
 		goka.Persist(entityCodec{}),
 		goka.Output(goka.Stream(h.names.Outcomes), new(codec.Bytes)),
 		goka.Output(goka.Stream(h.names.State), new(codec.Bytes)),
 		goka.Output(goka.Stream(h.names.DLQ), new(codec.Bytes)),
-	)
-	return goka.NewProcessor(brokers, g, gokaOpts...)
+	}
+	if s.Policy == config.PolicyGapless {
+		edges = append(edges, goka.Output(goka.Stream(h.names.Replay), new(codec.Bytes)))
+	}
+	return goka.NewProcessor(brokers, goka.DefineGroup(goka.Group(topics.Group(s.Name)), edges...), gokaOpts...)
 }
 
 type handler struct {
 	stream *config.Stream
 	names  topics.Names
 	opts   Options
+	policy policy
 }
 
 // process is goka's callback: goka serializes calls per partition, so
@@ -94,25 +98,37 @@ func (h *handler) process(ctx goka.Context, msg any) {
 	if entity == nil {
 		entity = &Entity{}
 	}
-	d := decideLatest(entity, ev, h.stream.Limits.DedupIDs)
+	effects := h.policy.decide(entity, ev)
 	// The table is written on every decision, duplicates included: the
 	// dedup memory is part of the state.
 	ctx.SetValue(entity)
-	if d.Applied() {
+	applied := false
+	processedAt := h.opts.Now().UnixMilli()
+	for _, d := range effects.Decisions {
+		applied = applied || d.Applied()
+		h.emit(ctx, h.names.Outcomes, envelope.Outcome{
+			Stream: h.stream.Name, Key: ev.Key, EventID: d.Event.EventID, EventType: d.Event.Type,
+			Version: d.Version, Outcome: d.Outcome, Reason: d.Reason, Gap: d.Gap, BufferDepth: d.BufferDepth,
+			OccurredAtMs: d.Event.OccurredAtMs, ReceivedAtMs: d.Event.ReceivedAtMs, ProcessedAtMs: processedAt,
+			InputPartition: d.Event.InputPartition, InputOffset: d.Event.InputOffset,
+			Payload: d.Event.Body,
+		})
+		h.count(d.Outcome)
+	}
+	if applied {
 		h.emit(ctx, h.names.State, envelope.State{
-			Stream: h.stream.Name, Key: ev.Key, Version: d.Version, State: entity.State,
+			Stream: h.stream.Name, Key: ev.Key, Version: entity.Version, State: entity.State,
 			UpdatedAtMs: entity.UpdatedAtMs, ExpiresAtMs: entity.ExpiresAtMs,
 		})
 	}
-	h.emit(ctx, h.names.Outcomes, envelope.Outcome{
-		Stream: h.stream.Name, Key: ev.Key, EventID: ev.EventID, EventType: ev.Type,
-		Version: d.Version, Outcome: d.Outcome, Reason: d.Reason, Gap: d.Gap,
-		OccurredAtMs: ev.OccurredAtMs, ReceivedAtMs: ev.ReceivedAtMs,
-		ProcessedAtMs:  h.opts.Now().UnixMilli(),
-		InputPartition: ctx.Partition(), InputOffset: ctx.Offset(),
-		Payload: ev.Body,
-	})
-	h.count(d.Outcome)
+	if effects.Replay > 0 {
+		h.emit(ctx, h.names.Replay, envelope.ReplayRequest{
+			Stream: h.stream.Name, Key: ev.Key, FirstMissing: effects.Replay, RequestedAtMs: processedAt,
+		})
+	}
+	if effects.DeadLetter != "" {
+		h.deadLetter(ctx, body, effects.DeadLetter, fmt.Errorf("event %s at version %d", ev.EventID, ev.Version))
+	}
 }
 
 // decode reads an input record: the body through the catalogue, the
@@ -131,13 +147,19 @@ func (h *handler) decode(ctx goka.Context, body []byte) (Event, error) {
 	if err != nil {
 		return Event{}, err
 	}
-	receivedAt := ctx.Timestamp().UnixMilli()
+	ev := Event{Fields: fields, Body: body, ReceivedAtMs: ctx.Timestamp().UnixMilli(),
+		InputPartition: ctx.Partition(), InputOffset: ctx.Offset()}
 	if v, ok := headers[envelope.HeaderReceivedAt]; ok {
 		if ms, err := strconv.ParseInt(string(v), 10, 64); err == nil {
-			receivedAt = ms
+			ev.ReceivedAtMs = ms
 		}
 	}
-	return Event{Fields: fields, Body: body, ReceivedAtMs: receivedAt}, nil
+	if h.stream.Terminal.Field != "" {
+		status, _ := envelope.Lookup(doc, h.stream.Terminal.Field)
+		text, _ := status.(string)
+		ev.Terminal = h.stream.IsTerminal(text)
+	}
+	return ev, nil
 }
 
 func (h *handler) deadLetter(ctx goka.Context, body []byte, reason string, cause error) {

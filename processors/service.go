@@ -38,7 +38,7 @@ func NewService(cfg *config.Config, brokers []string, dataDir string, log *slog.
 // returns "" when it can.
 func Unsupported(s *config.Stream) string {
 	switch {
-	case s.Policy != config.PolicyLatest:
+	case s.Policy == config.PolicyAssign:
 		return fmt.Sprintf("policy %s is not implemented yet", s.Policy)
 	case len(s.KeyByType) > 0:
 		return "child events keyed by their parent need the parent join, not implemented yet"

@@ -26,15 +26,15 @@ const (
 
 // Fields are what the catalogue's pointers read from one event body.
 type Fields struct {
-	Key     string
-	EventID string
-	Type    string
+	Key     string `json:"key"`
+	EventID string `json:"event_id"`
+	Type    string `json:"type"`
 	// Version is the source's logical version; HasVersion is false when the
 	// stream has no version pointer.
-	Version    int64
-	HasVersion bool
+	Version    int64 `json:"version"`
+	HasVersion bool  `json:"has_version,omitempty"`
 	// OccurredAtMs is the source clock in unix ms, 0 when absent.
-	OccurredAtMs int64
+	OccurredAtMs int64 `json:"occurred_at_ms,omitempty"`
 }
 
 // FieldError is a problem with one field of the body, located by pointer.

@@ -64,3 +64,13 @@ type DeadLetter struct {
 	// Payload is the original record value (base64 in JSON).
 	Payload []byte `json:"payload"`
 }
+
+// ReplayRequest asks a producer to send an entity's events again from
+// FirstMissing on, the value of a `<stream>.replay` record keyed by the
+// entity key (gapless streams).
+type ReplayRequest struct {
+	Stream        string `json:"stream"`
+	Key           string `json:"key"`
+	FirstMissing  int64  `json:"first_missing"`
+	RequestedAtMs int64  `json:"requested_at_ms"`
+}

@@ -1,0 +1,77 @@
+package processors
+
+import (
+	"encoding/json"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/envelope"
+)
+
+// Event is one decoded input record, as a policy sees it. Buffered events
+// are stored in the table as they are, so a drained successor is reported
+// with its own id, clocks and input position.
+type Event struct {
+	envelope.Fields
+	// Body is the raw webhook body, byte for byte as signed.
+	Body         json.RawMessage `json:"body"`
+	ReceivedAtMs int64           `json:"received_at_ms"`
+	// Terminal is true when the event moves the entity to one of the
+	// stream's terminal states.
+	Terminal       bool  `json:"terminal,omitempty"`
+	InputPartition int32 `json:"input_partition"`
+	InputOffset    int64 `json:"input_offset"`
+}
+
+// Decision is a policy's verdict on one event.
+type Decision struct {
+	// Event is what was decided: the input, or a buffered successor that
+	// the input made contiguous.
+	Event   Event
+	Outcome string
+	Reason  string
+	// Version is the event's version (its log-order version when the stream
+	// has no version pointer).
+	Version     int64
+	Gap         int64
+	BufferDepth int
+}
+
+// Applied reports whether the decision changed the entity's state.
+func (d Decision) Applied() bool { return d.Outcome == envelope.OutcomeApplied }
+
+// Effects are everything one input causes besides the table write.
+type Effects struct {
+	Decisions []Decision
+	// Replay is the first missing sequence to request from the producer;
+	// 0 requests nothing.
+	Replay int64
+	// DeadLetter, when set, is the reason to copy the input to the DLQ.
+	DeadLetter string
+}
+
+// policy decides events for one stream. decide mutates e and depends on
+// nothing but e and ev, so the same log always yields the same table.
+type policy interface {
+	decide(e *Entity, ev Event) Effects
+}
+
+func policyFor(s *config.Stream) policy {
+	if s.Policy == config.PolicyGapless {
+		return gapless{stream: s}
+	}
+	return latest{dedupIDs: s.Limits.DedupIDs}
+}
+
+// one is the effects of a single decision on the input.
+func one(ev Event, outcome, reason string, version int64) Effects {
+	return Effects{Decisions: []Decision{{Event: ev, Outcome: outcome, Reason: reason, Version: version}}}
+}
+
+// apply makes ev the entity's state at version.
+func (e *Entity) apply(ev Event, version int64) {
+	e.Applied = true
+	e.Version = version
+	e.State = ev.Body
+	e.UpdatedAtMs = ev.ReceivedAtMs
+	e.Terminal = e.Terminal || ev.Terminal
+}

@@ -1,0 +1,80 @@
+package processors
+
+import (
+	"slices"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/envelope"
+)
+
+// Reasons of gapless decisions.
+const (
+	ReasonTerminal     = "terminal"
+	ReasonBufferFull   = "buffer_full"
+	ReasonSameSequence = "same_sequence"
+)
+
+// gapless applies exactly last+1, buffers what is ahead of a gap and asks
+// the producer to replay the first missing sequence; it never skips a gap.
+// Producer sequences start at 1. A terminal status is irrevocable.
+type gapless struct{ stream *config.Stream }
+
+func (p gapless) decide(e *Entity, ev Event) Effects {
+	if e.seen(ev.EventID) {
+		return one(ev, envelope.OutcomeDuplicate, "", ev.Version)
+	}
+	e.remember(ev.EventID, p.stream.Limits.DedupIDs)
+	seq := ev.Version
+	switch {
+	case e.Terminal:
+		return one(ev, envelope.OutcomeRejected, ReasonTerminal, seq)
+	case seq <= e.Version:
+		return one(ev, envelope.OutcomeStale, "", seq)
+	case slices.ContainsFunc(e.Buffer, func(b Event) bool { return b.Version == seq }):
+		// The same step again under a new event id (a producer retry).
+		effects := one(ev, envelope.OutcomeDuplicate, ReasonSameSequence, seq)
+		effects.Decisions[0].BufferDepth = len(e.Buffer)
+		return effects
+	case seq > e.Version+1:
+		return p.buffer(e, ev)
+	}
+	e.apply(ev, seq)
+	effects := one(ev, envelope.OutcomeApplied, "", seq)
+	// Drain every buffered successor that is now contiguous; after a
+	// terminal step, what is left can never apply.
+	for len(e.Buffer) > 0 {
+		next := e.Buffer[0]
+		switch {
+		case e.Terminal:
+			effects.Decisions = append(effects.Decisions, Decision{Event: next, Outcome: envelope.OutcomeRejected, Reason: ReasonTerminal, Version: next.Version})
+		case next.Version == e.Version+1:
+			e.apply(next, next.Version)
+			effects.Decisions = append(effects.Decisions, Decision{Event: next, Outcome: envelope.OutcomeApplied, Version: next.Version})
+		default:
+			// Another gap: keep waiting, and ask for its first step.
+			effects.Replay = e.Version + 1
+			return effects
+		}
+		e.Buffer = e.Buffer[1:]
+	}
+	e.Buffer = nil
+	return effects
+}
+
+// buffer keeps ev until the gap before it is filled, within the stream's
+// bounds; overflow is rejected and sent to the DLQ, never kept in memory.
+func (p gapless) buffer(e *Entity, ev Event) Effects {
+	limits := p.stream.Limits
+	if len(e.Buffer) >= limits.Buffer || e.bufferBytes()+len(ev.Body) > limits.BufferBytes {
+		effects := one(ev, envelope.OutcomeRejected, ReasonBufferFull, ev.Version)
+		effects.Decisions[0].BufferDepth = len(e.Buffer)
+		effects.DeadLetter = ReasonBufferFull
+		return effects
+	}
+	i, _ := slices.BinarySearchFunc(e.Buffer, ev.Version, func(b Event, seq int64) int { return int(b.Version - seq) })
+	e.Buffer = slices.Insert(e.Buffer, i, ev)
+	effects := one(ev, envelope.OutcomeBuffered, "", ev.Version)
+	effects.Decisions[0].BufferDepth = len(e.Buffer)
+	effects.Replay = e.Version + 1
+	return effects
+}
