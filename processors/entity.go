@@ -19,6 +19,10 @@ type Entity struct {
 	// Recent holds the most recent event ids, oldest first, so a redelivery
 	// is recognised as a duplicate. It is bounded by limits.dedup_ids.
 	Recent []string `json:"recent,omitempty"`
+	// DeadlineMs is the earliest pending timer (unix ms), 0 for none.
+	DeadlineMs int64 `json:"deadline_ms,omitempty"`
+	// GapSinceMs is when the open gap was first seen (gapless), 0 for none.
+	GapSinceMs int64 `json:"gap_since_ms,omitempty"`
 	// Terminal is set once a terminal status is applied (gapless).
 	Terminal bool `json:"terminal,omitempty"`
 	// Buffer holds events ahead of a gap in sequence order (gapless),

@@ -12,6 +12,7 @@ const (
 	ReasonTerminal     = "terminal"
 	ReasonBufferFull   = "buffer_full"
 	ReasonSameSequence = "same_sequence"
+	ReasonGapTimeout   = "gap_timeout"
 )
 
 // gapless applies exactly last+1, buffers what is ahead of a gap and asks
@@ -51,14 +52,42 @@ func (p gapless) decide(e *Entity, ev Event) Effects {
 			e.apply(next, next.Version)
 			effects.Decisions = append(effects.Decisions, Decision{Event: next, Outcome: envelope.OutcomeApplied, Version: next.Version})
 		default:
-			// Another gap: keep waiting, and ask for its first step.
+			// Another gap: keep waiting, ask for its first step, and time
+			// it from now.
 			effects.Replay = e.Version + 1
+			p.openGap(e, ev.ReceivedAtMs)
 			return effects
 		}
 		e.Buffer = e.Buffer[1:]
 	}
 	e.Buffer = nil
+	e.GapSinceMs, e.DeadlineMs = 0, 0
 	return effects
+}
+
+// openGap starts the gap timer at sinceMs.
+func (p gapless) openGap(e *Entity, sinceMs int64) {
+	e.GapSinceMs = sinceMs
+	e.DeadlineMs = sinceMs + p.stream.Limits.GapTimeout.Milliseconds()
+}
+
+// expire reports a gap still open at its deadline and asks for its first
+// step again; the gap is never skipped. It fires again every gap timeout
+// while the gap stays open.
+func (p gapless) expire(e *Entity, nowMs int64) Effects {
+	if len(e.Buffer) == 0 {
+		e.GapSinceMs, e.DeadlineMs = 0, 0
+		return Effects{}
+	}
+	missing := e.Version + 1
+	e.DeadlineMs = nowMs + p.stream.Limits.GapTimeout.Milliseconds()
+	return Effects{
+		Decisions: []Decision{{
+			Event:   Event{Fields: envelope.Fields{Type: "gap", Version: missing}, ReceivedAtMs: e.GapSinceMs},
+			Outcome: envelope.OutcomeExpired, Reason: ReasonGapTimeout, Version: missing, BufferDepth: len(e.Buffer),
+		}},
+		Replay: missing,
+	}
 }
 
 // buffer keeps ev until the gap before it is filled, within the stream's
@@ -73,6 +102,9 @@ func (p gapless) buffer(e *Entity, ev Event) Effects {
 	}
 	i, _ := slices.BinarySearchFunc(e.Buffer, ev.Version, func(b Event, seq int64) int { return int(b.Version - seq) })
 	e.Buffer = slices.Insert(e.Buffer, i, ev)
+	if e.GapSinceMs == 0 {
+		p.openGap(e, ev.ReceivedAtMs)
+	}
 	effects := one(ev, envelope.OutcomeBuffered, "", ev.Version)
 	effects.Decisions[0].BufferDepth = len(e.Buffer)
 	effects.Replay = e.Version + 1

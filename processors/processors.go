@@ -61,6 +61,7 @@ func New(brokers []string, s *config.Stream, opts Options, gokaOpts ...goka.Proc
 	}
 	edges := []goka.Edge{
 		goka.Input(goka.Stream(h.names.In), new(codec.Bytes), h.process),
+		goka.Visitor(tickVisitor, h.tick),
 		goka.Persist(entityCodec{}),
 		goka.Output(goka.Stream(h.names.Outcomes), new(codec.Bytes)),
 		goka.Output(goka.Stream(h.names.State), new(codec.Bytes)),
@@ -102,12 +103,21 @@ func (h *handler) process(ctx goka.Context, msg any) {
 	// The table is written on every decision, duplicates included: the
 	// dedup memory is part of the state.
 	ctx.SetValue(entity)
+	h.emitEffects(ctx, entity, effects)
+	if effects.DeadLetter != "" {
+		h.deadLetter(ctx, body, effects.DeadLetter, fmt.Errorf("event %s at version %d", ev.EventID, ev.Version))
+	}
+}
+
+// emitEffects writes the outcome of every decision, the state when anything
+// applied, and the replay request, for the key being processed.
+func (h *handler) emitEffects(ctx goka.Context, entity *Entity, effects Effects) {
 	applied := false
 	processedAt := h.opts.Now().UnixMilli()
 	for _, d := range effects.Decisions {
 		applied = applied || d.Applied()
 		h.emit(ctx, h.names.Outcomes, envelope.Outcome{
-			Stream: h.stream.Name, Key: ev.Key, EventID: d.Event.EventID, EventType: d.Event.Type,
+			Stream: h.stream.Name, Key: ctx.Key(), EventID: d.Event.EventID, EventType: d.Event.Type,
 			Version: d.Version, Outcome: d.Outcome, Reason: d.Reason, Gap: d.Gap, BufferDepth: d.BufferDepth,
 			OccurredAtMs: d.Event.OccurredAtMs, ReceivedAtMs: d.Event.ReceivedAtMs, ProcessedAtMs: processedAt,
 			InputPartition: d.Event.InputPartition, InputOffset: d.Event.InputOffset,
@@ -117,17 +127,14 @@ func (h *handler) process(ctx goka.Context, msg any) {
 	}
 	if applied {
 		h.emit(ctx, h.names.State, envelope.State{
-			Stream: h.stream.Name, Key: ev.Key, Version: entity.Version, State: entity.State,
+			Stream: h.stream.Name, Key: ctx.Key(), Version: entity.Version, State: entity.State,
 			UpdatedAtMs: entity.UpdatedAtMs, ExpiresAtMs: entity.ExpiresAtMs,
 		})
 	}
 	if effects.Replay > 0 {
 		h.emit(ctx, h.names.Replay, envelope.ReplayRequest{
-			Stream: h.stream.Name, Key: ev.Key, FirstMissing: effects.Replay, RequestedAtMs: processedAt,
+			Stream: h.stream.Name, Key: ctx.Key(), FirstMissing: effects.Replay, RequestedAtMs: processedAt,
 		})
-	}
-	if effects.DeadLetter != "" {
-		h.deadLetter(ctx, body, effects.DeadLetter, fmt.Errorf("event %s at version %d", ev.EventID, ev.Version))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/lovoo/goka"
 
@@ -79,13 +80,16 @@ func (s *Service) Run(ctx context.Context) error {
 			return fmt.Errorf("processor %s: %w", name, err)
 		}
 		procs = append(procs, p)
-		services = append(services, service.Func{Label: "processor " + name, Fn: p.Run})
+		services = append(services, service.Func{Label: "processor " + name, Fn: p.Run},
+			service.Func{Label: "timers " + name, Fn: func(ctx context.Context) error {
+				return RunTimers(ctx, p, s.cfg.Processing.TimerTick, time.Now, s.log)
+			}})
 	}
 	if s.ops != nil {
 		s.ops.AddReadiness("processors", func(context.Context) error {
 			for i, p := range procs {
 				if !p.Recovered() {
-					return fmt.Errorf("%s has not recovered its table yet", services[i].Name())
+					return fmt.Errorf("processor %s has not recovered its table yet", running[i])
 				}
 			}
 			return nil

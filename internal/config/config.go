@@ -24,6 +24,7 @@ type Config struct {
 	HTTP       HTTP       `yaml:"http"`
 	ClickHouse ClickHouse `yaml:"clickhouse"`
 	Telemetry  Telemetry  `yaml:"telemetry"`
+	Processing Processing `yaml:"processing"`
 	// DataDir holds local state such as the processors' table storage.
 	// Default: $XDG_STATE_HOME/driftguard or ~/.local/state/driftguard.
 	DataDir string `yaml:"data_dir"`
@@ -68,6 +69,14 @@ type ClickHouse struct {
 	// BatchRows and BatchPeriod bound one insert. Defaults 10000 and 500ms.
 	BatchRows   int           `yaml:"batch_rows"`
 	BatchPeriod time.Duration `yaml:"batch_period"`
+}
+
+// Processing configures the processors.
+type Processing struct {
+	// TimerTick is how often each processor checks its keys' timers (gap
+	// timeouts, orphan TTLs). Each tick visits every key of the partitions
+	// it owns, so a larger tick costs less on big tables. Default 1s.
+	TimerTick time.Duration `yaml:"timer_tick"`
 }
 
 // Telemetry configures the operational endpoints of the non-HTTP components.
@@ -232,6 +241,7 @@ func (c *Config) applyDefaults() {
 	orDefault(&c.ClickHouse.BatchPeriod, 500*time.Millisecond)
 	orDefault(&c.Telemetry.Addr, "127.0.0.1:9464")
 	orDefault(&c.Telemetry.LogLevel, "info")
+	orDefault(&c.Processing.TimerTick, time.Second)
 	if c.DataDir == "" {
 		c.DataDir = defaultDataDir()
 	}
@@ -304,6 +314,9 @@ func (c *Config) Validate() error {
 	if !validIdent(c.ClickHouse.Database) {
 		add("clickhouse.database", "%q must be letters, digits and underscores, starting with a letter", c.ClickHouse.Database)
 	}
+	if c.Processing.TimerTick < 10*time.Millisecond {
+		add("processing.timer_tick", "must be at least 10ms, got %s", c.Processing.TimerTick)
+	}
 	if c.ClickHouse.BatchRows < 1 {
 		add("clickhouse.batch_rows", "must be at least 1")
 	}
@@ -351,6 +364,8 @@ clickhouse:
   password: ""
   batch_rows: 10000
   batch_period: 500ms
+processing:
+  timer_tick: 1s                 # how often timers (gap timeouts) are checked
 telemetry:
   addr: 127.0.0.1:9464           # /metrics, /healthz, /readyz of process and sink
   log_level: info

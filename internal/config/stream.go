@@ -109,6 +109,11 @@ type Limits struct {
 	// 256 events and 512 KiB.
 	Buffer      int `yaml:"buffer"`
 	BufferBytes int `yaml:"buffer_bytes"`
+	// GapTimeout is how long a gap may stay open before it is reported
+	// (outcome expired, reason gap_timeout, replay requested again); it is
+	// reported again every GapTimeout while open, and never skipped.
+	// Default 5m.
+	GapTimeout time.Duration `yaml:"gap_timeout"`
 }
 
 // Terminal names the states after which an entity never changes again.
@@ -128,6 +133,7 @@ func (s *Stream) applyDefaults() {
 	orDefault(&s.Limits.DedupIDs, 256)
 	orDefault(&s.Limits.Buffer, 256)
 	orDefault(&s.Limits.BufferBytes, 512<<10)
+	orDefault(&s.Limits.GapTimeout, 5*time.Minute)
 }
 
 var streamName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
@@ -222,6 +228,9 @@ func (s *Stream) validate(path string) []error {
 	}
 	if s.Limits.BufferBytes < 1 || s.Limits.BufferBytes > 768<<10 {
 		add("limits.buffer_bytes", "must be between 1 and 786432 (a table value must stay under Kafka's 1 MiB message limit), got %d", s.Limits.BufferBytes)
+	}
+	if s.Limits.GapTimeout < time.Second {
+		add("limits.gap_timeout", "must be at least 1s, got %s", s.Limits.GapTimeout)
 	}
 	checkPointer("terminal.field", s.Terminal.Field, len(s.Terminal.Values) > 0)
 	if s.Policy == PolicyGapless && s.Version == "" {
