@@ -34,6 +34,8 @@ type Decision struct {
 	Version     int64
 	Gap         int64
 	BufferDepth int
+	// DeadLetter, when set, is the reason to copy the event to the DLQ.
+	DeadLetter string
 }
 
 // Applied reports whether the decision changed the entity's state.
@@ -45,8 +47,6 @@ type Effects struct {
 	// Replay is the first missing sequence to request from the producer;
 	// 0 requests nothing.
 	Replay int64
-	// DeadLetter, when set, is the reason to copy the input to the DLQ.
-	DeadLetter string
 }
 
 // policy decides events for one stream. decide mutates e and depends on

@@ -97,7 +97,7 @@ func (p gapless) buffer(e *Entity, ev Event) Effects {
 	if len(e.Buffer) >= limits.Buffer || e.bufferBytes()+len(ev.Body) > limits.BufferBytes {
 		effects := one(ev, envelope.OutcomeRejected, ReasonBufferFull, ev.Version)
 		effects.Decisions[0].BufferDepth = len(e.Buffer)
-		effects.DeadLetter = ReasonBufferFull
+		effects.Decisions[0].DeadLetter = ReasonBufferFull
 		return effects
 	}
 	i, _ := slices.BinarySearchFunc(e.Buffer, ev.Version, func(b Event, seq int64) int { return int(b.Version - seq) })

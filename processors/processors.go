@@ -104,9 +104,6 @@ func (h *handler) process(ctx goka.Context, msg any) {
 	// dedup memory is part of the state.
 	ctx.SetValue(entity)
 	h.emitEffects(ctx, entity, effects)
-	if effects.DeadLetter != "" {
-		h.deadLetter(ctx, body, effects.DeadLetter, fmt.Errorf("event %s at version %d", ev.EventID, ev.Version))
-	}
 }
 
 // emitEffects writes the outcome of every decision, the state when anything
@@ -124,6 +121,10 @@ func (h *handler) emitEffects(ctx goka.Context, entity *Entity, effects Effects)
 			Payload: d.Event.Body,
 		})
 		h.count(d.Outcome)
+		if d.DeadLetter != "" {
+			h.emitDeadLetter(ctx, d.Event.InputPartition, d.Event.InputOffset, d.Event.Body, d.DeadLetter,
+				fmt.Sprintf("event %s at version %d", d.Event.EventID, d.Version))
+		}
 	}
 	if applied {
 		h.emit(ctx, h.names.State, envelope.State{
@@ -172,11 +173,16 @@ func (h *handler) decode(ctx goka.Context, body []byte) (Event, error) {
 func (h *handler) deadLetter(ctx goka.Context, body []byte, reason string, cause error) {
 	h.opts.Logger.Warn("record sent to the DLQ", "stream", h.stream.Name, "reason", reason,
 		"partition", ctx.Partition(), "offset", ctx.Offset(), "err", cause)
-	h.emit(ctx, h.names.DLQ, envelope.DeadLetter{
-		Stream: h.stream.Name, Topic: h.names.In, Partition: ctx.Partition(), Offset: ctx.Offset(),
-		Key: ctx.Key(), Reason: reason, Detail: cause.Error(), Payload: body,
-	})
+	h.emitDeadLetter(ctx, ctx.Partition(), ctx.Offset(), body, reason, cause.Error())
 	h.count("dead_letter")
+}
+
+// emitDeadLetter writes an input record, located in <stream>.in, to the DLQ.
+func (h *handler) emitDeadLetter(ctx goka.Context, partition int32, offset int64, body []byte, reason, detail string) {
+	h.emit(ctx, h.names.DLQ, envelope.DeadLetter{
+		Stream: h.stream.Name, Topic: h.names.In, Partition: partition, Offset: offset,
+		Key: ctx.Key(), Reason: reason, Detail: detail, Payload: body,
+	})
 }
 
 func (h *handler) emit(ctx goka.Context, topic string, v any) {
