@@ -28,13 +28,19 @@ type Entity struct {
 	// Buffer holds events ahead of a gap in sequence order (gapless),
 	// bounded by limits.buffer and limits.buffer_bytes.
 	Buffer []Event `json:"buffer,omitempty"`
+	// ParentSeen is set once a parent event is applied (parent join).
+	ParentSeen bool `json:"parent_seen,omitempty"`
+	// Quarantine holds children waiting for their parent, in arrival order,
+	// bounded by parent.buffer and limits.buffer_bytes.
+	Quarantine []Event `json:"quarantine,omitempty"`
 }
 
-// bufferBytes is the size of the buffered bodies.
-func (e *Entity) bufferBytes() int {
+// bodiesSize is the size of the events' bodies, what a buffer adds to the
+// table value.
+func bodiesSize(events []Event) int {
 	n := 0
-	for _, b := range e.Buffer {
-		n += len(b.Body)
+	for _, ev := range events {
+		n += len(ev.Body)
 	}
 	return n
 }

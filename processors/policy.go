@@ -56,8 +56,11 @@ type policy interface {
 }
 
 func policyFor(s *config.Stream) policy {
-	if s.Policy == config.PolicyGapless {
+	switch {
+	case s.Policy == config.PolicyGapless:
 		return gapless{stream: s}
+	case s.Joined():
+		return joined{stream: s, latest: latest{dedupIDs: s.Limits.DedupIDs}}
 	}
 	return latest{dedupIDs: s.Limits.DedupIDs}
 }

@@ -94,7 +94,7 @@ func (p gapless) expire(e *Entity, nowMs int64) Effects {
 // bounds; overflow is rejected and sent to the DLQ, never kept in memory.
 func (p gapless) buffer(e *Entity, ev Event) Effects {
 	limits := p.stream.Limits
-	if len(e.Buffer) >= limits.Buffer || e.bufferBytes()+len(ev.Body) > limits.BufferBytes {
+	if len(e.Buffer) >= limits.Buffer || bodiesSize(e.Buffer)+len(ev.Body) > limits.BufferBytes {
 		effects := one(ev, envelope.OutcomeRejected, ReasonBufferFull, ev.Version)
 		effects.Decisions[0].BufferDepth = len(e.Buffer)
 		effects.Decisions[0].DeadLetter = ReasonBufferFull

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/lovoo/goka"
@@ -36,22 +37,36 @@ type Options struct {
 // Metrics count decisions across streams.
 type Metrics struct {
 	decisions *prometheus.CounterVec
+	// The lost+found seed's metrics, under the driftguard_ prefix.
+	stored, reconciled, expired *prometheus.CounterVec
+	quarantined                 *prometheus.GaugeVec
 }
 
 // NewMetrics registers the processor metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "driftguard_processor_decisions_total",
-		Help: "Decisions by stream and outcome.",
-	}, []string{"stream", "outcome"})}
-	reg.MustRegister(m.decisions)
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+		reg.MustRegister(c)
+		return c
+	}
+	m := &Metrics{
+		decisions:  counter("driftguard_processor_decisions_total", "Decisions by stream and outcome.", "stream", "outcome"),
+		stored:     counter("driftguard_quarantine_events_stored_total", "Children quarantined to wait for their parent.", "stream"),
+		reconciled: counter("driftguard_quarantine_events_reconciled_total", "Quarantined children applied when their parent arrived.", "stream"),
+		expired:    counter("driftguard_quarantine_events_expired_total", "Quarantined children whose parent never came (sent to the DLQ).", "stream"),
+		quarantined: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "driftguard_quarantine_events_current",
+			Help: "Children waiting for their parent in the partitions this instance owns, as of the last timer tick.",
+		}, []string{"stream"}),
+	}
+	reg.MustRegister(m.quarantined)
 	return m
 }
 
 // New builds the goka processor of stream s. goka options come last so a
 // test can pass goka.WithTester; Kafka-facing defaults come from
 // GokaOptions.
-func New(brokers []string, s *config.Stream, opts Options, gokaOpts ...goka.ProcessorOption) (*goka.Processor, error) {
+func New(brokers []string, s *config.Stream, opts Options, gokaOpts ...goka.ProcessorOption) (*Processor, error) {
 	h := &handler{stream: s, names: topics.For(s.Name), opts: opts, policy: policyFor(s)}
 	if h.opts.Logger == nil {
 		h.opts.Logger = slog.New(slog.DiscardHandler)
@@ -70,7 +85,17 @@ func New(brokers []string, s *config.Stream, opts Options, gokaOpts ...goka.Proc
 	if s.Policy == config.PolicyGapless {
 		edges = append(edges, goka.Output(goka.Stream(h.names.Replay), new(codec.Bytes)))
 	}
-	return goka.NewProcessor(brokers, goka.DefineGroup(goka.Group(topics.Group(s.Name)), edges...), gokaOpts...)
+	p, err := goka.NewProcessor(brokers, goka.DefineGroup(goka.Group(topics.Group(s.Name)), edges...), gokaOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Processor{Processor: p, h: h}, nil
+}
+
+// Processor is a stream's goka processor with its timers.
+type Processor struct {
+	*goka.Processor
+	h *handler
 }
 
 type handler struct {
@@ -78,6 +103,9 @@ type handler struct {
 	names  topics.Names
 	opts   Options
 	policy policy
+	// visitedQuarantine sums the quarantined children seen by one timer
+	// visit.
+	visitedQuarantine atomic.Int64
 }
 
 // process is goka's callback: goka serializes calls per partition, so
@@ -121,6 +149,9 @@ func (h *handler) emitEffects(ctx goka.Context, entity *Entity, effects Effects)
 			Payload: d.Event.Body,
 		})
 		h.count(d.Outcome)
+		if d.Reason == ReasonOrphanTTL && h.opts.Metrics != nil {
+			h.opts.Metrics.expired.WithLabelValues(h.stream.Name).Inc()
+		}
 		if d.DeadLetter != "" {
 			h.emitDeadLetter(ctx, d.Event.InputPartition, d.Event.InputOffset, d.Event.Body, d.DeadLetter,
 				fmt.Sprintf("event %s at version %d", d.Event.EventID, d.Version))
@@ -194,7 +225,15 @@ func (h *handler) emit(ctx goka.Context, topic string, v any) {
 }
 
 func (h *handler) count(outcome string) {
-	if h.opts.Metrics != nil {
-		h.opts.Metrics.decisions.WithLabelValues(h.stream.Name, outcome).Inc()
+	m := h.opts.Metrics
+	if m == nil {
+		return
+	}
+	m.decisions.WithLabelValues(h.stream.Name, outcome).Inc()
+	switch outcome {
+	case envelope.OutcomeQuarantined:
+		m.stored.WithLabelValues(h.stream.Name).Inc()
+	case envelope.OutcomeReconciled:
+		m.reconciled.WithLabelValues(h.stream.Name).Inc()
 	}
 }

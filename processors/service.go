@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
-
-	"github.com/lovoo/goka"
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
@@ -41,8 +38,8 @@ func Unsupported(s *config.Stream) string {
 	switch {
 	case s.Policy == config.PolicyAssign:
 		return fmt.Sprintf("policy %s is not implemented yet", s.Policy)
-	case len(s.KeyByType) > 0:
-		return "child events keyed by their parent need the parent join, not implemented yet"
+	case len(s.KeyByType) > 0 && !s.Joined():
+		return "child events keyed by another field need a parent join (streams." + s.Name + ".parent)"
 	}
 	return ""
 }
@@ -62,7 +59,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("topics: %w", err)
 	}
-	var procs []*goka.Processor
+	var procs []*Processor
 	var services []service.Service
 	var running []string
 	for _, name := range s.cfg.StreamNames() {
@@ -82,7 +79,7 @@ func (s *Service) Run(ctx context.Context) error {
 		procs = append(procs, p)
 		services = append(services, service.Func{Label: "processor " + name, Fn: p.Run},
 			service.Func{Label: "timers " + name, Fn: func(ctx context.Context) error {
-				return RunTimers(ctx, p, s.cfg.Processing.TimerTick, time.Now, s.log)
+				return p.RunTimers(ctx, s.cfg.Processing.TimerTick)
 			}})
 	}
 	if s.ops != nil {

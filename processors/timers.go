@@ -3,7 +3,6 @@ package processors
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"time"
 
 	"github.com/lovoo/goka"
@@ -32,7 +31,11 @@ type timed interface {
 func (h *handler) tick(ctx goka.Context, meta any) {
 	entity, _ := ctx.Value().(*Entity)
 	now, _ := meta.(int64)
-	if entity == nil || entity.DeadlineMs == 0 || entity.DeadlineMs > now {
+	if entity == nil {
+		return
+	}
+	defer func() { h.visitedQuarantine.Add(int64(len(entity.Quarantine))) }()
+	if entity.DeadlineMs == 0 || entity.DeadlineMs > now {
 		return
 	}
 	t, ok := h.policy.(timed)
@@ -46,10 +49,11 @@ func (h *handler) tick(ctx goka.Context, meta any) {
 	h.emitEffects(ctx, entity, effects)
 }
 
-// RunTimers visits proc's keys every tick until ctx ends. A visit cut short
-// by a rebalance is simply retried at the next tick: deadlines live in the
-// table, not here.
-func RunTimers(ctx context.Context, proc *goka.Processor, tick time.Duration, now func() time.Time, log *slog.Logger) error {
+// RunTimers visits the processor's keys every tick until ctx ends. A visit
+// cut short by a rebalance is simply retried at the next tick: deadlines
+// live in the table, not here. A complete visit also counts the children
+// waiting in lost+found, for the quarantine gauge.
+func (p *Processor) RunTimers(ctx context.Context, tick time.Duration) error {
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
@@ -58,8 +62,18 @@ func RunTimers(ctx context.Context, proc *goka.Processor, tick time.Duration, no
 			return nil
 		case <-t.C:
 		}
-		if err := proc.VisitAll(ctx, tickVisitor, now().UnixMilli()); err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
-			log.Debug("timer visit incomplete; retried next tick", "err", err)
+		p.h.visitedQuarantine.Store(0)
+		// Not cancelled with ctx: goka's VisitAll, interrupted, returns while
+		// its partitions still count visits (a data race in goka). A visit
+		// ends on its own when done or when the processor stops.
+		err := p.VisitAll(context.WithoutCancel(ctx), tickVisitor, p.h.opts.Now().UnixMilli())
+		switch {
+		case err == nil:
+			if m := p.h.opts.Metrics; m != nil {
+				m.quarantined.WithLabelValues(p.h.stream.Name).Set(float64(p.h.visitedQuarantine.Load()))
+			}
+		case !errors.Is(err, context.Canceled) && ctx.Err() == nil:
+			p.h.opts.Logger.Debug("timer visit incomplete; retried next tick", "err", err)
 		}
 	}
 }

@@ -70,6 +70,9 @@ type Stream struct {
 	Signature Signature `yaml:"signature"`
 	// Terminal states are irrevocable: later changes are rejected.
 	Terminal Terminal `yaml:"terminal"`
+	// Parent joins children to a parent event: a child whose parent has not
+	// arrived waits in lost+found under the parent's key.
+	Parent Parent `yaml:"parent"`
 	// Limits bound what one stream may hold.
 	Limits Limits `yaml:"limits"`
 
@@ -116,6 +119,31 @@ type Limits struct {
 	GapTimeout time.Duration `yaml:"gap_timeout"`
 }
 
+// Parent is a parent join. Children are keyed by their parent's id
+// (key_by_type), so a parent and its children share a partition and a
+// table entry.
+type Parent struct {
+	// Types are the parent event types.
+	Types []string `yaml:"types"`
+	// Children are the child event types; each needs a key_by_type pointer
+	// to its parent's id.
+	Children []string `yaml:"children"`
+	// TTL is how long a child waits for its parent before it expires to the
+	// DLQ and the orphans archive. Default 24h.
+	TTL time.Duration `yaml:"ttl"`
+	// Buffer bounds the children waiting under one parent. Default 1000.
+	Buffer int `yaml:"buffer"`
+}
+
+// Joined reports whether the stream has a parent join.
+func (s *Stream) Joined() bool { return len(s.Parent.Types) > 0 }
+
+// IsChild reports whether events of the type wait for a parent.
+func (s *Stream) IsChild(eventType string) bool { return slices.Contains(s.Parent.Children, eventType) }
+
+// IsParent reports whether events of the type are parents.
+func (s *Stream) IsParent(eventType string) bool { return slices.Contains(s.Parent.Types, eventType) }
+
 // Terminal names the states after which an entity never changes again.
 type Terminal struct {
 	// Field is the JSON pointer to the status.
@@ -134,6 +162,10 @@ func (s *Stream) applyDefaults() {
 	orDefault(&s.Limits.Buffer, 256)
 	orDefault(&s.Limits.BufferBytes, 512<<10)
 	orDefault(&s.Limits.GapTimeout, 5*time.Minute)
+	if s.Joined() {
+		orDefault(&s.Parent.TTL, 24*time.Hour)
+		orDefault(&s.Parent.Buffer, 1000)
+	}
 }
 
 var streamName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
@@ -231,6 +263,27 @@ func (s *Stream) validate(path string) []error {
 	}
 	if s.Limits.GapTimeout < time.Second {
 		add("limits.gap_timeout", "must be at least 1s, got %s", s.Limits.GapTimeout)
+	}
+	if s.Joined() {
+		if s.Policy != PolicyLatest {
+			add("parent", "a parent join works with the latest policy, not %s", s.Policy)
+		}
+		for i, typ := range s.Parent.Children {
+			if _, ok := s.KeyByType[typ]; !ok {
+				add(fmt.Sprintf("parent.children[%d]", i), "child type %q needs a key_by_type pointer to its parent's id", typ)
+			}
+		}
+		for i, typ := range append(append([]string(nil), s.Parent.Types...), s.Parent.Children...) {
+			if _, ok := s.Schemas[typ]; !ok {
+				add(fmt.Sprintf("parent[%d]", i), "event type %q has no schema", typ)
+			}
+		}
+		if s.Parent.TTL < time.Second {
+			add("parent.ttl", "must be at least 1s, got %s", s.Parent.TTL)
+		}
+		if s.Parent.Buffer < 1 || s.Parent.Buffer > 100000 {
+			add("parent.buffer", "must be between 1 and 100000, got %d", s.Parent.Buffer)
+		}
 	}
 	checkPointer("terminal.field", s.Terminal.Field, len(s.Terminal.Values) > 0)
 	if s.Policy == PolicyGapless && s.Version == "" {
