@@ -153,8 +153,7 @@ func (h *handler) emitEffects(ctx goka.Context, entity *Entity, effects Effects)
 			h.opts.Metrics.expired.WithLabelValues(h.stream.Name).Inc()
 		}
 		if d.DeadLetter != "" {
-			h.emitDeadLetter(ctx, d.Event.InputPartition, d.Event.InputOffset, d.Event.Body, d.DeadLetter,
-				fmt.Sprintf("event %s at version %d", d.Event.EventID, d.Version))
+			h.emitDeadLetter(ctx, d.Event, d.DeadLetter, fmt.Sprintf("event %s at version %d", d.Event.EventID, d.Version))
 		}
 	}
 	if applied {
@@ -204,15 +203,17 @@ func (h *handler) decode(ctx goka.Context, body []byte) (Event, error) {
 func (h *handler) deadLetter(ctx goka.Context, body []byte, reason string, cause error) {
 	h.opts.Logger.Warn("record sent to the DLQ", "stream", h.stream.Name, "reason", reason,
 		"partition", ctx.Partition(), "offset", ctx.Offset(), "err", cause)
-	h.emitDeadLetter(ctx, ctx.Partition(), ctx.Offset(), body, reason, cause.Error())
+	h.emitDeadLetter(ctx, Event{Body: body, InputPartition: ctx.Partition(), InputOffset: ctx.Offset()}, reason, cause.Error())
 	h.count("dead_letter")
 }
 
-// emitDeadLetter writes an input record, located in <stream>.in, to the DLQ.
-func (h *handler) emitDeadLetter(ctx goka.Context, partition int32, offset int64, body []byte, reason, detail string) {
+// emitDeadLetter writes an input event, located in <stream>.in, to the DLQ.
+func (h *handler) emitDeadLetter(ctx goka.Context, ev Event, reason, detail string) {
 	h.emit(ctx, h.names.DLQ, envelope.DeadLetter{
-		Stream: h.stream.Name, Topic: h.names.In, Partition: partition, Offset: offset,
-		Key: ctx.Key(), Reason: reason, Detail: detail, Payload: body,
+		Stream: h.stream.Name, Topic: h.names.In, Partition: ev.InputPartition, Offset: ev.InputOffset,
+		Key: ctx.Key(), Reason: reason, Detail: detail,
+		EventID: ev.EventID, EventType: ev.Type, ReceivedAtMs: ev.ReceivedAtMs, AtMs: h.opts.Now().UnixMilli(),
+		Payload: ev.Body,
 	})
 }
 

@@ -61,6 +61,12 @@ type DeadLetter struct {
 	Key       string `json:"key"`
 	Reason    string `json:"reason"`
 	Detail    string `json:"detail,omitempty"`
+	// What is known of the event (empty for a record that could not be
+	// decoded), and when it was dead-lettered, unix ms.
+	EventID      string `json:"event_id,omitempty"`
+	EventType    string `json:"event_type,omitempty"`
+	ReceivedAtMs int64  `json:"received_at_ms,omitempty"`
+	AtMs         int64  `json:"at_ms"`
 	// Payload is the original record value (base64 in JSON).
 	Payload []byte `json:"payload"`
 }

@@ -3,8 +3,10 @@ package clickhouse
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,8 +28,8 @@ const ConsumerGroup = "driftguard-sink-clickhouse"
 // and exits; its offsets stay uncommitted, so a restart inserts it again.
 const insertAttempts = 5
 
-// Sink consumes the outcomes and state topics of every stream and inserts
-// them into ClickHouse.
+// Sink consumes the outcomes, state and DLQ topics of every stream and
+// inserts them into ClickHouse.
 type Sink struct {
 	cfg     *config.Config
 	brokers []string
@@ -35,27 +37,50 @@ type Sink struct {
 	log     *slog.Logger
 	ops     *telemetry.Ops
 	rows    *prometheus.CounterVec
-	// kinds maps a topic to what it carries.
-	kinds map[string]topicKind
-	// held is the highest offset per source partition already in
+	// targets maps a topic to the tables its records feed.
+	targets map[string][]*target
+	// held is the highest offset per table and source partition already in
 	// ClickHouse, read from it the first time a partition is seen.
 	heldMu sync.Mutex
-	held   map[sourcePartition]int64
+	held   map[heldKey]int64
 }
 
-type sourcePartition struct {
+type heldKey struct {
+	table     string
 	topic     string
 	partition int32
 }
 
-type topicKind struct {
-	stream string
-	state  bool // <stream>.state; otherwise <stream>.outcomes
+// A target is one table fed by one kind of topic.
+type target struct {
+	table   string
+	columns string
+	// source names the columns that hold the source topic, partition and
+	// offset of each row: the sink resumes from their maximum.
+	source [3]string
+	// add appends the record's row, or returns errNotForTable.
+	add func(driver.Batch, *kgo.Record) error
 }
+
+var (
+	eventsTarget = &target{table: "events", columns: eventColumns, source: plainSource, add: appendEvent}
+	stateTarget  = &target{table: "entity_state", columns: stateColumns, source: plainSource, add: appendState}
+	dlqTarget    = &target{table: "dlq", columns: dlqColumns, source: dlqSource, add: appendDeadLetter}
+	orphanTarget = &target{table: "orphans", columns: orphanColumns, source: dlqSource, add: appendOrphan}
+)
+
+var (
+	plainSource = [3]string{"`topic`", "`partition`", "`offset`"}
+	dlqSource   = [3]string{"source_topic", "source_partition", "source_offset"}
+)
+
+// errNotForTable marks a record a table does not take (a DLQ record that
+// is not an orphan, for the orphans table).
+var errNotForTable = errors.New("not for this table")
 
 // New builds the sink. conn must reach a migrated database; ops may be nil.
 func New(cfg *config.Config, brokers []string, conn driver.Conn, log *slog.Logger, ops *telemetry.Ops) *Sink {
-	s := &Sink{cfg: cfg, brokers: brokers, conn: conn, log: log, ops: ops, kinds: map[string]topicKind{}, held: map[sourcePartition]int64{}}
+	s := &Sink{cfg: cfg, brokers: brokers, conn: conn, log: log, ops: ops, targets: map[string][]*target{}, held: map[heldKey]int64{}}
 	s.rows = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "driftguard_sink_rows_total",
 		Help: "Rows inserted into ClickHouse by table.",
@@ -65,8 +90,9 @@ func New(cfg *config.Config, brokers []string, conn driver.Conn, log *slog.Logge
 	}
 	for _, name := range cfg.StreamNames() {
 		n := topics.For(name)
-		s.kinds[n.Outcomes] = topicKind{stream: name}
-		s.kinds[n.State] = topicKind{stream: name, state: true}
+		s.targets[n.Outcomes] = []*target{eventsTarget}
+		s.targets[n.State] = []*target{stateTarget}
+		s.targets[n.DLQ] = []*target{dlqTarget, orphanTarget}
 	}
 	return s
 }
@@ -80,8 +106,8 @@ func (s *Sink) Name() string { return "sink" }
 // skips offsets at or below the highest one ClickHouse already holds for
 // that partition.
 func (s *Sink) Run(ctx context.Context) error {
-	names := make([]string, 0, len(s.kinds))
-	for topic := range s.kinds {
+	names := make([]string, 0, len(s.targets))
+	for topic := range s.targets {
 		names = append(names, topic)
 	}
 	cl, err := kafka.NewClient(s.brokers,
@@ -150,77 +176,67 @@ func (s *Sink) insertWithRetry(ctx context.Context, records []*kgo.Record) error
 	return fmt.Errorf("clickhouse insert failed %d times: %w", insertAttempts, err)
 }
 
-// Insert writes the records' rows, one batch per table.
+// Insert writes the records' rows, one batch per table, skipping what a
+// table already holds.
 func (s *Sink) Insert(ctx context.Context, records []*kgo.Record) error {
-	db := s.cfg.ClickHouse.Database
-	var events, states []*kgo.Record
+	byTarget := map[*target][]*kgo.Record{}
+	var order []*target
 	for _, r := range records {
-		kind, ok := s.kinds[r.Topic]
-		if ok {
-			held, err := s.heldOffset(ctx, kind, r.Topic, r.Partition)
+		targets, ok := s.targets[r.Topic]
+		if !ok {
+			s.log.Warn("record from an unexpected topic skipped", "topic", r.Topic)
+			continue
+		}
+		for _, t := range targets {
+			held, err := s.heldOffset(ctx, t, r.Topic, r.Partition)
 			if err != nil {
 				return err
 			}
 			if r.Offset <= held {
 				continue // inserted before a crash, never committed
 			}
-		}
-		switch {
-		case !ok:
-			s.log.Warn("record from an unexpected topic skipped", "topic", r.Topic)
-		case kind.state:
-			states = append(states, r)
-		default:
-			events = append(events, r)
+			if _, seen := byTarget[t]; !seen {
+				order = append(order, t)
+			}
+			byTarget[t] = append(byTarget[t], r)
 		}
 	}
-	if len(events) > 0 {
-		if err := s.insertBatch(ctx, "events", "INSERT INTO "+db+".events "+eventColumns, events, appendEvent); err != nil {
+	for _, t := range order {
+		if err := s.insertBatch(ctx, t, byTarget[t]); err != nil {
 			return err
 		}
-	}
-	if len(states) > 0 {
-		if err := s.insertBatch(ctx, "entity_state", "INSERT INTO "+db+".entity_state "+stateColumns, states, appendState); err != nil {
-			return err
+		s.heldMu.Lock()
+		for _, r := range byTarget[t] {
+			k := heldKey{t.table, r.Topic, r.Partition}
+			s.held[k] = max(s.held[k], r.Offset)
 		}
+		s.heldMu.Unlock()
 	}
-	s.heldMu.Lock()
-	for _, r := range append(events, states...) {
-		sp := sourcePartition{r.Topic, r.Partition}
-		if r.Offset > s.held[sp] {
-			s.held[sp] = r.Offset
-		}
-	}
-	s.heldMu.Unlock()
 	return nil
 }
 
-// heldOffset returns the highest offset of the partition that ClickHouse
+// heldOffset returns the highest offset of the partition that the table
 // holds, or -1.
-func (s *Sink) heldOffset(ctx context.Context, kind topicKind, topic string, partition int32) (int64, error) {
-	sp := sourcePartition{topic, partition}
+func (s *Sink) heldOffset(ctx context.Context, t *target, topic string, partition int32) (int64, error) {
+	k := heldKey{t.table, topic, partition}
 	s.heldMu.Lock()
-	held, ok := s.held[sp]
+	held, ok := s.held[k]
 	s.heldMu.Unlock()
 	if ok {
 		return held, nil
 	}
-	table := "events"
-	if kind.state {
-		table = "entity_state"
-	}
 	var maxOffset int64
 	var rows uint64
-	err := s.conn.QueryRow(ctx, "SELECT max(`offset`), count() FROM "+s.cfg.ClickHouse.Database+"."+table+
-		" WHERE `topic` = ? AND `partition` = ?", topic, partition).Scan(&maxOffset, &rows)
+	err := s.conn.QueryRow(ctx, fmt.Sprintf("SELECT max(%s), count() FROM %s.%s WHERE %s = ? AND %s = ?",
+		t.source[2], s.cfg.ClickHouse.Database, t.table, t.source[0], t.source[1]), topic, partition).Scan(&maxOffset, &rows)
 	if err != nil {
-		return 0, fmt.Errorf("%s: reading what is held of %s/%d: %w", table, topic, partition, err)
+		return 0, fmt.Errorf("%s: reading what is held of %s/%d: %w", t.table, topic, partition, err)
 	}
 	if rows == 0 {
 		maxOffset = -1
 	}
 	s.heldMu.Lock()
-	s.held[sp] = maxOffset
+	s.held[k] = maxOffset
 	s.heldMu.Unlock()
 	return maxOffset, nil
 }
@@ -228,9 +244,9 @@ func (s *Sink) heldOffset(ctx context.Context, kind topicKind, topic string, par
 func (s *Sink) forget(partitions map[string][]int32) {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
-	for topic, ps := range partitions {
-		for _, p := range ps {
-			delete(s.held, sourcePartition{topic, p})
+	for k := range s.held {
+		if slices.Contains(partitions[k.topic], k.partition) {
+			delete(s.held, k)
 		}
 	}
 }
@@ -260,15 +276,61 @@ func appendState(b driver.Batch, r *kgo.Record) error {
 		time.UnixMilli(st.UpdatedAtMs), r.Topic, r.Partition, r.Offset)
 }
 
-func (s *Sink) insertBatch(ctx context.Context, table, query string, records []*kgo.Record, add func(driver.Batch, *kgo.Record) error) error {
-	batch, err := s.conn.PrepareBatch(ctx, query)
+// StatusPermanentlyOrphaned is the status of every orphans row.
+const StatusPermanentlyOrphaned = "PERMANENTLY_ORPHANED"
+
+// reasonOrphanTTL is the DLQ reason of an expired child (the processors'
+// ReasonOrphanTTL; the packages meet only in Kafka).
+const reasonOrphanTTL = "orphan_ttl"
+
+const dlqColumns = "(stream, entity_key, event_id, event_type, reason, detail, `topic`, `partition`, `offset`, " +
+	"dead_at_ms, dead_at, source_topic, source_partition, source_offset, payload)"
+
+const orphanColumns = "(stream, entity_key, event_id, event_type, received_at_ms, expired_at_ms, expired_at, status, " +
+	"source_topic, source_partition, source_offset, payload)"
+
+func decodeDeadLetter(r *kgo.Record) (envelope.DeadLetter, error) {
+	var dl envelope.DeadLetter
+	if err := json.Unmarshal(r.Value, &dl); err != nil {
+		return dl, fmt.Errorf("DLQ record %s/%d/%d: %w", r.Topic, r.Partition, r.Offset, err)
+	}
+	return dl, nil
+}
+
+func appendDeadLetter(b driver.Batch, r *kgo.Record) error {
+	dl, err := decodeDeadLetter(r)
+	if err != nil {
+		return err
+	}
+	return b.Append(dl.Stream, dl.Key, dl.EventID, dl.EventType, dl.Reason, dl.Detail, dl.Topic, dl.Partition, dl.Offset,
+		dl.AtMs, time.UnixMilli(dl.AtMs), r.Topic, r.Partition, r.Offset, string(dl.Payload))
+}
+
+func appendOrphan(b driver.Batch, r *kgo.Record) error {
+	dl, err := decodeDeadLetter(r)
+	if err != nil {
+		return err
+	}
+	if dl.Reason != reasonOrphanTTL {
+		return errNotForTable
+	}
+	return b.Append(dl.Stream, dl.Key, dl.EventID, dl.EventType, dl.ReceivedAtMs, dl.AtMs, time.UnixMilli(dl.AtMs),
+		StatusPermanentlyOrphaned, r.Topic, r.Partition, r.Offset, string(dl.Payload))
+}
+
+func (s *Sink) insertBatch(ctx context.Context, t *target, records []*kgo.Record) error {
+	table := t.table
+	batch, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+s.cfg.ClickHouse.Database+"."+table+" "+t.columns)
 	if err != nil {
 		return fmt.Errorf("%s: %w", table, err)
 	}
 	defer batch.Close()
 	rows := 0
 	for _, r := range records {
-		if err := add(batch, r); err != nil {
+		if err := t.add(batch, r); err != nil {
+			if errors.Is(err, errNotForTable) {
+				continue
+			}
 			// A record that can never be decoded is left out rather than
 			// blocking its partition forever.
 			s.log.Error("record cannot be inserted; skipped", "table", table, "err", err)
