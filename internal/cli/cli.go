@@ -32,7 +32,7 @@ Usage: driftguard <command> [--config FILE] [flags]
 Commands:
   dev       every component in one process on an embedded Kafka (--demo sends demo traffic)
   ingest    the webhook HTTP edge
-  process   the ordering processors (one goka group per stream)
+  process   the ordering processors (one goka group per stream; --streams a,b for some)
   sink      the ClickHouse sink
   migrate   create or upgrade the ClickHouse database and tables
   topics    create and check every Kafka topic of the catalogue (--check: only check)
@@ -63,6 +63,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	configPath := fs.String("config", os.Getenv("DRIFTGUARD_CONFIG"), "configuration file (YAML)")
 	demo := fs.Bool("demo", false, "dev: send signed, shuffled, duplicated presence webhooks")
 	checkOnly := fs.Bool("check", false, "topics: check only, create nothing")
+	only := fs.String("streams", "", "process: run only these streams (comma-separated), e.g. to scale one stream on its own")
 	if err := fs.Parse(rest); err != nil {
 		return 2
 	}
@@ -87,6 +88,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return ingest.NewService(cfg, cfg.BrokersOrDefault(), log, ops)
 		})
 	case "process":
+		if err = keepStreams(cfg, *only); err != nil {
+			fmt.Fprintf(stderr, "driftguard process: %s\n", err)
+			return 2
+		}
 		err = runWithOps(ctx, cfg, log, true, func(ops *telemetry.Ops) service.Service {
 			return processors.NewService(cfg, cfg.BrokersOrDefault(), cfg.DataDir, log, ops)
 		})
@@ -102,6 +107,25 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// keepStreams drops every stream not in the comma-separated list (all
+// streams when it is empty).
+func keepStreams(cfg *config.Config, list string) error {
+	if list == "" {
+		return nil
+	}
+	keep := map[string]*config.Stream{}
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		s, ok := cfg.Streams[name]
+		if !ok {
+			return fmt.Errorf("--streams names %q, which is not in the catalogue (%s)", name, strings.Join(cfg.StreamNames(), ", "))
+		}
+		keep[name] = s
+	}
+	cfg.Streams = keep
+	return nil
 }
 
 func indent(s string) string {
