@@ -190,7 +190,7 @@ func TestProcessorLostAndFoundThroughGoka(t *testing.T) {
 	// A tick counts the one child still waiting for the gauge.
 	timersCtx, stopTimers := context.WithCancel(ctx)
 	timersDone := make(chan error, 1)
-	go func() { timersDone <- proc.RunTimers(timersCtx, 10*time.Millisecond) }()
+	go func() { timersDone <- proc.RunTimers(timersCtx, 10*time.Millisecond, nil) }()
 	for testutil.ToFloat64(metrics.quarantined.WithLabelValues(s.Name)) != 1 {
 		select {
 		case <-time.After(10 * time.Millisecond):

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/service"
@@ -54,11 +56,11 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = kafka.EnsureTopics(ctx, cl, s.cfg, true)
-	cl.Close()
-	if err != nil {
+	defer cl.Close()
+	if _, err = kafka.EnsureTopics(ctx, cl, s.cfg, true); err != nil {
 		return fmt.Errorf("topics: %w", err)
 	}
+	adm := kadm.NewClient(cl)
 	var procs []*Processor
 	var services []service.Service
 	var running []string
@@ -79,7 +81,7 @@ func (s *Service) Run(ctx context.Context) error {
 		procs = append(procs, p)
 		services = append(services, service.Func{Label: "processor " + name, Fn: p.Run},
 			service.Func{Label: "timers " + name, Fn: func(ctx context.Context) error {
-				return p.RunTimers(ctx, s.cfg.Processing.TimerTick)
+				return p.RunTimers(ctx, s.cfg.Processing.TimerTick, adm)
 			}})
 	}
 	if s.ops != nil {

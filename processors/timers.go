@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/lovoo/goka"
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/driftguard/driftguard/internal/topics"
 )
 
 // Timers. goka has no punctuator, so driftguard adds one: every entity
@@ -17,6 +20,15 @@ import (
 // never race. The visit is cheap for keys without a due deadline; its cost
 // is one table read per key per tick, which processing.timer_tick trades
 // against timer precision.
+//
+// A timer must not fire before the input that could have cancelled it is
+// processed: after a restart or a rebalance the processor replays what
+// arrived while it was away, and a parent waiting in that backlog must
+// reconcile its child, not lose the race to a tick. So ticks carry the
+// input watermark instead of the wall clock: the latest moment T at which
+// the group's committed offsets have reached every partition's end offset
+// as sampled at T. A caught-up processor's watermark trails the clock by
+// about one tick plus goka's commit interval.
 
 // tickVisitor is the goka visitor that fires due timers.
 const tickVisitor = "timers"
@@ -52,21 +64,29 @@ func (h *handler) tick(ctx goka.Context, meta any) {
 // RunTimers visits the processor's keys every tick until ctx ends. A visit
 // cut short by a rebalance is simply retried at the next tick: deadlines
 // live in the table, not here. A complete visit also counts the children
-// waiting in lost+found, for the quarantine gauge.
-func (p *Processor) RunTimers(ctx context.Context, tick time.Duration) error {
+// waiting in lost+found, for the quarantine gauge. With adm nil (goka's
+// tester) ticks carry the clock instead of the input watermark.
+func (p *Processor) RunTimers(ctx context.Context, tick time.Duration, adm *kadm.Client) error {
 	t := time.NewTicker(tick)
 	defer t.Stop()
+	w := &watermark{adm: adm, topic: p.h.names.In, group: topics.Group(p.h.stream.Name)}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
+		now := p.h.opts.Now()
+		safe, err := w.advance(ctx, now)
+		if err != nil {
+			p.h.opts.Logger.Debug("input watermark not advanced; timers wait", "err", err)
+			continue
+		}
 		p.h.visitedQuarantine.Store(0)
 		// Not cancelled with ctx: goka's VisitAll, interrupted, returns while
 		// its partitions still count visits (a data race in goka). A visit
 		// ends on its own when done or when the processor stops.
-		err := p.VisitAll(context.WithoutCancel(ctx), tickVisitor, p.h.opts.Now().UnixMilli())
+		err = p.VisitAll(context.WithoutCancel(ctx), tickVisitor, safe.UnixMilli())
 		switch {
 		case err == nil:
 			if m := p.h.opts.Metrics; m != nil {
@@ -76,4 +96,62 @@ func (p *Processor) RunTimers(ctx context.Context, tick time.Duration) error {
 			p.h.opts.Logger.Debug("timer visit incomplete; retried next tick", "err", err)
 		}
 	}
+}
+
+// watermark tracks the input watermark of one group's input topic.
+type watermark struct {
+	adm          *kadm.Client
+	topic, group string
+	// samples are end offsets taken at increasing times, oldest first, not
+	// yet known to be consumed.
+	samples []endSample
+	safe    time.Time
+}
+
+type endSample struct {
+	at   time.Time
+	ends map[int32]int64
+}
+
+// advance samples the input's end offsets at now and returns the latest
+// sample time whose offsets the group has committed.
+func (w *watermark) advance(ctx context.Context, now time.Time) (time.Time, error) {
+	if w.adm == nil {
+		return now, nil
+	}
+	ends, err := w.adm.ListEndOffsets(ctx, w.topic)
+	if err != nil {
+		return w.safe, err
+	}
+	sample := endSample{at: now, ends: map[int32]int64{}}
+	ends.Each(func(o kadm.ListedOffset) { sample.ends[o.Partition] = o.Offset })
+	w.samples = append(w.samples, sample)
+	committed, err := w.adm.FetchOffsetsForTopics(ctx, w.group, w.topic)
+	if err != nil {
+		return w.safe, err
+	}
+	for len(w.samples) > 0 && consumed(w.samples[0], committed, w.topic) {
+		w.safe = w.samples[0].at
+		w.samples = w.samples[1:]
+	}
+	// Bounded: a stuck group keeps at most the last hour of ticks.
+	if over := len(w.samples) - 3600; over > 0 {
+		w.samples = w.samples[over:]
+	}
+	return w.safe, nil
+}
+
+// consumed reports whether the committed offsets reach every end offset of
+// the sample; an empty partition needs no commit.
+func consumed(s endSample, committed kadm.OffsetResponses, topic string) bool {
+	for partition, end := range s.ends {
+		if end == 0 {
+			continue
+		}
+		c, ok := committed.Lookup(topic, partition)
+		if !ok || c.Err != nil || c.At < end {
+			return false
+		}
+	}
+	return true
 }

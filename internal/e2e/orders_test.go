@@ -1,0 +1,228 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/service"
+	"github.com/driftguard/driftguard/internal/testenv"
+	"github.com/driftguard/driftguard/internal/topics"
+	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
+)
+
+// Lost+found on the real broker and ClickHouse, with the processor as a real
+// process killed by SIGKILL while children wait: a payment before its order
+// is reconciled, payments whose order never comes are expired on time into
+// the DLQ and driftguard.orphans, and no child is lost or decided twice.
+func TestOrdersLostAndFoundSurvivesSIGKILL(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	chAddr := testenv.ClickHouse(t)
+	ctx := testenv.Context(t, 90*time.Second)
+	dir := t.TempDir()
+
+	// A uniquely named copy of the orders stream with a short TTL, defined
+	// in a config file the way an operator would.
+	stream := testenv.UniqueName("orders")
+	const ttl = 4 * time.Second
+	configFile := filepath.Join(dir, "driftguard.yaml")
+	writeOrdersConfig(t, configFile, stream, ttl)
+	cfg, err := config.Load(configFile, []string{"DRIFTGUARD_KAFKA_BROKERS=" + strings.Join(brokers, ",")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Streams = map[string]*config.Stream{stream: cfg.Streams[stream]}
+	cfg.ClickHouse.Addr = chAddr
+	cfg.ClickHouse.Database = testenv.UniqueName("dg_orders")
+	cfg.ClickHouse.BatchPeriod = 100 * time.Millisecond
+
+	conn, err := sinkch.Open(ctx, cfg.ClickHouse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+cfg.ClickHouse.Database)
+		conn.Close()
+	})
+	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse.Database, nil); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kafka.NewClient(brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kafka.EnsureTopics(ctx, cl, cfg, true); err != nil {
+		t.Fatal(err)
+	}
+	sinkCtx, stopSink := context.WithCancel(ctx)
+	sinkDone := make(chan error, 1)
+	go func() {
+		sinkDone <- service.RunAll(sinkCtx, sinkch.New(cfg, brokers, conn, testenv.Logger(t), nil))
+	}()
+	defer func() { stopSink(); <-sinkDone }()
+
+	bin := buildDriftguard(t, dir)
+	start := func() *exec.Cmd {
+		cmd := exec.Command(bin, "process", "--config", configFile, "--streams", stream)
+		cmd.Env = append(os.Environ(),
+			"DRIFTGUARD_KAFKA_BROKERS="+strings.Join(brokers, ","),
+			"DRIFTGUARD_DATA_DIR="+filepath.Join(dir, "state"),
+			"DRIFTGUARD_TELEMETRY_ADDR=127.0.0.1:0",
+			"DRIFTGUARD_LOG_LEVEL=warn")
+		cmd.Stdout, cmd.Stderr = testWriter{t}, testWriter{t}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	proc := start()
+	defer func() { _ = proc.Process.Kill(); _, _ = proc.Process.Wait() }()
+
+	in := topics.For(stream).In
+	produce := func(key, body string) {
+		t.Helper()
+		rec := &kgo.Record{Topic: in, Key: []byte(key), Value: []byte(body), Headers: []kgo.RecordHeader{
+			{Key: envelope.HeaderReceivedAt, Value: []byte(strconv.FormatInt(time.Now().UnixMilli(), 10))},
+		}}
+		if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	child := func(id, parent string) string {
+		return fmt.Sprintf(`{"event_id":%q,"event_type":"order.payment_received","parent_id":%q,"payload":{"amount":12}}`, id, parent)
+	}
+	produce("o1", child("pay-1", "o1"))
+	produce("o2", child("pay-2", "o2"))
+	produce("o3", child("pay-3", "o3"))
+
+	q := func(query string) uint64 {
+		var n uint64
+		_ = conn.QueryRow(ctx, fmt.Sprintf(query, cfg.ClickHouse.Database, stream)).Scan(&n)
+		return n
+	}
+	waitFor(t, ctx, "three quarantined children", func() bool {
+		return q("SELECT uniqExact(event_id) FROM %s.events WHERE stream = '%s' AND outcome = 'quarantined'") == 3
+	})
+
+	// Killed while the children wait; the order arrives while it is down.
+	if err := proc.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = proc.Process.Wait()
+	produce("o1", `{"event_id":"order-1","event_type":"order.created","order_id":"o1","payload":{"total":12}}`)
+	proc = start()
+
+	defer func() {
+		if t.Failed() {
+			dumpEvents(t, conn, cfg.ClickHouse.Database, stream)
+		}
+	}()
+	waitFor(t, ctx, "the payment reconciled and two orphans archived", func() bool {
+		return q("SELECT count() FROM %s.events WHERE stream = '%s' AND event_id = 'pay-1' AND outcome = 'reconciled'") == 1 &&
+			q("SELECT count() FROM %s.orphans WHERE stream = '%s' AND status = 'PERMANENTLY_ORPHANED'") == 2
+	})
+	// Each child ends exactly once, however often the restart replayed its
+	// input.
+	finals := map[string]string{"pay-1": "reconciled", "pay-2": "expired", "pay-3": "expired"}
+	for id, want := range finals {
+		query := "SELECT count() FROM %s.events WHERE stream = '%s' AND event_id = '" + id + "' AND outcome IN ('applied', 'reconciled', 'expired')"
+		if n := q(query); n != 1 {
+			t.Errorf("%s has %d final outcomes, want exactly one (%s)", id, n, want)
+		}
+		query = "SELECT count() FROM %s.events WHERE stream = '%s' AND event_id = '" + id + "' AND outcome = '" + want + "'"
+		if n := q(query); n != 1 {
+			t.Errorf("%s did not end %s", id, want)
+		}
+	}
+	if n := q("SELECT count() FROM %s.dlq WHERE stream = '%s' AND reason = 'orphan_ttl'"); n != 2 {
+		t.Errorf("%d orphan_ttl rows in dlq, want 2", n)
+	}
+	var parents string
+	_ = conn.QueryRow(ctx, fmt.Sprintf("SELECT arrayStringConcat(groupArray(entity_key), ',') FROM (SELECT entity_key FROM %s.orphans WHERE stream = '%s' ORDER BY entity_key)",
+		cfg.ClickHouse.Database, stream)).Scan(&parents)
+	if parents != "o2,o3" {
+		t.Errorf("orphans name missing parents %q, want o2,o3", parents)
+	}
+	// On time: no orphan expired before its TTL had passed.
+	if n := q("SELECT count() FROM %s.orphans WHERE stream = '%s' AND expired_at_ms - received_at_ms < " + strconv.FormatInt(ttl.Milliseconds(), 10)); n != 0 {
+		t.Errorf("%d orphans expired before their TTL", n)
+	}
+}
+
+// dumpEvents logs the stream's outcome rows, to see a failure's history.
+func dumpEvents(t *testing.T, conn driver.Conn, database, stream string) {
+	rows, err := conn.Query(context.Background(), fmt.Sprintf(
+		"SELECT entity_key, event_id, outcome, reason, input_offset, processed_at_ms FROM %s.events WHERE stream = '%s' ORDER BY processed_at_ms", database, stream))
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key, id, outcome, reason string
+		var offset, at int64
+		_ = rows.Scan(&key, &id, &outcome, &reason, &offset, &at)
+		t.Logf("event %s %s %s %s offset=%d at=%d", key, id, outcome, reason, offset, at)
+	}
+}
+
+// writeOrdersConfig writes a config file defining stream as a copy of the
+// shipped orders entry with the given TTL and a fast timer tick.
+func writeOrdersConfig(t *testing.T, path, stream string, ttl time.Duration) {
+	t.Helper()
+	yaml := fmt.Sprintf(`processing:
+  timer_tick: 200ms
+streams:
+  %s:
+    policy: latest
+    key: /order_id
+    key_by_type:
+      order.payment_received: /parent_id
+    event_id: /event_id
+    type: {field: /event_type}
+    parent:
+      types: [order.created]
+      children: [order.payment_received]
+      ttl: %s
+    schemas:
+      order.created: streams/orders.created.schema.json
+      order.payment_received: streams/orders.child.schema.json
+    limits: {partitions: 3}
+`, stream, ttl)
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// buildDriftguard builds the binary, so the test can kill a real process.
+func buildDriftguard(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "driftguard")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/driftguard/driftguard/cmd/driftguard").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// testWriter sends a child process's output to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
