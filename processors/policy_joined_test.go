@@ -163,12 +163,15 @@ func TestJoinedEveryChildEndsExactlyOnce(t *testing.T) {
 	})
 }
 
-// Through goka: a payment before its order, an orphan that expires, the DLQ
-// record and the three seed metrics.
+// Through goka, interleaving three orders: a child before its parent, a
+// retried child, a retried parent, a child after its parent, an overflowing
+// order, orphans expiring, and a parent that loses the race to its child's
+// expiry; the DLQ records, the gauge and the three seed metrics.
 func TestProcessorLostAndFoundThroughGoka(t *testing.T) {
 	tt := tester.New(t)
 	s := orders(t)
 	s.Parent.TTL = time.Minute
+	s.Parent.Buffer = 2
 	reg := prometheus.NewRegistry()
 	metrics := NewMetrics(reg)
 	// The timer clock stands still before the TTL, so ticks only count.
@@ -183,41 +186,74 @@ func TestProcessorLostAndFoundThroughGoka(t *testing.T) {
 	names := topics.For(s.Name)
 	outQ, dlqQ := tt.NewQueueTracker(names.Outcomes), tt.NewQueueTracker(names.DLQ)
 	at := goka.Headers{envelope.HeaderReceivedAt: []byte("1700000000000")}
-	consume := func(key, body string) { tt.Consume(names.In, key, []byte(body), tester.WithHeaders(at)) }
-	consume("o1", `{"event_id":"p1","event_type":"order.payment_received","parent_id":"o1","payload":{}}`)
-	consume("o2", `{"event_id":"p2","event_type":"order.payment_received","parent_id":"o2","payload":{}}`)
-	consume("o1", `{"event_id":"c1","event_type":"order.created","order_id":"o1","payload":{}}`)
-	// A tick counts the one child still waiting for the gauge.
+	child := func(id, parent string) {
+		tt.Consume(names.In, parent, fmt.Appendf(nil, `{"event_id":%q,"event_type":"order.payment_received","parent_id":%q,"payload":{}}`, id, parent), tester.WithHeaders(at))
+	}
+	parent := func(id, order string) {
+		tt.Consume(names.In, order, fmt.Appendf(nil, `{"event_id":%q,"event_type":"order.created","order_id":%q,"payload":{}}`, id, order), tester.WithHeaders(at))
+	}
+	child("p1", "o1")  // before its parent
+	child("p2", "o2")  // its order never comes
+	child("p1", "o1")  // retried while waiting
+	child("q1", "o3")  // o3 overflows its bound of 2
+	parent("c1", "o1") // reconciles p1
+	child("q2", "o3")
+	parent("c1", "o1") // retried parent
+	child("q3", "o3")  // over the bound
+	child("s1", "o1")  // after its parent
+
+	// A tick counts the children still waiting (p2, q1, q2) for the gauge.
 	timersCtx, stopTimers := context.WithCancel(ctx)
 	timersDone := make(chan error, 1)
 	go func() { timersDone <- proc.RunTimers(timersCtx, 10*time.Millisecond, nil) }()
-	for testutil.ToFloat64(metrics.quarantined.WithLabelValues(s.Name)) != 1 {
+	for testutil.ToFloat64(metrics.quarantined.WithLabelValues(s.Name)) != 3 {
 		select {
 		case <-time.After(10 * time.Millisecond):
 		case <-t.Context().Done():
-			t.Fatal("the quarantine gauge never showed the waiting child")
+			t.Fatal("the quarantine gauge never showed the waiting children")
 		}
 	}
 	stopTimers()
 	<-timersDone
-	// o2's order never comes; its payment expires at the next tick past the TTL.
+	// Past the TTL the orphans expire; o2's order then arrives too late.
 	if err := proc.VisitAll(ctx, tickVisitor, int64(1_700_000_000_000+time.Minute.Milliseconds())); err != nil {
 		t.Fatal(err)
 	}
+	parent("c2", "o2")
+	child("p2", "o2") // a retry of the expired child
+
 	var got []string
 	for _, o := range outcomes(t, outQ) {
-		got = append(got, o.Key+"/"+o.EventID+":"+o.Outcome)
+		got = append(got, o.Key+"/"+o.EventID+":"+o.Outcome+map[bool]string{true: "/" + o.Reason}[o.Reason != ""])
 	}
-	want := []string{"o1/p1:quarantined", "o2/p2:quarantined", "o1/c1:applied", "o1/p1:reconciled", "o2/p2:expired"}
+	want := []string{
+		"o1/p1:quarantined", "o2/p2:quarantined", "o1/p1:duplicate", "o3/q1:quarantined",
+		"o1/c1:applied", "o1/p1:reconciled", "o3/q2:quarantined", "o1/c1:duplicate",
+		"o3/q3:rejected/buffer_full", "o1/s1:applied",
+		"o2/p2:expired/orphan_ttl", "o3/q1:expired/orphan_ttl", "o3/q2:expired/orphan_ttl",
+		"o2/c2:applied", "o2/p2:duplicate",
+	}
+	slices.Sort(got[10:13]) // the visit order of keys is the storage's
 	if !slices.Equal(got, want) {
-		t.Fatalf("outcomes %v, want %v", got, want)
+		t.Fatalf("outcomes\n%v\nwant\n%v", got, want)
 	}
-	_, raw, ok := dlqQ.NextRaw()
-	var dl envelope.DeadLetter
-	if !ok || json.Unmarshal(raw, &dl) != nil || dl.Reason != ReasonOrphanTTL || dl.Key != "o2" || dl.Topic != names.In || dl.Offset != 1 {
-		t.Fatalf("DLQ record %s", raw)
+	var reasons []string
+	for {
+		_, raw, ok := dlqQ.NextRaw()
+		if !ok {
+			break
+		}
+		var dl envelope.DeadLetter
+		if err := json.Unmarshal(raw, &dl); err != nil || dl.Topic != names.In || dl.EventID == "" {
+			t.Fatalf("DLQ record %s", raw)
+		}
+		reasons = append(reasons, dl.Key+"/"+dl.EventID+":"+dl.Reason)
 	}
-	for name, want := range map[string]float64{"stored": 2, "reconciled": 1, "expired": 1} {
+	slices.Sort(reasons)
+	if want := []string{"o2/p2:orphan_ttl", "o3/q1:orphan_ttl", "o3/q2:orphan_ttl", "o3/q3:buffer_full"}; !slices.Equal(reasons, want) {
+		t.Fatalf("DLQ %v, want %v", reasons, want)
+	}
+	for name, want := range map[string]float64{"stored": 4, "reconciled": 1, "expired": 3} {
 		c := map[string]*prometheus.CounterVec{"stored": metrics.stored, "reconciled": metrics.reconciled, "expired": metrics.expired}[name]
 		if got := testutil.ToFloat64(c.WithLabelValues(s.Name)); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
