@@ -28,6 +28,8 @@ type Entity struct {
 	// Buffer holds events ahead of a gap in sequence order (gapless),
 	// bounded by limits.buffer and limits.buffer_bytes.
 	Buffer []Event `json:"buffer,omitempty"`
+	// Chat is the conversation of an assign stream.
+	Chat *Conversation `json:"chat,omitempty"`
 	// ParentSeen is set once a parent event is applied (parent join).
 	ParentSeen bool `json:"parent_seen,omitempty"`
 	// Quarantine holds children waiting for their parent, in arrival order,

@@ -34,6 +34,8 @@ type Decision struct {
 	Version     int64
 	Gap         int64
 	BufferDepth int
+	// MessageID is the message a chat send was assigned (assign).
+	MessageID string
 	// DeadLetter, when set, is the reason to copy the event to the DLQ.
 	DeadLetter string
 }
@@ -59,6 +61,8 @@ func policyFor(s *config.Stream) policy {
 	switch {
 	case s.Policy == config.PolicyGapless:
 		return gapless{stream: s}
+	case s.Policy == config.PolicyAssign:
+		return assign{stream: s}
 	case s.Joined():
 		return joined{stream: s, latest: latest{dedupIDs: s.Limits.DedupIDs}}
 	}

@@ -123,6 +123,12 @@ func (h *handler) process(ctx goka.Context, msg any) {
 		h.deadLetter(ctx, body, "key_mismatch", fmt.Errorf("record key %q, body key %q", ctx.Key(), ev.Key))
 		return
 	}
+	if h.stream.IsEphemeral(ev.Type) {
+		// Ephemeral signals belong in <stream>.ephemeral; one written here
+		// by a foreign producer is counted, never stored or decided.
+		h.count("ephemeral")
+		return
+	}
 	entity, _ := ctx.Value().(*Entity)
 	if entity == nil {
 		entity = &Entity{}
@@ -143,7 +149,7 @@ func (h *handler) emitEffects(ctx goka.Context, entity *Entity, effects Effects)
 		applied = applied || d.Applied()
 		h.emit(ctx, h.names.Outcomes, envelope.Outcome{
 			Stream: h.stream.Name, Key: ctx.Key(), EventID: d.Event.EventID, EventType: d.Event.Type,
-			Version: d.Version, Outcome: d.Outcome, Reason: d.Reason, Gap: d.Gap, BufferDepth: d.BufferDepth,
+			Version: d.Version, Outcome: d.Outcome, Reason: d.Reason, Gap: d.Gap, BufferDepth: d.BufferDepth, MessageID: d.MessageID,
 			OccurredAtMs: d.Event.OccurredAtMs, ReceivedAtMs: d.Event.ReceivedAtMs, ProcessedAtMs: processedAt,
 			InputPartition: d.Event.InputPartition, InputOffset: d.Event.InputOffset,
 			Payload: d.Event.Body,

@@ -38,8 +38,6 @@ func NewService(cfg *config.Config, brokers []string, dataDir string, log *slog.
 // returns "" when it can.
 func Unsupported(s *config.Stream) string {
 	switch {
-	case s.Policy == config.PolicyAssign:
-		return fmt.Sprintf("policy %s is not implemented yet", s.Policy)
 	case len(s.KeyByType) > 0 && !s.Joined():
 		return "child events keyed by another field need a parent join (streams." + s.Name + ".parent)"
 	}

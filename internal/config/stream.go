@@ -117,6 +117,12 @@ type Limits struct {
 	// reported again every GapTimeout while open, and never skipped.
 	// Default 5m.
 	GapTimeout time.Duration `yaml:"gap_timeout"`
+	// IdempotencyWindow and IdempotencyKeys bound how long and how many
+	// (sender_device_id, client_message_id) pairs a conversation remembers
+	// (assign): a retry within them gets the original sequence. Defaults 7
+	// days and 2000 (about 160 KiB of table value).
+	IdempotencyWindow time.Duration `yaml:"idempotency_window"`
+	IdempotencyKeys   int           `yaml:"idempotency_keys"`
 }
 
 // Parent is a parent join. Children are keyed by their parent's id
@@ -162,6 +168,8 @@ func (s *Stream) applyDefaults() {
 	orDefault(&s.Limits.Buffer, 256)
 	orDefault(&s.Limits.BufferBytes, 512<<10)
 	orDefault(&s.Limits.GapTimeout, 5*time.Minute)
+	orDefault(&s.Limits.IdempotencyWindow, 7*24*time.Hour)
+	orDefault(&s.Limits.IdempotencyKeys, 2000)
 	if s.Joined() {
 		orDefault(&s.Parent.TTL, 24*time.Hour)
 		orDefault(&s.Parent.Buffer, 1000)
@@ -260,6 +268,9 @@ func (s *Stream) validate(path string) []error {
 	}
 	if s.Limits.BufferBytes < 1 || s.Limits.BufferBytes > 768<<10 {
 		add("limits.buffer_bytes", "must be between 1 and 786432 (a table value must stay under Kafka's 1 MiB message limit), got %d", s.Limits.BufferBytes)
+	}
+	if s.Limits.IdempotencyKeys < 1 || s.Limits.IdempotencyKeys > 5000 {
+		add("limits.idempotency_keys", "must be between 1 and 5000 (a table value must stay under Kafka's 1 MiB message limit), got %d", s.Limits.IdempotencyKeys)
 	}
 	if s.Limits.GapTimeout < time.Second {
 		add("limits.gap_timeout", "must be at least 1s, got %s", s.Limits.GapTimeout)

@@ -131,10 +131,16 @@ func TestOrdersLostAndFoundSurvivesSIGKILL(t *testing.T) {
 			dumpEvents(t, conn, cfg.ClickHouse.Database, stream)
 		}
 	}()
-	waitFor(t, ctx, "the payment reconciled and two orphans archived", func() bool {
+	// The sink reads outcomes and DLQ records from different topics: wait
+	// for both.
+	waitFor(t, ctx, "the payment reconciled and two orphans expired and archived", func() bool {
 		return q("SELECT count() FROM %s.events WHERE stream = '%s' AND event_id = 'pay-1' AND outcome = 'reconciled'") == 1 &&
-			q("SELECT count() FROM %s.orphans WHERE stream = '%s' AND status = 'PERMANENTLY_ORPHANED'") == 2
+			q("SELECT count() FROM %s.events WHERE stream = '%s' AND outcome = 'expired'") >= 2 &&
+			q("SELECT count() FROM %s.orphans WHERE stream = '%s' AND status = 'PERMANENTLY_ORPHANED'") >= 2 &&
+			q("SELECT count() FROM %s.dlq WHERE stream = '%s'") >= 2
 	})
+	// Anything decided twice would have been written by now too.
+	time.Sleep(time.Second)
 	// Each child ends exactly once, however often the restart replayed its
 	// input.
 	finals := map[string]string{"pay-1": "reconciled", "pay-2": "expired", "pay-3": "expired"}

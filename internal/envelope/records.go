@@ -28,6 +28,9 @@ type Outcome struct {
 	// Gap is how many versions this applied event skipped.
 	Gap         int64 `json:"gap"`
 	BufferDepth int   `json:"buffer_depth"`
+	// MessageID is the message a chat send was assigned (assign), also on
+	// the duplicate of a retried send.
+	MessageID string `json:"message_id,omitempty"`
 	// The three clocks plus the decision time, unix ms.
 	OccurredAtMs  int64 `json:"occurred_at_ms"`
 	ReceivedAtMs  int64 `json:"received_at_ms"`
