@@ -8,21 +8,10 @@ import (
 	"time"
 
 	"github.com/lovoo/goka"
-	"github.com/lovoo/goka/tester"
 	"pgregory.net/rapid"
 
-	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
-	"github.com/driftguard/driftguard/internal/topics"
 )
-
-func chat(t interface{ Fatal(...any) }) *config.Stream {
-	cfg, err := config.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg.Streams["chat"]
-}
 
 func chatEvent(id, typ string, atMs int64, fields map[string]any) Event {
 	body := map[string]any{"event_id": id, "type": typ, "conversation_id": "conv"}
@@ -163,15 +152,8 @@ func TestAssignEachMessageGetsOneSequence(t *testing.T) {
 // indicator written to chat.in by a foreign producer is neither decided nor
 // stored.
 func TestProcessorChatThroughGoka(t *testing.T) {
-	tt := tester.New(t)
 	s := chat(t)
-	proc, err := New(nil, s, Options{}, goka.WithTester(tt))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- proc.Run(t.Context()) }()
-	names := topics.For(s.Name)
+	tt, _, names := startTester(t, s, Options{})
 	outQ := tt.NewQueueTracker(names.Outcomes)
 	for _, body := range []string{
 		`{"event_id":"j","type":"member.added","conversation_id":"c9","user_id":"u1"}`,
@@ -191,9 +173,5 @@ func TestProcessorChatThroughGoka(t *testing.T) {
 	e := tt.TableValue(goka.GroupTable(goka.Group(s.Name)), "c9").(*Entity)
 	if slices.Contains(e.Recent, "t") {
 		t.Fatal("the typing indicator was stored in the table")
-	}
-	proc.Stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
 	}
 }

@@ -6,22 +6,10 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/lovoo/goka"
-	"github.com/lovoo/goka/tester"
 	"pgregory.net/rapid"
 
-	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
-	"github.com/driftguard/driftguard/internal/topics"
 )
-
-func workflow(t interface{ Fatal(...any) }) *config.Stream {
-	cfg, err := config.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg.Streams["workflow"]
-}
 
 func step(id string, seq int64, status string) Event {
 	terminal := status == "completed" || status == "failed" || status == "cancelled"
@@ -154,15 +142,7 @@ func TestGaplessConvergesUnderReorderAndDuplication(t *testing.T) {
 
 // Through goka: outcomes per decision, the replay request, the state.
 func TestProcessorWorkflowThroughGoka(t *testing.T) {
-	tt := tester.New(t)
-	s := workflow(t)
-	proc, err := New(nil, s, Options{}, goka.WithTester(tt))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- proc.Run(t.Context()) }()
-	names := topics.For(s.Name)
+	tt, _, names := startTester(t, workflow(t), Options{})
 	outQ, replayQ, stateQ := tt.NewQueueTracker(names.Outcomes), tt.NewQueueTracker(names.Replay), tt.NewQueueTracker(names.State)
 	body := func(id string, seq int, status string) []byte {
 		return fmt.Appendf(nil, `{"event_id":%q,"operation_id":"op-1","sequence":%d,"status":%q,"occurred_at":"2026-11-30T10:00:00Z"}`, id, seq, status)
@@ -197,10 +177,6 @@ func TestProcessorWorkflowThroughGoka(t *testing.T) {
 	}
 	if last.Version != 3 {
 		t.Fatalf("final state at version %d, want 3 (completed)", last.Version)
-	}
-	proc.Stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
 	}
 }
 

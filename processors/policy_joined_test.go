@@ -14,18 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"pgregory.net/rapid"
 
-	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
-	"github.com/driftguard/driftguard/internal/topics"
 )
-
-func orders(t interface{ Fatal(...any) }) *config.Stream {
-	cfg, err := config.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg.Streams["orders"]
-}
 
 func orderEvent(id, typ string, receivedAtMs int64) Event {
 	return Event{
@@ -168,7 +158,6 @@ func TestJoinedEveryChildEndsExactlyOnce(t *testing.T) {
 // order, orphans expiring, and a parent that loses the race to its child's
 // expiry; the DLQ records, the gauge and the three seed metrics.
 func TestProcessorLostAndFoundThroughGoka(t *testing.T) {
-	tt := tester.New(t)
 	s := orders(t)
 	s.Parent.TTL = time.Minute
 	s.Parent.Buffer = 2
@@ -176,14 +165,8 @@ func TestProcessorLostAndFoundThroughGoka(t *testing.T) {
 	metrics := NewMetrics(reg)
 	// The timer clock stands still before the TTL, so ticks only count.
 	clock := func() time.Time { return time.UnixMilli(1_700_000_000_000) }
-	proc, err := New(nil, s, Options{Metrics: metrics, Now: clock}, goka.WithTester(tt))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- proc.Run(ctx) }()
-	names := topics.For(s.Name)
+	tt, proc, names := startTester(t, s, Options{Metrics: metrics, Now: clock})
+	ctx := t.Context()
 	outQ, dlqQ := tt.NewQueueTracker(names.Outcomes), tt.NewQueueTracker(names.DLQ)
 	at := goka.Headers{envelope.HeaderReceivedAt: []byte("1700000000000")}
 	child := func(id, parent string) {
@@ -258,9 +241,5 @@ func TestProcessorLostAndFoundThroughGoka(t *testing.T) {
 		if got := testutil.ToFloat64(c.WithLabelValues(s.Name)); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
 	}
 }

@@ -8,16 +8,22 @@ import (
 	"github.com/lovoo/goka"
 	"github.com/lovoo/goka/tester"
 
+	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
 	"github.com/driftguard/driftguard/internal/topics"
 )
 
 // runTester starts the presence processor on goka's tester.
 func runTester(t *testing.T) (*tester.Tester, topics.Names) {
+	tt, _, names := startTester(t, presence(t), Options{})
+	return tt, names
+}
+
+// startTester runs the processor of s on goka's tester until the test ends.
+func startTester(t *testing.T, s *config.Stream, opts Options) (*tester.Tester, *Processor, topics.Names) {
 	t.Helper()
 	tt := tester.New(t)
-	s := presence(t)
-	proc, err := New(nil, s, Options{}, goka.WithTester(tt))
+	proc, err := New(nil, s, opts, goka.WithTester(tt))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +36,7 @@ func runTester(t *testing.T) (*tester.Tester, topics.Names) {
 			t.Errorf("processor: %v", err)
 		}
 	})
-	return tt, topics.For(s.Name)
+	return tt, proc, topics.For(s.Name)
 }
 
 func outcomes(t *testing.T, qt *tester.QueueTracker) []envelope.Outcome {

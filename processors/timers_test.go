@@ -11,7 +11,6 @@ import (
 	"github.com/lovoo/goka/tester"
 
 	"github.com/driftguard/driftguard/internal/envelope"
-	"github.com/driftguard/driftguard/internal/topics"
 )
 
 func TestGaplessGapTimeoutReportsAndNeverSkips(t *testing.T) {
@@ -42,15 +41,8 @@ func TestGaplessGapTimeoutReportsAndNeverSkips(t *testing.T) {
 // The punctuator fires a due timer through goka's visitor even though no
 // further event for the key arrives.
 func TestTimersFireWithoutFurtherEvents(t *testing.T) {
-	tt := tester.New(t)
 	s := workflow(t)
-	proc, err := New(nil, s, Options{}, goka.WithTester(tt))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- proc.Run(t.Context()) }()
-	names := topics.For(s.Name)
+	tt, proc, names := startTester(t, s, Options{})
 	outQ, replayQ := tt.NewQueueTracker(names.Outcomes), tt.NewQueueTracker(names.Replay)
 	headers := goka.Headers{envelope.HeaderReceivedAt: []byte("1700000000000")}
 	for _, seq := range []int{1, 3} {
@@ -81,9 +73,5 @@ func TestTimersFireWithoutFurtherEvents(t *testing.T) {
 	}
 	if len(replays) != 1 || !slices.ContainsFunc(replays, func(r string) bool { return strings.Contains(r, `"first_missing":2`) }) {
 		t.Fatalf("replay requests %v, want one for sequence 2", replays)
-	}
-	proc.Stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
 	}
 }

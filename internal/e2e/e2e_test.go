@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/ingest"
 	"github.com/driftguard/driftguard/internal/config"
@@ -72,24 +73,7 @@ func startPipeline(t *testing.T, brokers []string) *pipeline {
 		t.Fatal(err)
 	}
 
-	conn, err := sinkch.Open(ctx, cfg.ClickHouse)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+cfg.ClickHouse.Database)
-		conn.Close()
-	})
-	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse.Database, nil); err != nil {
-		t.Fatal(err)
-	}
-	cl, err := kafka.NewClient(brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kafka.EnsureTopics(ctx, cl, cfg, true); err != nil {
-		t.Fatal(err)
-	}
+	conn, cl := prepare(t, ctx, cfg, brokers)
 	cl.Close()
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -116,6 +100,32 @@ func startPipeline(t *testing.T, brokers []string) *pipeline {
 	p := &pipeline{cfg: cfg, stream: stream, url: "http://" + ln.Addr().String(), ch: conn}
 	p.waitReady(t, ctx)
 	return p
+}
+
+// prepare gives the test a migrated ClickHouse database of its own, dropped
+// at the end, and the configured streams' topics.
+func prepare(t *testing.T, ctx context.Context, cfg *config.Config, brokers []string) (driver.Conn, *kgo.Client) {
+	t.Helper()
+	conn, err := sinkch.Open(ctx, cfg.ClickHouse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+cfg.ClickHouse.Database)
+		conn.Close()
+	})
+	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse.Database, nil); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kafka.NewClient(brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kafka.EnsureTopics(ctx, cl, cfg, true); err != nil {
+		cl.Close()
+		t.Fatal(err)
+	}
+	return conn, cl
 }
 
 func (p *pipeline) waitReady(t *testing.T, ctx context.Context) {

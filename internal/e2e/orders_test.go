@@ -17,7 +17,6 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
-	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
@@ -49,25 +48,8 @@ func TestOrdersLostAndFoundSurvivesSIGKILL(t *testing.T) {
 	cfg.ClickHouse.Database = testenv.UniqueName("dg_orders")
 	cfg.ClickHouse.BatchPeriod = 100 * time.Millisecond
 
-	conn, err := sinkch.Open(ctx, cfg.ClickHouse)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+cfg.ClickHouse.Database)
-		conn.Close()
-	})
-	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse.Database, nil); err != nil {
-		t.Fatal(err)
-	}
-	cl, err := kafka.NewClient(brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, cl := prepare(t, ctx, cfg, brokers)
 	defer cl.Close()
-	if _, err := kafka.EnsureTopics(ctx, cl, cfg, true); err != nil {
-		t.Fatal(err)
-	}
 	sinkCtx, stopSink := context.WithCancel(ctx)
 	sinkDone := make(chan error, 1)
 	go func() {
