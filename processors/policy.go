@@ -64,9 +64,9 @@ func policyFor(s *config.Stream) policy {
 	case s.Policy == config.PolicyAssign:
 		return assign{stream: s}
 	case s.Joined():
-		return joined{stream: s, latest: latest{dedupIDs: s.Limits.DedupIDs}}
+		return joined{stream: s, latest: latest{dedupIDs: s.Limits.DedupIDs, ttl: s.TTL}}
 	}
-	return latest{dedupIDs: s.Limits.DedupIDs}
+	return latest{dedupIDs: s.Limits.DedupIDs, ttl: s.TTL}
 }
 
 // one is the effects of a single decision on the input.

@@ -1,11 +1,18 @@
 package processors
 
-import "github.com/driftguard/driftguard/internal/envelope"
+import (
+	"time"
+
+	"github.com/driftguard/driftguard/internal/envelope"
+)
 
 // latest applies a new event id only when its version is greater than the
 // last applied one; a stream without a version applies each new event id in
 // log order. Gaps are allowed and counted.
-type latest struct{ dedupIDs int }
+type latest struct {
+	dedupIDs int
+	ttl      time.Duration
+}
 
 func (p latest) decide(e *Entity, ev Event) Effects {
 	if e.seen(ev.EventID) {
@@ -24,7 +31,23 @@ func (p latest) decide(e *Entity, ev Event) Effects {
 		gap = version - e.Version - 1
 	}
 	e.apply(ev, version)
+	e.ExpiresAtMs = p.expiresAt(ev)
 	effects := one(ev, envelope.OutcomeApplied, "", version)
 	effects.Decisions[0].Gap = gap
 	return effects
+}
+
+// expiresAt is when the applied claim goes stale: the source's expires_at,
+// else the stream's TTL after the source clock (or after received_at), else
+// never (0).
+func (p latest) expiresAt(ev Event) int64 {
+	switch {
+	case ev.ExpiresAtMs != 0:
+		return ev.ExpiresAtMs
+	case p.ttl == 0:
+		return 0
+	case ev.OccurredAtMs != 0:
+		return ev.OccurredAtMs + p.ttl.Milliseconds()
+	}
+	return ev.ReceivedAtMs + p.ttl.Milliseconds()
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 
@@ -119,4 +120,32 @@ func TestLatestConvergesUnderReorderAndDuplication(t *testing.T) {
 // decideLatest is the latest policy's single decision on ev.
 func decideLatest(e *Entity, ev Event, dedupIDs int) Decision {
 	return latest{dedupIDs: dedupIDs}.decide(e, ev).Decisions[0]
+}
+
+// The third clock: the source's expires_at, else the stream's TTL after the
+// source clock, else after received_at; readers show unknown after it.
+func TestLatestExpiresAt(t *testing.T) {
+	p := latest{dedupIDs: 8, ttl: 5 * time.Minute}
+	cases := []struct {
+		name string
+		ev   Event
+		want int64
+	}{
+		{"from the payload", Event{Fields: envelope.Fields{EventID: "a", Version: 1, HasVersion: true, OccurredAtMs: 1_000, ExpiresAtMs: 9_000}}, 9_000},
+		{"ttl after occurred_at", Event{Fields: envelope.Fields{EventID: "b", Version: 2, HasVersion: true, OccurredAtMs: 1_000}}, 301_000},
+		{"ttl after received_at", Event{Fields: envelope.Fields{EventID: "c", Version: 3, HasVersion: true}, ReceivedAtMs: 2_000}, 302_000},
+	}
+	var e Entity
+	for _, tc := range cases {
+		p.decide(&e, tc.ev)
+		if e.ExpiresAtMs != tc.want {
+			t.Errorf("%s: expires_at_ms %d, want %d", tc.name, e.ExpiresAtMs, tc.want)
+		}
+	}
+	never := latest{dedupIDs: 8}
+	var f Entity
+	never.decide(&f, Event{Fields: envelope.Fields{EventID: "d", Version: 1, HasVersion: true, OccurredAtMs: 1_000}})
+	if f.ExpiresAtMs != 0 {
+		t.Errorf("without a TTL the claim expired at %d", f.ExpiresAtMs)
+	}
 }

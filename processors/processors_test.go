@@ -104,6 +104,10 @@ func TestProcessorPresenceOutcomesAndState(t *testing.T) {
 		}
 		states = append(states, s)
 	}
+	// timestamp 1700000000 plus the shipped presence TTL of 5 minutes.
+	if len(states) == 3 && states[2].ExpiresAtMs != 1_700_000_300_000 {
+		t.Errorf("state expires_at_ms %d, want timestamp + ttl", states[2].ExpiresAtMs)
+	}
 	if len(states) != 3 || states[2].Version != 844 {
 		t.Fatalf("state records %+v, want 3 ending at 844", states)
 	}

@@ -63,6 +63,12 @@ type Stream struct {
 	// Default "s".
 	OccurredAt     string `yaml:"occurred_at"`
 	OccurredAtUnit string `yaml:"occurred_at_unit"`
+	// ExpiresAt is the JSON pointer to when the claim goes stale (same unit
+	// as occurred_at); without it, TTL after occurred_at (or after
+	// received_at when the event has no occurred_at). Readers show unknown
+	// after expires_at_ms. Zero TTL: claims never expire.
+	ExpiresAt string        `yaml:"expires_at"`
+	TTL       time.Duration `yaml:"ttl"`
 	// Schemas maps each event type to its JSON Schema: a path in the
 	// embedded schemas, or a file relative to the config file.
 	Schemas map[string]string `yaml:"schemas"`
@@ -227,6 +233,10 @@ func (s *Stream) validate(path string) []error {
 	checkPointer("event_id", s.EventID, false)
 	checkPointer("version", s.Version, false)
 	checkPointer("occurred_at", s.OccurredAt, false)
+	checkPointer("expires_at", s.ExpiresAt, false)
+	if s.TTL < 0 {
+		add("ttl", "must not be negative")
+	}
 	checkPointer("type.field", s.Type.Field, false)
 	if (s.Type.Field == "") == (s.Type.Fixed == "") {
 		add("type", "set exactly one of field and fixed")

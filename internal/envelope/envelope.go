@@ -35,6 +35,9 @@ type Fields struct {
 	HasVersion bool  `json:"has_version,omitempty"`
 	// OccurredAtMs is the source clock in unix ms, 0 when absent.
 	OccurredAtMs int64 `json:"occurred_at_ms,omitempty"`
+	// ExpiresAtMs is when the source says the claim goes stale, unix ms, 0
+	// when absent.
+	ExpiresAtMs int64 `json:"expires_at_ms,omitempty"`
 }
 
 // FieldError is a problem with one field of the body, located by pointer.
@@ -82,10 +85,11 @@ func Extract(s *config.Stream, doc any, fallbackID string) (Fields, error) {
 		}
 		f.HasVersion = true
 	}
-	if s.OccurredAt != "" {
-		if f.OccurredAtMs, err = occurredAt(s, doc); err != nil {
-			return f, err
-		}
+	if f.OccurredAtMs, err = clockAt(s, doc, s.OccurredAt); err != nil {
+		return f, err
+	}
+	if f.ExpiresAtMs, err = clockAt(s, doc, s.ExpiresAt); err != nil {
+		return f, err
 	}
 	return f, nil
 }
@@ -101,18 +105,22 @@ func EventType(s *config.Stream, doc any) (string, error) {
 
 const problemMissing = "missing"
 
-// occurredAt reads the source clock in unix ms; an absent clock is 0.
-func occurredAt(s *config.Stream, doc any) (int64, error) {
-	v, err := Lookup(doc, s.OccurredAt)
+// clockAt reads a source clock (occurred_at, expires_at) in the stream's
+// unit and returns unix ms; no pointer or an absent field is 0.
+func clockAt(s *config.Stream, doc any, pointer string) (int64, error) {
+	if pointer == "" {
+		return 0, nil
+	}
+	v, err := Lookup(doc, pointer)
 	switch {
 	case isMissing(err):
 		return 0, nil
 	case err != nil:
 		return 0, err
 	case s.OccurredAtUnit == "rfc3339":
-		return rfc3339Millis(v, s.OccurredAt)
+		return rfc3339Millis(v, pointer)
 	}
-	n, err := integer(v, s.OccurredAt)
+	n, err := integer(v, pointer)
 	if err != nil || s.OccurredAtUnit == "ms" {
 		return n, err
 	}
