@@ -8,7 +8,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
@@ -19,16 +18,8 @@ import (
 // status PERMANENTLY_ORPHANED; a restarted sink given the same records
 // (inserted, never committed) doubles neither.
 func TestSinkArchivesDeadLettersAndOrphans(t *testing.T) {
-	conn, c := openTestDatabase(t)
 	ctx := testenv.Context(t, time.Minute)
-	if _, err := sinkch.Migrate(ctx, conn, c.Database, nil); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ClickHouse = c
+	conn, cfg := migratedDatabase(t, ctx)
 	dlq := topics.For("orders").DLQ
 	orphan := envelope.DeadLetter{
 		Stream: "orders", Topic: "orders.in", Partition: 2, Offset: 41, Key: "ord-9", Reason: "orphan_ttl",
@@ -50,7 +41,7 @@ func TestSinkArchivesDeadLettersAndOrphans(t *testing.T) {
 	}
 	count := func(query string) uint64 {
 		var n uint64
-		if err := conn.QueryRow(ctx, fmt.Sprintf(query, c.Database)).Scan(&n); err != nil {
+		if err := conn.QueryRow(ctx, fmt.Sprintf(query, cfg.ClickHouse.Database)).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
@@ -60,7 +51,7 @@ func TestSinkArchivesDeadLettersAndOrphans(t *testing.T) {
 	}
 	var key, id, status string
 	var received, expired int64
-	if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT entity_key, event_id, status, received_at_ms, expired_at_ms FROM %s.orphans", c.Database)).
+	if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT entity_key, event_id, status, received_at_ms, expired_at_ms FROM %s.orphans", cfg.ClickHouse.Database)).
 		Scan(&key, &id, &status, &received, &expired); err != nil {
 		t.Fatal(err)
 	}

@@ -204,3 +204,19 @@ func columns(t *testing.T, ctx context.Context, conn driver.Conn, database, tabl
 	}
 	return out
 }
+
+// migratedDatabase is openTestDatabase, migrated, with the default config
+// pointing at it.
+func migratedDatabase(t *testing.T, ctx context.Context) (driver.Conn, *config.Config) {
+	t.Helper()
+	conn, c := openTestDatabase(t)
+	if _, err := sinkch.Migrate(ctx, conn, c.Database, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ClickHouse = c
+	return conn, cfg
+}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
 	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/testenv"
@@ -22,20 +21,12 @@ import (
 // offsets are committed; the restarted sink must resume from what ClickHouse
 // holds, not from the stale committed offsets.
 func TestSinkRestartAfterInsertBeforeCommitDoesNotDoubleRows(t *testing.T) {
-	conn, c := openTestDatabase(t)
 	ctx := testenv.Context(t, 2*time.Minute)
-	if _, err := sinkch.Migrate(ctx, conn, c.Database, nil); err != nil {
-		t.Fatal(err)
-	}
+	conn, cfg := migratedDatabase(t, ctx)
 	// The embedded broker gives this test its own consumer group offsets;
 	// the sink's group name is fixed.
 	brokers := testenv.Fake(t)
-	cfg, err := config.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg.Kafka.Brokers = brokers
-	cfg.ClickHouse = c
 	cfg.ClickHouse.BatchPeriod = 50 * time.Millisecond
 	cl, err := kafka.NewClient(brokers)
 	if err != nil {
@@ -88,7 +79,7 @@ func TestSinkRestartAfterInsertBeforeCommitDoesNotDoubleRows(t *testing.T) {
 	produce("after-restart", 4)
 	for {
 		var n uint64
-		err := conn.QueryRow(ctx, "SELECT count() FROM "+c.Database+".events WHERE event_id = 'after-restart'").Scan(&n)
+		err := conn.QueryRow(ctx, "SELECT count() FROM "+cfg.ClickHouse.Database+".events WHERE event_id = 'after-restart'").Scan(&n)
 		if err != nil {
 			stop()
 			t.Fatal(err)
@@ -106,7 +97,7 @@ func TestSinkRestartAfterInsertBeforeCommitDoesNotDoubleRows(t *testing.T) {
 	stop()
 
 	var rows, positions uint64
-	err = conn.QueryRow(ctx, "SELECT count(), uniqExact(`topic`, `partition`, `offset`) FROM "+c.Database+".events").Scan(&rows, &positions)
+	err = conn.QueryRow(ctx, "SELECT count(), uniqExact(`topic`, `partition`, `offset`) FROM "+cfg.ClickHouse.Database+".events").Scan(&rows, &positions)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
@@ -41,16 +40,8 @@ func state(key string, version int64, presence string) envelope.State {
 // The sink's Insert, fed records as the consumer would poll them, against a
 // migrated database on the real server.
 func TestSinkInsertWritesOutcomesAndLatestState(t *testing.T) {
-	conn, c := openTestDatabase(t)
 	ctx := testenv.Context(t, time.Minute)
-	if _, err := sinkch.Migrate(ctx, conn, c.Database, nil); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ClickHouse = c
+	conn, cfg := migratedDatabase(t, ctx)
 	sink := sinkch.New(cfg, nil, conn, slog.New(slog.DiscardHandler), nil)
 	names := topics.For("presence")
 
@@ -107,7 +98,7 @@ func TestSinkInsertWritesOutcomesAndLatestState(t *testing.T) {
 	}
 	rows, err := conn.Query(ctx, "SELECT stream, entity_key, event_id, event_type, outcome, reason, version, gap, buffer_depth, "+
 		"occurred_at_ms, received_at_ms, processed_at_ms, `topic`, `partition`, `offset`, input_partition, input_offset, payload "+
-		"FROM "+c.Database+".events ORDER BY `offset`")
+		"FROM "+cfg.ClickHouse.Database+".events ORDER BY `offset`")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +150,7 @@ func TestSinkInsertWritesOutcomesAndLatestState(t *testing.T) {
 				offset               int64
 			)
 			err := conn.QueryRow(ctx, "SELECT version, state, updated_at_ms, expires_at_ms, `topic`, `partition`, `offset` FROM "+
-				c.Database+".entity_state FINAL WHERE stream = 'presence' AND entity_key = ?", tc.key).
+				cfg.ClickHouse.Database+".entity_state FINAL WHERE stream = 'presence' AND entity_key = ?", tc.key).
 				Scan(&version, &st, &updatedAt, &expiresAt, &topic, &partition, &offset)
 			if err != nil {
 				t.Fatal(err)
@@ -177,7 +168,7 @@ func TestSinkInsertWritesOutcomesAndLatestState(t *testing.T) {
 	// Without FINAL every inserted version is still there: the undecodable
 	// state record added none.
 	var stateRows uint64
-	if err := conn.QueryRow(ctx, "SELECT count() FROM "+c.Database+".entity_state").Scan(&stateRows); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT count() FROM "+cfg.ClickHouse.Database+".entity_state").Scan(&stateRows); err != nil {
 		t.Fatal(err)
 	}
 	if stateRows != 4 {
