@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -24,9 +25,8 @@ import (
 // ConsumerGroup is the Kafka consumer group of the ClickHouse sink.
 const ConsumerGroup = "driftguard-sink-clickhouse"
 
-// insertAttempts bounds the retries of one batch before the sink gives up
-// and exits; its offsets stay uncommitted, so a restart inserts it again.
-const insertAttempts = 5
+// maxBackoff caps the wait between inserts while ClickHouse is down.
+const maxBackoff = 30 * time.Second
 
 // Sink consumes the outcomes, state and DLQ topics of every stream and
 // inserts them into ClickHouse.
@@ -43,6 +43,8 @@ type Sink struct {
 	// ClickHouse, read from it the first time a partition is seen.
 	heldMu sync.Mutex
 	held   map[heldKey]int64
+	// failing is set while inserts fail; /readyz reports it.
+	failing atomic.Bool
 }
 
 type heldKey struct {
@@ -130,7 +132,12 @@ func (s *Sink) Run(ctx context.Context) error {
 	// Close leaves the group, which waits for a rebalance a poll may block.
 	defer cl.AllowRebalance()
 	if s.ops != nil {
-		s.ops.AddReadiness("clickhouse", s.conn.Ping)
+		s.ops.AddReadiness("clickhouse", func(ctx context.Context) error {
+			if s.failing.Load() {
+				return errors.New("inserts are failing; consuming paused until they succeed")
+			}
+			return s.conn.Ping(ctx)
+		})
 		s.ops.AddReadiness("kafka", cl.Ping)
 	}
 	s.log.Info("clickhouse sink starting", "database", s.cfg.ClickHouse.Database, "topics", len(names))
@@ -158,22 +165,29 @@ func (s *Sink) Run(ctx context.Context) error {
 	}
 }
 
+// insertWithRetry inserts the poll until it succeeds or ctx ends. While
+// ClickHouse is down the sink polls nothing more (back-pressure), reports
+// not ready, and keeps the batch; what part of it landed is skipped on the
+// next try, so nothing is lost or doubled when ClickHouse returns.
 func (s *Sink) insertWithRetry(ctx context.Context, records []*kgo.Record) error {
 	backoff := 250 * time.Millisecond
-	var err error
-	for attempt := 1; attempt <= insertAttempts; attempt++ {
-		if err = s.Insert(ctx, records); err == nil {
+	for attempt := 1; ; attempt++ {
+		err := s.Insert(ctx, records)
+		if err == nil {
+			if s.failing.Swap(false) {
+				s.log.Info("clickhouse inserts succeed again", "attempts", attempt)
+			}
 			return nil
 		}
-		s.log.Warn("clickhouse insert failed", "attempt", attempt, "rows", len(records), "err", err)
+		s.failing.Store(true)
+		s.log.Warn("clickhouse insert failed; retrying", "attempt", attempt, "records", len(records), "err", err)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(backoff):
 		}
-		backoff *= 2
+		backoff = min(2*backoff, maxBackoff)
 	}
-	return fmt.Errorf("clickhouse insert failed %d times: %w", insertAttempts, err)
 }
 
 // Insert writes the records' rows, one batch per table, skipping what a
