@@ -1,0 +1,124 @@
+package processors
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/testenv"
+	"github.com/driftguard/driftguard/internal/topics"
+)
+
+// benchEvents is how many presence events each run decides.
+const benchEvents = 50_000
+
+// BenchmarkProcessorAgainstRawConsumer measures, on the broker named by
+// DRIFTGUARD_TEST_KAFKA, the presence processor's events/s next to a raw
+// franz-go consumer reading the same input topic, in one run:
+//
+//	go tool task services:start   # or any broker
+//	DRIFTGUARD_TEST_KAFKA=127.0.0.1:19092 go test -run='^$' -bench=ProcessorAgainstRaw -benchtime=1x ./processors/
+func BenchmarkProcessorAgainstRawConsumer(b *testing.B) {
+	brokers := testenv.Kafka(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	for range b.N {
+		s := presence(b)
+		s.Name = testenv.UniqueName("bench")
+		cfg, err := config.Default()
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg.Streams = map[string]*config.Stream{s.Name: s}
+		cl, err := kafka.NewClient(brokers, kgo.ProducerLinger(5*time.Millisecond))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := kafka.EnsureTopics(ctx, cl, cfg, true); err != nil {
+			b.Fatal(err)
+		}
+		in := topics.For(s.Name).In
+		for i := range benchEvents {
+			user := fmt.Sprintf("user-%d", i%5000)
+			cl.Produce(ctx, &kgo.Record{Topic: in, Key: []byte(user), Value: presenceBody(fmt.Sprint(i), user, int64(i), "ONLINE")}, nil)
+		}
+		if err := cl.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+		cl.Close()
+
+		b.StopTimer()
+		raw := rawConsume(b, ctx, brokers, in)
+		decided := decideAll(b, ctx, brokers, s)
+		b.StartTimer()
+		rawRate, procRate := benchEvents/raw.Seconds(), benchEvents/decided.Seconds()
+		b.ReportMetric(rawRate, "raw-events/s")
+		b.ReportMetric(procRate, "processor-events/s")
+		b.ReportMetric(procRate/rawRate, "ratio")
+	}
+}
+
+// rawConsume reads the whole topic with a bare franz-go consumer.
+func rawConsume(b *testing.B, ctx context.Context, brokers []string, topic string) time.Duration {
+	cl, err := kafka.NewClient(brokers, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	start := time.Now()
+	for n := 0; n < benchEvents; {
+		fetches := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			b.Fatal(err)
+		}
+		n += fetches.NumRecords()
+	}
+	return time.Since(start)
+}
+
+// decideAll runs the processor until it has decided every event.
+func decideAll(b *testing.B, ctx context.Context, brokers []string, s *config.Stream) time.Duration {
+	metrics := NewMetrics(prometheus.NewRegistry())
+	proc, err := New(brokers, s, Options{Metrics: metrics}, GokaOptions(1, b.TempDir(), testenv.Logger(b))...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- proc.Run(runCtx) }()
+	decided := func() float64 {
+		total := 0.0
+		for _, outcome := range []string{"applied", "stale", "duplicate"} {
+			total += testutil.ToFloat64(metrics.decisions.WithLabelValues(s.Name, outcome))
+		}
+		return total
+	}
+	// Timed from the first decision: joining the group and recovering the
+	// (empty) table are start-up, not throughput.
+	var start time.Time
+	for decided() < benchEvents {
+		if start.IsZero() && decided() > 0 {
+			start = time.Now()
+		}
+		select {
+		case err := <-done:
+			b.Fatalf("processor stopped: %v", err)
+		case <-ctx.Done():
+			b.Fatal("timed out")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	elapsed := time.Since(start)
+	stop()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	return elapsed
+}
