@@ -43,11 +43,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	defer cl.Close()
-	streams := make([]*config.Stream, 0, len(s.cfg.Streams))
-	for _, name := range s.cfg.StreamNames() {
-		streams = append(streams, s.cfg.Streams[name])
-	}
-	h, err := NewHandler(streams, cl, Options{
+	h, err := NewHandler(s.cfg.StreamList(), cl, Options{
 		ProduceTimeout: s.cfg.Kafka.ProduceTimeout,
 		Logger:         s.log,
 		Registerer:     s.ops.Registry,

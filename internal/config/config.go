@@ -293,6 +293,15 @@ func (c *Config) StreamNames() []string {
 	return names
 }
 
+// StreamList returns the catalogue's streams in StreamNames order.
+func (c *Config) StreamList() []*Stream {
+	streams := make([]*Stream, 0, len(c.Streams))
+	for _, name := range c.StreamNames() {
+		streams = append(streams, c.Streams[name])
+	}
+	return streams
+}
+
 // Validate checks the whole configuration and returns every problem found,
 // each prefixed with its config path.
 func (c *Config) Validate() error {

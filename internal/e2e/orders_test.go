@@ -4,23 +4,15 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/driftguard/driftguard/internal/config"
-	"github.com/driftguard/driftguard/internal/envelope"
-	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
-	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
 )
 
 // Lost+found on the real broker and ClickHouse, with the processor as a real
@@ -28,8 +20,6 @@ import (
 // is reconciled, payments whose order never comes are expired on time into
 // the DLQ and driftguard.orphans, and no child is lost or decided twice.
 func TestOrdersLostAndFoundSurvivesSIGKILL(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	chAddr := testenv.ClickHouse(t)
 	ctx := testenv.Context(t, 90*time.Second)
 	dir := t.TempDir()
 
@@ -39,63 +29,17 @@ func TestOrdersLostAndFoundSurvivesSIGKILL(t *testing.T) {
 	const ttl = 4 * time.Second
 	configFile := filepath.Join(dir, "driftguard.yaml")
 	writeOrdersConfig(t, configFile, stream, ttl)
-	cfg, err := config.Load(configFile, []string{"DRIFTGUARD_KAFKA_BROKERS=" + strings.Join(brokers, ",")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Streams = map[string]*config.Stream{stream: cfg.Streams[stream]}
-	cfg.ClickHouse.Addr = chAddr
-	cfg.ClickHouse.Database = testenv.UniqueName("dg_orders")
-	cfg.ClickHouse.BatchPeriod = 100 * time.Millisecond
+	h := newProcessHarness(t, ctx, dir, configFile, stream)
+	proc := h.start("state")
 
-	conn, cl := prepare(t, ctx, cfg, brokers)
-	defer cl.Close()
-	sinkCtx, stopSink := context.WithCancel(ctx)
-	sinkDone := make(chan error, 1)
-	go func() {
-		sinkDone <- service.RunAll(sinkCtx, sinkch.New(cfg, brokers, conn, testenv.Logger(t), nil))
-	}()
-	defer func() { stopSink(); <-sinkDone }()
+	child := func(id, parent string) []byte {
+		return fmt.Appendf(nil, `{"event_id":%q,"event_type":"order.payment_received","parent_id":%q,"payload":{"amount":12}}`, id, parent)
+	}
+	h.produce("o1", child("pay-1", "o1"))
+	h.produce("o2", child("pay-2", "o2"))
+	h.produce("o3", child("pay-3", "o3"))
 
-	bin := buildDriftguard(t, dir)
-	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, "process", "--config", configFile, "--streams", stream)
-		cmd.Env = append(os.Environ(),
-			"DRIFTGUARD_KAFKA_BROKERS="+strings.Join(brokers, ","),
-			"DRIFTGUARD_DATA_DIR="+filepath.Join(dir, "state"),
-			"DRIFTGUARD_TELEMETRY_ADDR=127.0.0.1:0",
-			"DRIFTGUARD_LOG_LEVEL=warn")
-		cmd.Stdout, cmd.Stderr = testWriter{t}, testWriter{t}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd
-	}
-	proc := start()
-	defer func() { _ = proc.Process.Kill(); _, _ = proc.Process.Wait() }()
-
-	in := topics.For(stream).In
-	produce := func(key, body string) {
-		t.Helper()
-		rec := &kgo.Record{Topic: in, Key: []byte(key), Value: []byte(body), Headers: []kgo.RecordHeader{
-			{Key: envelope.HeaderReceivedAt, Value: []byte(strconv.FormatInt(time.Now().UnixMilli(), 10))},
-		}}
-		if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	child := func(id, parent string) string {
-		return fmt.Sprintf(`{"event_id":%q,"event_type":"order.payment_received","parent_id":%q,"payload":{"amount":12}}`, id, parent)
-	}
-	produce("o1", child("pay-1", "o1"))
-	produce("o2", child("pay-2", "o2"))
-	produce("o3", child("pay-3", "o3"))
-
-	q := func(query string) uint64 {
-		var n uint64
-		_ = conn.QueryRow(ctx, fmt.Sprintf(query, cfg.ClickHouse.Database, stream)).Scan(&n)
-		return n
-	}
+	q := h.count
 	waitFor(t, ctx, "three quarantined children", func() bool {
 		return q("SELECT uniqExact(event_id) FROM %s.events WHERE stream = '%s' AND outcome = 'quarantined'") == 3
 	})
@@ -105,12 +49,12 @@ func TestOrdersLostAndFoundSurvivesSIGKILL(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _ = proc.Process.Wait()
-	produce("o1", `{"event_id":"order-1","event_type":"order.created","order_id":"o1","payload":{"total":12}}`)
-	proc = start()
+	h.produce("o1", []byte(`{"event_id":"order-1","event_type":"order.created","order_id":"o1","payload":{"total":12}}`))
+	h.start("state")
 
 	defer func() {
 		if t.Failed() {
-			dumpEvents(t, conn, cfg.ClickHouse.Database, stream)
+			dumpEvents(t, h.conn, h.cfg.ClickHouse.Database, stream)
 		}
 	}()
 	// The sink reads outcomes and DLQ records from different topics: wait
@@ -140,8 +84,8 @@ func TestOrdersLostAndFoundSurvivesSIGKILL(t *testing.T) {
 		t.Errorf("%d orphan_ttl rows in dlq, want 2", n)
 	}
 	var parents string
-	_ = conn.QueryRow(ctx, fmt.Sprintf("SELECT arrayStringConcat(groupArray(entity_key), ',') FROM (SELECT entity_key FROM %s.orphans WHERE stream = '%s' ORDER BY entity_key)",
-		cfg.ClickHouse.Database, stream)).Scan(&parents)
+	_ = h.conn.QueryRow(ctx, fmt.Sprintf("SELECT arrayStringConcat(groupArray(entity_key), ',') FROM (SELECT entity_key FROM %s.orphans WHERE stream = '%s' ORDER BY entity_key)",
+		h.cfg.ClickHouse.Database, stream)).Scan(&parents)
 	if parents != "o2,o3" {
 		t.Errorf("orphans name missing parents %q, want o2,o3", parents)
 	}
@@ -194,23 +138,4 @@ streams:
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// buildDriftguard builds the binary, so the test can kill a real process.
-func buildDriftguard(t *testing.T, dir string) string {
-	t.Helper()
-	bin := filepath.Join(dir, "driftguard")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/driftguard/driftguard/cmd/driftguard").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// testWriter sends a child process's output to the test log.
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
 }

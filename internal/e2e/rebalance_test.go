@@ -1,35 +1,22 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/devmode"
-	"github.com/driftguard/driftguard/internal/envelope"
-	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
-	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
 )
 
 // A second processor instance joins mid-stream and later leaves: partitions
 // move twice, and still every delivery gets its outcome, no event is
 // applied twice, and the final state is the ordered replay.
 func TestProcessorRebalanceLosesAndDoublesNothing(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	chAddr := testenv.ClickHouse(t)
 	ctx := testenv.Context(t, 3*time.Minute)
 	dir := t.TempDir()
 
@@ -40,38 +27,7 @@ func TestProcessorRebalanceLosesAndDoublesNothing(t *testing.T) {
 	if err := os.WriteFile(configFile, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(configFile, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Streams = map[string]*config.Stream{stream: cfg.Streams[stream]}
-	cfg.Kafka.Brokers = brokers
-	cfg.ClickHouse.Addr = chAddr
-	cfg.ClickHouse.Database = testenv.UniqueName("dg_rebalance")
-	cfg.ClickHouse.BatchPeriod = 100 * time.Millisecond
-	conn, cl := prepare(t, ctx, cfg, brokers)
-	defer cl.Close()
-
-	sinkCtx, stopSink := context.WithCancel(ctx)
-	sinkDone := make(chan error, 1)
-	go func() { sinkDone <- service.RunAll(sinkCtx, sinkch.New(cfg, brokers, conn, testenv.Logger(t), nil)) }()
-	defer func() { stopSink(); <-sinkDone }()
-
-	bin := buildDriftguard(t, dir)
-	instance := func(name string) *exec.Cmd {
-		cmd := exec.Command(bin, "process", "--config", configFile, "--streams", stream)
-		cmd.Env = append(os.Environ(),
-			"DRIFTGUARD_KAFKA_BROKERS="+strings.Join(brokers, ","),
-			"DRIFTGUARD_DATA_DIR="+filepath.Join(dir, name),
-			"DRIFTGUARD_TELEMETRY_ADDR=127.0.0.1:0",
-			"DRIFTGUARD_LOG_LEVEL=warn")
-		cmd.Stdout, cmd.Stderr = testWriter{t}, testWriter{t}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
-		return cmd
-	}
+	h := newProcessHarness(t, ctx, dir, configFile, stream)
 
 	// 60 users, each a shuffled, partly duplicated version history.
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
@@ -84,30 +40,20 @@ func TestProcessorRebalanceLosesAndDoublesNothing(t *testing.T) {
 		deliveries = append(deliveries, devmode.Disorder(rng, history, 0.3)...)
 	}
 	rng.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
-	in := topics.For(stream).In
 	produce := func(ds []devmode.Delivery) {
 		for _, d := range ds {
-			rec := &kgo.Record{Topic: in, Key: []byte(d.User), Value: d.Body, Headers: []kgo.RecordHeader{
-				{Key: envelope.HeaderReceivedAt, Value: []byte(strconv.FormatInt(time.Now().UnixMilli(), 10))},
-			}}
-			if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
+			h.produce(d.User, d.Body)
 		}
 	}
-	q := func(query string) uint64 {
-		var n uint64
-		_ = conn.QueryRow(ctx, fmt.Sprintf(query, cfg.ClickHouse.Database, stream)).Scan(&n)
-		return n
-	}
+	q := h.count
 	third := len(deliveries) / 3
 
-	instance("first")
+	h.start("first")
 	produce(deliveries[:third])
 	waitFor(t, ctx, "the first third decided", func() bool {
 		return q("SELECT count() FROM %s.events WHERE stream = '%s'") >= uint64(third)
 	})
-	second := instance("second") // joins: partitions move
+	second := h.start("second") // joins: partitions move
 	produce(deliveries[third : 2*third])
 	waitFor(t, ctx, "two thirds decided", func() bool {
 		return q("SELECT count() FROM %s.events WHERE stream = '%s'") >= uint64(2*third)
@@ -127,7 +73,7 @@ func TestProcessorRebalanceLosesAndDoublesNothing(t *testing.T) {
 	waitFor(t, ctx, "a state row per user", func() bool {
 		return q("SELECT count() FROM %s.entity_state FINAL WHERE stream = '%s'") == uint64(len(final))
 	})
-	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT entity_key, version, state FROM %s.entity_state FINAL WHERE stream = '%s'", cfg.ClickHouse.Database, stream))
+	rows, err := h.conn.Query(ctx, fmt.Sprintf("SELECT entity_key, version, state FROM %s.entity_state FINAL WHERE stream = '%s'", h.cfg.ClickHouse.Database, stream))
 	if err != nil {
 		t.Fatal(err)
 	}

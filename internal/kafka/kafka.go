@@ -35,9 +35,5 @@ func NewClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
 // EnsureTopics creates (when create is true) and checks every topic of the
 // configured streams.
 func EnsureTopics(ctx context.Context, cl *kgo.Client, cfg *config.Config, create bool) ([]topics.Status, error) {
-	streams := make([]*config.Stream, 0, len(cfg.Streams))
-	for _, name := range cfg.StreamNames() {
-		streams = append(streams, cfg.Streams[name])
-	}
-	return topics.Ensure(ctx, kadm.NewClient(cl), streams, int16(cfg.Kafka.ReplicationFactor), create)
+	return topics.Ensure(ctx, kadm.NewClient(cl), cfg.StreamList(), int16(cfg.Kafka.ReplicationFactor), create)
 }

@@ -2,6 +2,8 @@ package clickhouse_test
 
 import (
 	"context"
+	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"io/fs"
 	"strings"
 	"testing"
@@ -219,4 +221,22 @@ func migratedDatabase(t *testing.T, ctx context.Context) (driver.Conn, *config.C
 	}
 	cfg.ClickHouse = c
 	return conn, cfg
+}
+
+// withFakeBroker points cfg at a fresh embedded broker (so the sink's fixed
+// consumer group starts with no offsets), with the streams' topics created,
+// and returns a client for producing.
+func withFakeBroker(t *testing.T, ctx context.Context, cfg *config.Config) *kgo.Client {
+	t.Helper()
+	cfg.Kafka.Brokers = testenv.Fake(t)
+	cfg.ClickHouse.BatchPeriod = 50 * time.Millisecond
+	cl, err := kafka.NewClient(cfg.Kafka.Brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	if _, err := kafka.EnsureTopics(ctx, cl, cfg, true); err != nil {
+		t.Fatal(err)
+	}
+	return cl
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/envelope"
-	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/testenv"
@@ -94,17 +93,8 @@ func TestSinkRidesOutAClickHouseOutage(t *testing.T) {
 	}
 	defer sinkConn.Close()
 
-	brokers := testenv.Fake(t)
-	cfg.Kafka.Brokers = brokers
-	cfg.ClickHouse.BatchPeriod = 50 * time.Millisecond
-	cl, err := kafka.NewClient(brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if _, err := kafka.EnsureTopics(ctx, cl, cfg, true); err != nil {
-		t.Fatal(err)
-	}
+	cl := withFakeBroker(t, ctx, cfg)
+	brokers := cfg.Kafka.Brokers
 	ops := telemetry.NewOps()
 	sinkCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

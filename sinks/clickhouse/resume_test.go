@@ -10,7 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/envelope"
-	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
@@ -23,19 +22,8 @@ import (
 func TestSinkRestartAfterInsertBeforeCommitDoesNotDoubleRows(t *testing.T) {
 	ctx := testenv.Context(t, 2*time.Minute)
 	conn, cfg := migratedDatabase(t, ctx)
-	// The embedded broker gives this test its own consumer group offsets;
-	// the sink's group name is fixed.
-	brokers := testenv.Fake(t)
-	cfg.Kafka.Brokers = brokers
-	cfg.ClickHouse.BatchPeriod = 50 * time.Millisecond
-	cl, err := kafka.NewClient(brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if _, err := kafka.EnsureTopics(ctx, cl, cfg, true); err != nil {
-		t.Fatal(err)
-	}
+	cl := withFakeBroker(t, ctx, cfg)
+	brokers := cfg.Kafka.Brokers
 	outcomes := topics.For("presence").Outcomes
 
 	// One key, so one partition, so the sink sees the records in this order.
@@ -97,7 +85,7 @@ func TestSinkRestartAfterInsertBeforeCommitDoesNotDoubleRows(t *testing.T) {
 	stop()
 
 	var rows, positions uint64
-	err = conn.QueryRow(ctx, "SELECT count(), uniqExact(`topic`, `partition`, `offset`) FROM "+cfg.ClickHouse.Database+".events").Scan(&rows, &positions)
+	err := conn.QueryRow(ctx, "SELECT count(), uniqExact(`topic`, `partition`, `offset`) FROM "+cfg.ClickHouse.Database+".events").Scan(&rows, &positions)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,119 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/service"
+	"github.com/driftguard/driftguard/internal/testenv"
+	"github.com/driftguard/driftguard/internal/topics"
+	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
+)
+
+// processHarness is one stream, defined in an operator's config file,
+// decided by real `driftguard process` binaries that a test can kill, with
+// the ClickHouse sink running in the test, on the real broker and server.
+type processHarness struct {
+	t          *testing.T
+	ctx        context.Context
+	cfg        *config.Config
+	stream     string
+	configFile string
+	brokers    []string
+	bin        string
+	dir        string
+	conn       driver.Conn
+	cl         *kgo.Client
+}
+
+func newProcessHarness(t *testing.T, ctx context.Context, dir, configFile, stream string) *processHarness {
+	t.Helper()
+	brokers := testenv.Kafka(t)
+	chAddr := testenv.ClickHouse(t)
+	cfg, err := config.Load(configFile, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Streams = map[string]*config.Stream{stream: cfg.Streams[stream]}
+	cfg.Kafka.Brokers = brokers
+	cfg.ClickHouse.Addr = chAddr
+	cfg.ClickHouse.Database = testenv.UniqueName("dg_" + strings.Split(stream, "_")[0])
+	cfg.ClickHouse.BatchPeriod = 100 * time.Millisecond
+	h := &processHarness{t: t, ctx: ctx, cfg: cfg, stream: stream, configFile: configFile, brokers: brokers, dir: dir}
+	h.conn, h.cl = prepare(t, ctx, cfg, brokers)
+	t.Cleanup(h.cl.Close)
+
+	sinkCtx, stopSink := context.WithCancel(ctx)
+	sinkDone := make(chan error, 1)
+	go func() { sinkDone <- service.RunAll(sinkCtx, sinkch.New(cfg, brokers, h.conn, testenv.Logger(t), nil)) }()
+	t.Cleanup(func() { stopSink(); <-sinkDone })
+	h.bin = buildDriftguard(t, dir)
+	return h
+}
+
+// start runs `driftguard process` for the stream with its table storage in
+// the named folder (the same name after a kill reuses the storage).
+func (h *processHarness) start(name string) *exec.Cmd {
+	h.t.Helper()
+	cmd := exec.Command(h.bin, "process", "--config", h.configFile, "--streams", h.stream)
+	cmd.Env = append(os.Environ(),
+		"DRIFTGUARD_KAFKA_BROKERS="+strings.Join(h.brokers, ","),
+		"DRIFTGUARD_DATA_DIR="+filepath.Join(h.dir, name),
+		"DRIFTGUARD_TELEMETRY_ADDR=127.0.0.1:0",
+		"DRIFTGUARD_LOG_LEVEL=warn")
+	cmd.Stdout, cmd.Stderr = testWriter{h.t}, testWriter{h.t}
+	if err := cmd.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	return cmd
+}
+
+// produce writes a body to the stream's input as ingest would, received now.
+func (h *processHarness) produce(key string, body []byte) {
+	h.t.Helper()
+	rec := &kgo.Record{Topic: topics.For(h.stream).In, Key: []byte(key), Value: body, Headers: []kgo.RecordHeader{
+		{Key: envelope.HeaderReceivedAt, Value: []byte(strconv.FormatInt(time.Now().UnixMilli(), 10))},
+	}}
+	if err := h.cl.ProduceSync(h.ctx, rec).FirstErr(); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// count runs a count query whose two %s are the database and the stream.
+func (h *processHarness) count(query string) uint64 {
+	var n uint64
+	_ = h.conn.QueryRow(h.ctx, fmt.Sprintf(query, h.cfg.ClickHouse.Database, h.stream)).Scan(&n)
+	return n
+}
+
+// buildDriftguard builds the binary, so the test can kill a real process.
+func buildDriftguard(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "driftguard")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/driftguard/driftguard/cmd/driftguard").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// testWriter sends a child process's output to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
