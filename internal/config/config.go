@@ -57,6 +57,10 @@ type HTTP struct {
 	Addr string `yaml:"addr"`
 }
 
+// MaxBatchRows is ClickHouse's default max_insert_block_size, the most
+// rows clickhouse.batch_rows may ask for.
+const MaxBatchRows = 1 << 20
+
 // ClickHouse configures the sink and `migrate`.
 type ClickHouse struct {
 	// Addr of the native protocol port. Default 127.0.0.1:9000.
@@ -66,8 +70,13 @@ type ClickHouse struct {
 	// Username and Password; default user "default" with no password.
 	Username string `yaml:"username"`
 	Password string `yaml:"password"`
-	// BatchRows and BatchPeriod bound one insert. Defaults 10000 and 500ms.
+	// BatchRows, BatchBytes and BatchPeriod bound one flush (one INSERT
+	// per table): the sink flushes when it has gathered BatchRows records
+	// or BatchBytes of record keys and values, or BatchPeriod after the
+	// first record of the batch. Defaults 100000, 32 MiB and 1s: about one
+	// insert per second per table under load, memory of a few batches.
 	BatchRows   int           `yaml:"batch_rows"`
+	BatchBytes  int           `yaml:"batch_bytes"`
 	BatchPeriod time.Duration `yaml:"batch_period"`
 }
 
@@ -237,8 +246,9 @@ func (c *Config) applyDefaults() {
 	orDefault(&c.ClickHouse.Addr, "127.0.0.1:9000")
 	orDefault(&c.ClickHouse.Database, "driftguard")
 	orDefault(&c.ClickHouse.Username, "default")
-	orDefault(&c.ClickHouse.BatchRows, 10000)
-	orDefault(&c.ClickHouse.BatchPeriod, 500*time.Millisecond)
+	orDefault(&c.ClickHouse.BatchRows, 100_000)
+	orDefault(&c.ClickHouse.BatchBytes, 32<<20)
+	orDefault(&c.ClickHouse.BatchPeriod, time.Second)
 	orDefault(&c.Telemetry.Addr, "127.0.0.1:9464")
 	orDefault(&c.Telemetry.LogLevel, "info")
 	orDefault(&c.Processing.TimerTick, time.Second)
@@ -326,8 +336,16 @@ func (c *Config) Validate() error {
 	if c.Processing.TimerTick < 10*time.Millisecond {
 		add("processing.timer_tick", "must be at least 10ms, got %s", c.Processing.TimerTick)
 	}
-	if c.ClickHouse.BatchRows < 1 {
-		add("clickhouse.batch_rows", "must be at least 1")
+	// Above ClickHouse's max_insert_block_size (1048576) a block could be
+	// split, and a block must be written once or not at all.
+	if c.ClickHouse.BatchRows < 1 || c.ClickHouse.BatchRows > MaxBatchRows {
+		add("clickhouse.batch_rows", "must be between 1 and %d, got %d", MaxBatchRows, c.ClickHouse.BatchRows)
+	}
+	if c.ClickHouse.BatchBytes < 1<<10 {
+		add("clickhouse.batch_bytes", "must be at least 1024, got %d", c.ClickHouse.BatchBytes)
+	}
+	if c.ClickHouse.BatchPeriod < time.Millisecond {
+		add("clickhouse.batch_period", "must be at least 1ms, got %s", c.ClickHouse.BatchPeriod)
 	}
 	switch c.Telemetry.LogLevel {
 	case "debug", "info", "warn", "error":
@@ -371,8 +389,9 @@ clickhouse:
   database: driftguard           # DRIFTGUARD_CLICKHOUSE_DATABASE
   username: default
   password: ""
-  batch_rows: 10000
-  batch_period: 500ms
+  batch_rows: 100000             # flush after this many records,
+  batch_bytes: 33554432          # or this many bytes of keys and values (32 MiB),
+  batch_period: 1s               # or this long after the batch's first record
 processing:
   timer_tick: 1s                 # how often timers (gap timeouts) are checked
 telemetry:

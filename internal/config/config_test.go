@@ -86,8 +86,9 @@ func TestLoadWithoutFileGivesWorkingDefaults(t *testing.T) {
 		{"ClickHouse.Addr", cfg.ClickHouse.Addr, "127.0.0.1:9000"},
 		{"ClickHouse.Database", cfg.ClickHouse.Database, "driftguard"},
 		{"ClickHouse.Username", cfg.ClickHouse.Username, "default"},
-		{"ClickHouse.BatchRows", cfg.ClickHouse.BatchRows, 10000},
-		{"ClickHouse.BatchPeriod", cfg.ClickHouse.BatchPeriod, 500 * time.Millisecond},
+		{"ClickHouse.BatchRows", cfg.ClickHouse.BatchRows, 100_000},
+		{"ClickHouse.BatchBytes", cfg.ClickHouse.BatchBytes, 32 << 20},
+		{"ClickHouse.BatchPeriod", cfg.ClickHouse.BatchPeriod, time.Second},
 		{"Telemetry.Addr", cfg.Telemetry.Addr, "127.0.0.1:9464"},
 		{"Telemetry.LogLevel", cfg.Telemetry.LogLevel, "info"},
 		{"DataDir", cfg.DataDir, filepath.Join(state, "driftguard")},
@@ -293,6 +294,16 @@ func TestLoadRejectsInvalidFileNamingTheConfigPath(t *testing.T) {
 			name: "database name that is not an identifier",
 			yaml: "clickhouse: {database: drift-guard}",
 			want: []string{"in clickhouse.database:"},
+		},
+		{
+			name: "batch larger than ClickHouse's max_insert_block_size",
+			yaml: "clickhouse: {batch_rows: 1048577}",
+			want: []string{"in clickhouse.batch_rows:"},
+		},
+		{
+			name: "batch bytes too small",
+			yaml: "clickhouse: {batch_bytes: 10}",
+			want: []string{"in clickhouse.batch_bytes:"},
 		},
 		{
 			name: "unknown log level",

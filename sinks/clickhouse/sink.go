@@ -2,7 +2,6 @@ package clickhouse
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,11 +11,9 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
-	"github.com/driftguard/driftguard/internal/envelope"
 	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/topics"
@@ -36,13 +33,15 @@ type Sink struct {
 	conn    driver.Conn
 	log     *slog.Logger
 	ops     *telemetry.Ops
-	rows    *prometheus.CounterVec
-	// targets maps a topic to the tables its records feed.
-	targets map[string][]*target
+	metrics *metrics
+	// kinds maps each topic the sink reads to what its records are.
+	kinds map[string]topicKind
 	// held is the highest offset per table and source partition already in
-	// ClickHouse, read from it the first time a partition is seen.
+	// ClickHouse, read from sink_positions for a whole topic the first time
+	// one of its partitions is seen (loaded records which topics were read).
 	heldMu sync.Mutex
 	held   map[heldKey]int64
+	loaded map[tableTopic]bool
 	// failing is set while inserts fail; /readyz reports it.
 	failing atomic.Bool
 }
@@ -53,48 +52,32 @@ type heldKey struct {
 	partition int32
 }
 
-// A target is one table fed by one kind of topic.
-type target struct {
-	table   string
-	columns string
-	// source names the columns that hold the source topic, partition and
-	// offset of each row: the sink resumes from their maximum.
-	source [3]string
-	// add appends the record's row, or returns errNotForTable.
-	add func(driver.Batch, *kgo.Record) error
+type tableTopic struct{ table, topic string }
+
+type topicKind int
+
+const (
+	outcomesTopic topicKind = iota + 1
+	stateTopic
+	dlqTopic
+)
+
+// tablesOf names the tables each kind of topic feeds.
+var tablesOf = map[topicKind][]string{
+	outcomesTopic: {"events"},
+	stateTopic:    {"entity_state"},
+	dlqTopic:      {"dlq", "orphans"},
 }
-
-var (
-	eventsTarget = &target{table: "events", columns: eventColumns, source: plainSource, add: appendEvent}
-	stateTarget  = &target{table: "entity_state", columns: stateColumns, source: plainSource, add: appendState}
-	dlqTarget    = &target{table: "dlq", columns: dlqColumns, source: dlqSource, add: appendDeadLetter}
-	orphanTarget = &target{table: "orphans", columns: orphanColumns, source: dlqSource, add: appendOrphan}
-)
-
-var (
-	plainSource = [3]string{"`topic`", "`partition`", "`offset`"}
-	dlqSource   = [3]string{"source_topic", "source_partition", "source_offset"}
-)
-
-// errNotForTable marks a record a table does not take (a DLQ record that
-// is not an orphan, for the orphans table).
-var errNotForTable = errors.New("not for this table")
 
 // New builds the sink. conn must reach a migrated database; ops may be nil.
 func New(cfg *config.Config, brokers []string, conn driver.Conn, log *slog.Logger, ops *telemetry.Ops) *Sink {
-	s := &Sink{cfg: cfg, brokers: brokers, conn: conn, log: log, ops: ops, targets: map[string][]*target{}, held: map[heldKey]int64{}}
-	s.rows = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "driftguard_sink_rows_total",
-		Help: "Rows inserted into ClickHouse by table.",
-	}, []string{"table"})
-	if ops != nil {
-		ops.Registry.MustRegister(s.rows)
-	}
+	s := &Sink{cfg: cfg, brokers: brokers, conn: conn, log: log, ops: ops, kinds: map[string]topicKind{},
+		held: map[heldKey]int64{}, loaded: map[tableTopic]bool{}, metrics: newMetrics(ops)}
 	for _, name := range cfg.StreamNames() {
 		n := topics.For(name)
-		s.targets[n.Outcomes] = []*target{eventsTarget}
-		s.targets[n.State] = []*target{stateTarget}
-		s.targets[n.DLQ] = []*target{dlqTarget, orphanTarget}
+		s.kinds[n.Outcomes] = outcomesTopic
+		s.kinds[n.State] = stateTopic
+		s.kinds[n.DLQ] = dlqTopic
 	}
 	return s
 }
@@ -102,26 +85,31 @@ func New(cfg *config.Config, brokers []string, conn driver.Conn, log *slog.Logge
 // Name implements service.Service.
 func (s *Sink) Name() string { return "sink" }
 
-// Run consumes until ctx is done. Offsets are committed only after the rows
-// of a poll are inserted, so a crash never loses a row; and a poll inserted
-// but not committed before a crash is not inserted again, because Insert
-// skips offsets at or below the highest one ClickHouse already holds for
-// that partition.
+// Run consumes until ctx is done. It gathers polls into one batch until the
+// batch has batch_rows records or batch_bytes of values, or batch_period
+// has passed since its first record; then it inserts each table's block
+// with one INSERT and commits the offsets. A crash never loses a row,
+// because offsets are committed after the insert; and a batch inserted but
+// not committed before a crash is not inserted again, because the sink
+// skips offsets at or below what sink_positions says a table holds.
 func (s *Sink) Run(ctx context.Context) error {
-	names := make([]string, 0, len(s.targets))
-	for topic := range s.targets {
+	names := make([]string, 0, len(s.kinds))
+	for topic := range s.kinds {
 		names = append(names, topic)
 	}
+	ch := s.cfg.ClickHouse
 	cl, err := kafka.NewClient(s.brokers,
 		kgo.ConsumerGroup(ConsumerGroup),
 		kgo.ConsumeTopics(names...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.DisableAutoCommit(),
-		// No partition moves while a polled batch is being inserted.
+		// No partition moves while a batch is being gathered or inserted.
 		kgo.BlockRebalanceOnPoll(),
-		kgo.FetchMaxWait(s.cfg.ClickHouse.BatchPeriod),
+		kgo.FetchMaxWait(min(ch.BatchPeriod, 5*time.Second)),
+		// What franz-go buffers ahead of the batch stays near one batch.
+		kgo.FetchMaxBytes(int32(min(ch.BatchBytes, 1<<30))),
 		// Another replica may have inserted a partition's rows while it was
-		// away: read its watermark again when it comes back.
+		// away: read its position again when it comes back.
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, lost map[string][]int32) { s.forget(lost) }),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, lost map[string][]int32) { s.forget(lost) }),
 	)
@@ -140,47 +128,68 @@ func (s *Sink) Run(ctx context.Context) error {
 		})
 		s.ops.AddReadiness("kafka", cl.Ping)
 	}
-	s.log.Info("clickhouse sink starting", "database", s.cfg.ClickHouse.Database, "topics", len(names))
+	s.log.Info("clickhouse sink starting", "database", ch.Database, "topics", len(names),
+		"batch_rows", ch.BatchRows, "batch_bytes", ch.BatchBytes, "batch_period", ch.BatchPeriod)
+	b := newBatch()
+	var flushAt time.Time
 	for {
-		fetches := cl.PollRecords(ctx, s.cfg.ClickHouse.BatchRows)
+		pollCtx, cancel := ctx, context.CancelFunc(func() {})
+		if b.records > 0 {
+			pollCtx, cancel = context.WithDeadline(ctx, flushAt)
+		}
+		fetches := cl.PollRecords(pollCtx, max(ch.BatchRows-b.records, 1))
+		cancel()
 		if ctx.Err() != nil {
 			return nil
 		}
 		fetches.EachError(func(topic string, p int32, err error) {
-			s.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
-		})
-		records := fetches.Records()
-		if len(records) > 0 {
-			if err := s.insertWithRetry(ctx, records); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return err
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				s.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
 			}
-			if err := cl.CommitRecords(ctx, records...); err != nil && ctx.Err() == nil {
-				s.log.Warn("offset commit failed; the batch may be inserted again", "err", err)
+		})
+		s.metrics.observeLag(fetches)
+		if records := fetches.Records(); len(records) > 0 {
+			if b.records == 0 {
+				flushAt = time.Now().Add(ch.BatchPeriod)
+			}
+			if err := s.untilDone(ctx, "reading positions", func(bool) error { return s.add(ctx, b, records) }); err != nil {
+				return nil // ctx ended
 			}
 		}
-		cl.AllowRebalance()
+		if b.records > 0 && (b.records >= ch.BatchRows || b.bytes >= ch.BatchBytes || !time.Now().Before(flushAt)) {
+			if err := s.untilDone(ctx, "inserting", func(retry bool) error { return s.flush(ctx, b, retry) }); err != nil {
+				return nil // ctx ended
+			}
+			if err := cl.CommitRecords(ctx, b.lastRecords()...); err != nil && ctx.Err() == nil {
+				s.log.Warn("offset commit failed; the batch will be skipped by position when read again", "err", err)
+			}
+			b.reset()
+		}
+		if b.records == 0 {
+			cl.AllowRebalance()
+		}
 	}
 }
 
-// insertWithRetry inserts the poll until it succeeds or ctx ends. While
-// ClickHouse is down the sink polls nothing more (back-pressure), reports
-// not ready, and keeps the batch; what part of it landed is skipped on the
-// next try, so nothing is lost or doubled when ClickHouse returns.
-func (s *Sink) insertWithRetry(ctx context.Context, records []*kgo.Record) error {
+// untilDone runs op until it succeeds or ctx ends, backing off between
+// tries. While ClickHouse is down the sink polls nothing more
+// (back-pressure), reports not ready, and keeps its batch.
+func (s *Sink) untilDone(ctx context.Context, what string, op func(retry bool) error) error {
 	backoff := 250 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		err := s.Insert(ctx, records)
+		err := op(attempt > 1)
 		if err == nil {
 			if s.failing.Swap(false) {
-				s.log.Info("clickhouse inserts succeed again", "attempts", attempt)
+				s.log.Info("clickhouse works again", "attempts", attempt)
 			}
 			return nil
 		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		s.failing.Store(true)
-		s.log.Warn("clickhouse insert failed; retrying", "attempt", attempt, "records", len(records), "err", err)
+		s.metrics.retries.Inc()
+		s.log.Warn("clickhouse failed; retrying", "doing", what, "attempt", attempt, "err", err)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -190,69 +199,217 @@ func (s *Sink) insertWithRetry(ctx context.Context, records []*kgo.Record) error
 	}
 }
 
-// Insert writes the records' rows, one batch per table, skipping what a
-// table already holds.
+// Insert writes the records' rows, one INSERT per table, skipping what a
+// table already holds. Run does the same for each batch it gathers.
 func (s *Sink) Insert(ctx context.Context, records []*kgo.Record) error {
-	byTarget := map[*target][]*kgo.Record{}
-	var order []*target
+	b := newBatch()
+	if err := s.add(ctx, b, records); err != nil {
+		return err
+	}
+	return s.flush(ctx, b, false)
+}
+
+// batch is the rows gathered for the next flush, one block per table.
+type batch struct {
+	events  *tableBlock[outcome]
+	state   *tableBlock[state]
+	dlq     *tableBlock[deadLetter]
+	orphans *tableBlock[deadLetter]
+	// records and bytes measure what was polled, for the flush thresholds.
+	records, bytes int
+	// last is the last record per partition, whose offset is committed.
+	last map[heldKey]*kgo.Record
+}
+
+func newBatch() *batch {
+	return &batch{events: newEventsBlock(), state: newStateBlock(), dlq: newDLQBlock(), orphans: newOrphansBlock(),
+		last: map[heldKey]*kgo.Record{}}
+}
+
+func (b *batch) blocks() []*block {
+	return []*block{&b.events.block, &b.state.block, &b.dlq.block, &b.orphans.block}
+}
+
+func (b *batch) lastRecords() []*kgo.Record {
+	out := make([]*kgo.Record, 0, len(b.last))
+	for _, r := range b.last {
+		out = append(out, r)
+	}
+	return out
+}
+
+func (b *batch) reset() {
+	for _, blk := range b.blocks() {
+		blk.reset()
+	}
+	b.records, b.bytes = 0, 0
+	clear(b.last)
+}
+
+// add decodes each record once into the blocks of its tables. It reads the
+// positions it lacks first, so when that fails nothing was added and the
+// call can be repeated.
+func (s *Sink) add(ctx context.Context, b *batch, records []*kgo.Record) error {
 	for _, r := range records {
-		targets, ok := s.targets[r.Topic]
-		if !ok {
-			s.log.Warn("record from an unexpected topic skipped", "topic", r.Topic)
-			continue
-		}
-		for _, t := range targets {
-			held, err := s.heldOffset(ctx, t, r.Topic, r.Partition)
-			if err != nil {
+		for _, table := range tablesOf[s.kinds[r.Topic]] {
+			if err := s.load(ctx, tableTopic{table, r.Topic}); err != nil {
 				return err
 			}
-			if r.Offset <= held {
-				continue // inserted before a crash, never committed
-			}
-			if _, seen := byTarget[t]; !seen {
-				order = append(order, t)
-			}
-			byTarget[t] = append(byTarget[t], r)
 		}
 	}
-	for _, t := range order {
-		if err := s.insertBatch(ctx, t, byTarget[t]); err != nil {
-			return err
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	after := func(table string, r *kgo.Record) bool {
+		held, ok := s.held[heldKey{table, r.Topic, r.Partition}]
+		return !ok || r.Offset > held
+	}
+	for _, r := range records {
+		b.records++
+		b.bytes += len(r.Key) + len(r.Value)
+		b.last[heldKey{"", r.Topic, r.Partition}] = r
+		var err error
+		switch s.kinds[r.Topic] {
+		case outcomesTopic:
+			if after("events", r) {
+				var o *outcome
+				if o, err = decode[outcome]("outcome", r); err == nil {
+					b.events.add(r, o)
+				}
+			}
+		case stateTopic:
+			if after("entity_state", r) {
+				var st *state
+				if st, err = decode[state]("state", r); err == nil {
+					b.state.add(r, st)
+				}
+			}
+		case dlqTopic:
+			toDLQ, toOrphans := after("dlq", r), after("orphans", r)
+			if toDLQ || toOrphans {
+				var dl *deadLetter
+				if dl, err = decode[deadLetter]("DLQ", r); err == nil {
+					if toDLQ {
+						b.dlq.add(r, dl)
+					}
+					if toOrphans && dl.Reason == reasonOrphanTTL {
+						b.orphans.add(r, dl)
+					}
+				}
+			}
+		default:
+			s.log.Warn("record from an unexpected topic skipped", "topic", r.Topic)
 		}
-		s.heldMu.Lock()
-		for _, r := range byTarget[t] {
-			k := heldKey{t.table, r.Topic, r.Partition}
-			s.held[k] = max(s.held[k], r.Offset)
+		if err != nil {
+			// A record that can never be decoded is left out rather than
+			// blocking its partition forever.
+			s.log.Error("record cannot be inserted; skipped", "err", err)
 		}
-		s.heldMu.Unlock()
 	}
 	return nil
 }
 
-// heldOffset returns the highest offset of the partition that the table
-// holds, or -1.
-func (s *Sink) heldOffset(ctx context.Context, t *target, topic string, partition int32) (int64, error) {
-	k := heldKey{t.table, topic, partition}
-	s.heldMu.Lock()
-	held, ok := s.held[k]
-	s.heldMu.Unlock()
-	if ok {
-		return held, nil
+// flush inserts each non-empty block with one INSERT and empties it, so a
+// repeated flush after a failure sends only the blocks that did not land.
+// On a retry the positions of a block's topics are read again first: an
+// INSERT that failed on the client may have landed on the server, and then
+// its positions say so (they are written by the same INSERT).
+func (s *Sink) flush(ctx context.Context, b *batch, retry bool) error {
+	for _, blk := range b.blocks() {
+		if blk.rows() == 0 {
+			continue
+		}
+		if retry {
+			if err := s.reload(ctx, blk); err != nil {
+				return err
+			}
+			if dropped := blk.keepAfter(s.heldOffset); dropped > 0 {
+				s.log.Info("rows of a failed insert were in ClickHouse already; not sent again", "table", blk.table, "rows", dropped)
+			}
+			if blk.rows() == 0 {
+				continue
+			}
+		}
+		start := time.Now()
+		if err := blk.send(ctx, s.conn, s.cfg.ClickHouse.Database); err != nil {
+			return fmt.Errorf("%s: %w", blk.table, err)
+		}
+		s.metrics.inserted(blk.table, blk.rows(), time.Since(start))
+		s.heldMu.Lock()
+		for k, offset := range blk.highest() {
+			s.held[k] = max(s.held[k], offset)
+		}
+		s.heldMu.Unlock()
+		blk.reset()
 	}
-	var maxOffset int64
-	var rows uint64
-	err := s.conn.QueryRow(ctx, fmt.Sprintf("SELECT max(%s), count() FROM %s.%s WHERE %s = ? AND %s = ?",
-		t.source[2], s.cfg.ClickHouse.Database, t.table, t.source[0], t.source[1]), topic, partition).Scan(&maxOffset, &rows)
+	return nil
+}
+
+func (s *Sink) heldOffset(k heldKey) int64 {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	if held, ok := s.held[k]; ok {
+		return held
+	}
+	return -1
+}
+
+// reload reads again the positions of every topic the block has rows of.
+func (s *Sink) reload(ctx context.Context, blk *block) error {
+	seen := map[string]bool{}
+	for _, src := range blk.src {
+		if !seen[src.topic] {
+			seen[src.topic] = true
+			s.heldMu.Lock()
+			delete(s.loaded, tableTopic{blk.table, src.topic})
+			s.heldMu.Unlock()
+			if err := s.load(ctx, tableTopic{blk.table, src.topic}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// load reads, unless known, the positions a table holds of every partition
+// of a topic: sink_positions keeps a handful of rows per partition (one per
+// unmerged part), so this is cheap however large the table is.
+func (s *Sink) load(ctx context.Context, tt tableTopic) error {
+	s.heldMu.Lock()
+	known := s.loaded[tt]
+	s.heldMu.Unlock()
+	if known {
+		return nil
+	}
+	rows, err := s.conn.Query(ctx, "SELECT `partition`, max(max_offset) FROM "+s.cfg.ClickHouse.Database+
+		".sink_positions WHERE table_name = ? AND `topic` = ? GROUP BY `partition`", tt.table, tt.topic)
 	if err != nil {
-		return 0, fmt.Errorf("%s: reading what is held of %s/%d: %w", t.table, topic, partition, err)
+		return fmt.Errorf("%s: reading the positions of %s: %w", tt.table, tt.topic, err)
 	}
-	if rows == 0 {
-		maxOffset = -1
+	defer rows.Close()
+	got := map[int32]int64{}
+	for rows.Next() {
+		var partition int32
+		var offset int64
+		if err := rows.Scan(&partition, &offset); err != nil {
+			return err
+		}
+		got[partition] = offset
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("%s: reading the positions of %s: %w", tt.table, tt.topic, err)
 	}
 	s.heldMu.Lock()
-	s.held[k] = maxOffset
-	s.heldMu.Unlock()
-	return maxOffset, nil
+	defer s.heldMu.Unlock()
+	for k := range s.held {
+		if k.table == tt.table && k.topic == tt.topic {
+			delete(s.held, k)
+		}
+	}
+	for partition, offset := range got {
+		s.held[heldKey{tt.table, tt.topic, partition}] = offset
+	}
+	s.loaded[tt] = true
+	return nil
 }
 
 func (s *Sink) forget(partitions map[string][]int32) {
@@ -263,31 +420,12 @@ func (s *Sink) forget(partitions map[string][]int32) {
 			delete(s.held, k)
 		}
 	}
-}
-
-const eventColumns = "(stream, entity_key, event_id, event_type, version, outcome, reason, gap, buffer_depth, " +
-	"occurred_at_ms, received_at_ms, processed_at_ms, processed_at, `topic`, `partition`, `offset`, " +
-	"input_partition, input_offset, payload)"
-
-const stateColumns = "(stream, entity_key, version, state, updated_at_ms, expires_at_ms, updated_at, `topic`, `partition`, `offset`)"
-
-func appendEvent(b driver.Batch, r *kgo.Record) error {
-	var o envelope.Outcome
-	if err := json.Unmarshal(r.Value, &o); err != nil {
-		return fmt.Errorf("outcome record %s/%d/%d: %w", r.Topic, r.Partition, r.Offset, err)
+	for tt := range s.loaded {
+		if len(partitions[tt.topic]) > 0 {
+			delete(s.loaded, tt)
+		}
 	}
-	return b.Append(o.Stream, o.Key, o.EventID, o.EventType, o.Version, o.Outcome, o.Reason, o.Gap, int64(o.BufferDepth),
-		o.OccurredAtMs, o.ReceivedAtMs, o.ProcessedAtMs, time.UnixMilli(o.ProcessedAtMs),
-		r.Topic, r.Partition, r.Offset, o.InputPartition, o.InputOffset, string(o.Payload))
-}
-
-func appendState(b driver.Batch, r *kgo.Record) error {
-	var st envelope.State
-	if err := json.Unmarshal(r.Value, &st); err != nil {
-		return fmt.Errorf("state record %s/%d/%d: %w", r.Topic, r.Partition, r.Offset, err)
-	}
-	return b.Append(st.Stream, st.Key, uint64(max(st.Version, 0)), string(st.State), st.UpdatedAtMs, st.ExpiresAtMs,
-		time.UnixMilli(st.UpdatedAtMs), r.Topic, r.Partition, r.Offset)
+	s.metrics.forgetLag(partitions)
 }
 
 // StatusPermanentlyOrphaned is the status of every orphans row.
@@ -296,68 +434,3 @@ const StatusPermanentlyOrphaned = "PERMANENTLY_ORPHANED"
 // reasonOrphanTTL is the DLQ reason of an expired child (the processors'
 // ReasonOrphanTTL; the packages meet only in Kafka).
 const reasonOrphanTTL = "orphan_ttl"
-
-const dlqColumns = "(stream, entity_key, event_id, event_type, reason, detail, `topic`, `partition`, `offset`, " +
-	"dead_at_ms, dead_at, source_topic, source_partition, source_offset, payload)"
-
-const orphanColumns = "(stream, entity_key, event_id, event_type, received_at_ms, expired_at_ms, expired_at, status, " +
-	"source_topic, source_partition, source_offset, payload)"
-
-func decodeDeadLetter(r *kgo.Record) (envelope.DeadLetter, error) {
-	var dl envelope.DeadLetter
-	if err := json.Unmarshal(r.Value, &dl); err != nil {
-		return dl, fmt.Errorf("DLQ record %s/%d/%d: %w", r.Topic, r.Partition, r.Offset, err)
-	}
-	return dl, nil
-}
-
-func appendDeadLetter(b driver.Batch, r *kgo.Record) error {
-	dl, err := decodeDeadLetter(r)
-	if err != nil {
-		return err
-	}
-	return b.Append(dl.Stream, dl.Key, dl.EventID, dl.EventType, dl.Reason, dl.Detail, dl.Topic, dl.Partition, dl.Offset,
-		dl.AtMs, time.UnixMilli(dl.AtMs), r.Topic, r.Partition, r.Offset, string(dl.Payload))
-}
-
-func appendOrphan(b driver.Batch, r *kgo.Record) error {
-	dl, err := decodeDeadLetter(r)
-	if err != nil {
-		return err
-	}
-	if dl.Reason != reasonOrphanTTL {
-		return errNotForTable
-	}
-	return b.Append(dl.Stream, dl.Key, dl.EventID, dl.EventType, dl.ReceivedAtMs, dl.AtMs, time.UnixMilli(dl.AtMs),
-		StatusPermanentlyOrphaned, r.Topic, r.Partition, r.Offset, string(dl.Payload))
-}
-
-func (s *Sink) insertBatch(ctx context.Context, t *target, records []*kgo.Record) error {
-	table := t.table
-	batch, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+s.cfg.ClickHouse.Database+"."+table+" "+t.columns)
-	if err != nil {
-		return fmt.Errorf("%s: %w", table, err)
-	}
-	defer batch.Close()
-	rows := 0
-	for _, r := range records {
-		if err := t.add(batch, r); err != nil {
-			if errors.Is(err, errNotForTable) {
-				continue
-			}
-			// A record that can never be decoded is left out rather than
-			// blocking its partition forever.
-			s.log.Error("record cannot be inserted; skipped", "table", table, "err", err)
-			continue
-		}
-		rows++
-	}
-	if rows == 0 {
-		return nil
-	}
-	if err := batch.Send(); err != nil {
-		return fmt.Errorf("%s: %w", table, err)
-	}
-	s.rows.WithLabelValues(table).Add(float64(rows))
-	return nil
-}
