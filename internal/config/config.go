@@ -78,6 +78,12 @@ type ClickHouse struct {
 	BatchRows   int           `yaml:"batch_rows"`
 	BatchBytes  int           `yaml:"batch_bytes"`
 	BatchPeriod time.Duration `yaml:"batch_period"`
+	// ConsumerGroup of the sink: sinks that write different databases from
+	// one cluster need groups of their own. Default driftguard-sink-clickhouse.
+	ConsumerGroup string `yaml:"consumer_group"`
+	// SessionTimeout is how long the group waits for a silent sink (one
+	// that crashed) before giving its partitions to the others. Default 45s.
+	SessionTimeout time.Duration `yaml:"session_timeout"`
 }
 
 // Processing configures the processors.
@@ -249,6 +255,8 @@ func (c *Config) applyDefaults() {
 	orDefault(&c.ClickHouse.BatchRows, 100_000)
 	orDefault(&c.ClickHouse.BatchBytes, 32<<20)
 	orDefault(&c.ClickHouse.BatchPeriod, time.Second)
+	orDefault(&c.ClickHouse.ConsumerGroup, "driftguard-sink-clickhouse")
+	orDefault(&c.ClickHouse.SessionTimeout, 45*time.Second)
 	orDefault(&c.Telemetry.Addr, "127.0.0.1:9464")
 	orDefault(&c.Telemetry.LogLevel, "info")
 	orDefault(&c.Processing.TimerTick, time.Second)
@@ -344,6 +352,9 @@ func (c *Config) Validate() error {
 	if c.ClickHouse.BatchBytes < 1<<10 {
 		add("clickhouse.batch_bytes", "must be at least 1024, got %d", c.ClickHouse.BatchBytes)
 	}
+	if c.ClickHouse.SessionTimeout < time.Second {
+		add("clickhouse.session_timeout", "must be at least 1s, got %s", c.ClickHouse.SessionTimeout)
+	}
 	if c.ClickHouse.BatchPeriod < time.Millisecond {
 		add("clickhouse.batch_period", "must be at least 1ms, got %s", c.ClickHouse.BatchPeriod)
 	}
@@ -392,6 +403,8 @@ clickhouse:
   batch_rows: 100000             # flush after this many records,
   batch_bytes: 33554432          # or this many bytes of keys and values (32 MiB),
   batch_period: 1s               # or this long after the batch's first record
+  consumer_group: driftguard-sink-clickhouse
+  session_timeout: 45s           # a crashed sink's partitions move after this
 processing:
   timer_tick: 1s                 # how often timers (gap timeouts) are checked
 telemetry:

@@ -89,6 +89,8 @@ func TestLoadWithoutFileGivesWorkingDefaults(t *testing.T) {
 		{"ClickHouse.BatchRows", cfg.ClickHouse.BatchRows, 100_000},
 		{"ClickHouse.BatchBytes", cfg.ClickHouse.BatchBytes, 32 << 20},
 		{"ClickHouse.BatchPeriod", cfg.ClickHouse.BatchPeriod, time.Second},
+		{"ClickHouse.ConsumerGroup", cfg.ClickHouse.ConsumerGroup, "driftguard-sink-clickhouse"},
+		{"ClickHouse.SessionTimeout", cfg.ClickHouse.SessionTimeout, 45 * time.Second},
 		{"Telemetry.Addr", cfg.Telemetry.Addr, "127.0.0.1:9464"},
 		{"Telemetry.LogLevel", cfg.Telemetry.LogLevel, "info"},
 		{"DataDir", cfg.DataDir, filepath.Join(state, "driftguard")},

@@ -19,9 +19,6 @@ import (
 	"github.com/driftguard/driftguard/internal/topics"
 )
 
-// ConsumerGroup is the Kafka consumer group of the ClickHouse sink.
-const ConsumerGroup = "driftguard-sink-clickhouse"
-
 // maxBackoff caps the wait between inserts while ClickHouse is down.
 const maxBackoff = 30 * time.Second
 
@@ -99,7 +96,8 @@ func (s *Sink) Run(ctx context.Context) error {
 	}
 	ch := s.cfg.ClickHouse
 	cl, err := kafka.NewClient(s.brokers,
-		kgo.ConsumerGroup(ConsumerGroup),
+		kgo.ConsumerGroup(ch.ConsumerGroup),
+		kgo.SessionTimeout(ch.SessionTimeout),
 		kgo.ConsumeTopics(names...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.DisableAutoCommit(),
