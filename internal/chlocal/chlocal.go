@@ -31,7 +31,9 @@ type Server struct {
 	// Addr is the native protocol address.
 	Addr string
 	dir  string
+	bin  string
 	cmd  *exec.Cmd
+	// done receives the process's exit, and is refilled when read.
 	done chan error
 }
 
@@ -83,53 +85,76 @@ func Start(ctx context.Context, timeout time.Duration) (*Server, error) {
 	if err := os.WriteFile(filepath.Join(dir, "users.xml"), []byte(usersXML), 0o644); err != nil {
 		return nil, err
 	}
-	logFile, err := os.Create(filepath.Join(dir, "log", "stdout.log"))
-	if err != nil {
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(tcpPort)), dir: dir, bin: bin}
+	if err := s.launch(ctx, timeout); err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
-	cmd := exec.Command(bin, "--config-file="+filepath.Join(dir, "config.xml"))
+	return s, nil
+}
+
+// launch runs the server on its folder and waits for its native port.
+func (s *Server) launch(ctx context.Context, timeout time.Duration) error {
+	logFile, err := os.OpenFile(filepath.Join(s.dir, "log", "stdout.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(s.bin, "--config-file="+filepath.Join(s.dir, "config.xml"))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// The child dies with us, even on SIGKILL.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("starting %s: %w", bin, err)
+		return fmt.Errorf("starting %s: %w", s.bin, err)
 	}
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(tcpPort)), dir: dir, cmd: cmd, done: make(chan error, 1)}
+	s.cmd, s.done = cmd, make(chan error, 1)
 	go func() { s.done <- cmd.Wait(); logFile.Close() }()
 	deadline := time.Now().Add(timeout)
 	for {
 		conn, err := net.DialTimeout("tcp", s.Addr, 200*time.Millisecond)
 		if err == nil {
 			conn.Close()
-			return s, nil
+			return nil
 		}
 		select {
 		case err := <-s.done:
 			s.done <- err
-			s.Stop()
-			return nil, fmt.Errorf("clickhouse-server exited at start (%v); see %s", err, filepath.Join(dir, "log"))
+			return fmt.Errorf("clickhouse-server exited at start (%v); see %s", err, filepath.Join(s.dir, "log"))
 		case <-ctx.Done():
-			s.Stop()
-			return nil, ctx.Err()
+			s.kill()
+			return ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			s.Stop()
-			return nil, fmt.Errorf("clickhouse-server did not listen on %s within %s", s.Addr, timeout)
+			s.kill()
+			return fmt.Errorf("clickhouse-server did not listen on %s within %s", s.Addr, timeout)
 		}
 	}
+}
+
+// Kill stops the server at once (SIGKILL) and keeps its data, for tests of
+// an outage; Restart brings it back on the same address and data.
+func (s *Server) Kill() { s.kill() }
+
+// Restart runs the server again after Kill.
+func (s *Server) Restart(ctx context.Context, timeout time.Duration) error {
+	return s.launch(ctx, timeout)
+}
+
+func (s *Server) kill() {
+	_ = s.cmd.Process.Kill()
+	err := <-s.done
+	s.done <- err
 }
 
 // Stop terminates the server and deletes its data.
 func (s *Server) Stop() {
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-s.done:
+	case err := <-s.done:
+		s.done <- err
 	case <-time.After(15 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
+		s.kill()
 	}
 	os.RemoveAll(s.dir)
 }

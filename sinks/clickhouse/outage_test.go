@@ -4,16 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/driftguard/driftguard/internal/chlocal"
+	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/testenv"
@@ -21,96 +22,83 @@ import (
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
 )
 
-// cutProxy forwards TCP to a target until cut, so a test can take
-// ClickHouse away from one client without stopping the shared server.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	cut    bool
-	conns  []net.Conn
-}
+// The outage is this long: the issue's "ClickHouse stopped for 30 s".
+const outage = 30 * time.Second
 
-func newCutProxy(t *testing.T, target string) *cutProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// ClickHouse stopped (SIGKILL) for 30 s while records keep coming, then
+// started again on the same data: the sink reports not ready, holds its
+// batch and stops consuming, and once the server is back it becomes ready
+// and every record lands exactly once, without a restart of the sink. The
+// server is a private one, so other tests keep the shared one.
+func TestSinkRidesOutClickHouseStoppedFor30s(t *testing.T) {
+	ctx := testenv.Context(t, 3*time.Minute)
+	testenv.ClickHouse(t) // the shared server's presence says clickhouse-server is installed
+	srv, err := chlocal.Start(ctx, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cutProxy{ln: ln, target: target}
-	t.Cleanup(func() { ln.Close(); p.setCut(true) })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			if p.cut {
-				p.mu.Unlock()
-				c.Close()
-				continue
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				p.mu.Unlock()
-				c.Close()
-				continue
-			}
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); up.Close() }()
-			go func() { _, _ = io.Copy(c, up); c.Close() }()
-		}
-	}()
-	return p
-}
+	t.Cleanup(srv.Stop)
 
-// setCut refuses new connections and drops the open ones, or lets them
-// through again.
-func (p *cutProxy) setCut(cut bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = cut
-	if cut {
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.conns = nil
-	}
-}
-
-// While ClickHouse is unreachable the sink reports not ready and keeps its
-// batch; when it returns, every row lands exactly once, without a restart.
-func TestSinkRidesOutAClickHouseOutage(t *testing.T) {
-	ctx := testenv.Context(t, 2*time.Minute)
-	conn, cfg := migratedDatabase(t, ctx)
-	proxy := newCutProxy(t, cfg.ClickHouse.Addr)
-	viaProxy := cfg.ClickHouse
-	viaProxy.Addr = proxy.ln.Addr().String()
-	sinkConn, err := sinkch.Open(ctx, viaProxy)
+	cfg, err := config.Default()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sinkConn.Close()
+	stream := testenv.UniqueName("outage")
+	presence := *cfg.Streams["presence"]
+	presence.Name = stream
+	cfg.Streams = map[string]*config.Stream{stream: &presence}
+	cfg.Kafka.Brokers = testenv.Kafka(t)
+	cfg.ClickHouse.Addr = srv.Addr
+	cfg.ClickHouse.BatchPeriod = 200 * time.Millisecond
+	cfg.ClickHouse.ConsumerGroup = stream + "-sink"
+	conn, err := sinkch.Open(ctx, cfg.ClickHouse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse.Database, nil); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kafka.NewClient(cfg.Kafka.Brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kafka.EnsureTopics(ctx, cl, cfg, true); err != nil {
+		t.Fatal(err)
+	}
 
-	cl := withFakeBroker(t, ctx, cfg)
-	brokers := cfg.Kafka.Brokers
 	ops := telemetry.NewOps()
 	sinkCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- service.RunAll(sinkCtx, sinkch.New(cfg, brokers, sinkConn, testenv.Logger(t), ops)) }()
+	go func() {
+		done <- service.RunAll(sinkCtx, sinkch.New(cfg, cfg.Kafka.Brokers, conn, testenv.Logger(t), ops))
+	}()
 	defer func() { stop(); <-done }()
 
-	outcomes := topics.For("presence").Outcomes
-	produce := func(from, to int) {
-		for i := from; i < to; i++ {
-			value, _ := json.Marshal(envelope.Outcome{Stream: "presence", Key: "k", EventID: fmt.Sprintf("e%d", i),
-				Outcome: envelope.OutcomeApplied, Version: int64(i), ProcessedAtMs: 1_700_000_000_000})
-			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: outcomes, Key: []byte("k"), Value: value}).FirstErr(); err != nil {
-				t.Fatal(err)
+	// Load: 500 records every 250 ms, before, during and after the outage.
+	const total = 100 * 500
+	outcomes := topics.For(stream).Outcomes
+	var produced atomic.Int64
+	producing := make(chan error, 1)
+	go func() {
+		for i := range total {
+			key := fmt.Sprintf("u%02d", i%60)
+			value, _ := json.Marshal(envelope.Outcome{Stream: stream, Key: key, EventID: fmt.Sprintf("e%d", i),
+				Outcome: envelope.OutcomeApplied, Version: int64(i), ProcessedAtMs: time.Now().UnixMilli()})
+			cl.Produce(ctx, &kgo.Record{Topic: outcomes, Key: []byte(key), Value: value}, nil)
+			if i%500 == 499 {
+				if err := cl.Flush(ctx); err != nil {
+					producing <- err
+					return
+				}
+				produced.Store(int64(i + 1))
+				time.Sleep(250 * time.Millisecond)
 			}
 		}
-	}
+		producing <- nil
+	}()
+
 	rows := func() uint64 {
 		var n uint64
 		_ = conn.QueryRow(ctx, "SELECT count() FROM "+cfg.ClickHouse.Database+".events").Scan(&n)
@@ -122,32 +110,39 @@ func TestSinkRidesOutAClickHouseOutage(t *testing.T) {
 			select {
 			case <-ctx.Done():
 				t.Fatalf("timed out waiting for %s", what)
-			case <-time.After(50 * time.Millisecond):
+			case <-time.After(100 * time.Millisecond):
 			}
 		}
 	}
-	produce(0, 10)
-	wait("the first rows", func() bool { return rows() == 10 })
+	wait("the first rows", func() bool { return rows() >= 2000 })
 
-	proxy.setCut(true)
-	produce(10, 30)
+	srv.Kill()
+	stoppedAt := time.Now()
+	before := produced.Load()
 	wait("the sink to report not ready", func() bool {
 		err := ops.Ready(ctx)
 		return err != nil && strings.Contains(err.Error(), "clickhouse")
 	})
-	if n := rows(); n != 10 {
-		t.Fatalf("%d rows while ClickHouse was unreachable", n)
+	time.Sleep(time.Until(stoppedAt.Add(outage)))
+	if during := produced.Load() - before; during < 10_000 {
+		t.Fatalf("only %d records were produced during the outage; the load must go on", during)
 	}
-
-	proxy.setCut(false)
-	wait("every row after ClickHouse returned", func() bool { return rows() >= 30 })
-	wait("the sink to report ready again", func() bool { return ops.Ready(ctx) == nil })
-	var total, positions uint64
-	if err := conn.QueryRow(ctx, "SELECT count(), uniqExact(`topic`, `partition`, `offset`) FROM "+cfg.ClickHouse.Database+".events").
-		Scan(&total, &positions); err != nil {
+	if err := srv.Restart(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if total != 30 || positions != 30 {
-		t.Fatalf("%d rows for %d positions, want 30 each", total, positions)
+	t.Logf("ClickHouse was down for %s", time.Since(stoppedAt).Round(time.Second))
+	wait("the sink to report ready again", func() bool { return ops.Ready(ctx) == nil })
+	if err := <-producing; err != nil {
+		t.Fatal(err)
+	}
+	wait("every record in events", func() bool { return rows() >= total })
+	time.Sleep(2 * cfg.ClickHouse.BatchPeriod) // a doubled row would show by now
+	var n, positions uint64
+	if err := conn.QueryRow(ctx, "SELECT count(), uniqExact(`topic`, `partition`, `offset`) FROM "+cfg.ClickHouse.Database+".events").
+		Scan(&n, &positions); err != nil {
+		t.Fatal(err)
+	}
+	if n != total || positions != total {
+		t.Fatalf("%d rows for %d positions, want %d each", n, positions, total)
 	}
 }
