@@ -205,7 +205,7 @@ func (b *tableBlock[R]) add(r *kgo.Record, row *R) {
 }
 
 type (
-	outcome    = envelope.Outcome
+	outcome    = outcomeRow
 	state      = envelope.State
 	deadLetter = envelope.DeadLetter
 )
@@ -217,7 +217,7 @@ func newEventsBlock() *tableBlock[outcome] {
 		col("event_id", func(_ *kgo.Record, o *outcome) string { return o.EventID }),
 		col("event_type", func(_ *kgo.Record, o *outcome) string { return o.EventType }),
 		col("version", func(_ *kgo.Record, o *outcome) int64 { return o.Version }),
-		col("outcome", func(_ *kgo.Record, o *outcome) string { return o.Outcome }),
+		col("outcome", func(_ *kgo.Record, o *outcome) string { return o.Outcome.Outcome }),
 		col("reason", func(_ *kgo.Record, o *outcome) string { return o.Reason }),
 		col("gap", func(_ *kgo.Record, o *outcome) int64 { return o.Gap }),
 		col("buffer_depth", func(_ *kgo.Record, o *outcome) int64 { return int64(o.BufferDepth) }),
@@ -228,7 +228,7 @@ func newEventsBlock() *tableBlock[outcome] {
 		topicCol[outcome]("topic"), partitionCol[outcome]("partition"), offsetCol[outcome]("offset"),
 		col("input_partition", func(_ *kgo.Record, o *outcome) int32 { return o.InputPartition }),
 		col("input_offset", func(_ *kgo.Record, o *outcome) int64 { return o.InputOffset }),
-		col("payload", func(_ *kgo.Record, o *outcome) string { return string(o.Payload) }),
+		col("payload", func(_ *kgo.Record, o *outcome) string { return o.payload }),
 	)
 }
 

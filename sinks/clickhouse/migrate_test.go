@@ -59,7 +59,7 @@ func TestMigrationsParseEmbeddedFilesInVersionOrder(t *testing.T) {
 
 // openTestDatabase opens the real server and returns a connection and a
 // fresh database name, dropped when the test ends.
-func openTestDatabase(t *testing.T) (driver.Conn, config.ClickHouse) {
+func openTestDatabase(t testing.TB) (driver.Conn, config.ClickHouse) {
 	t.Helper()
 	addr := testenv.ClickHouse(t)
 	cfg, err := config.Default()
@@ -209,7 +209,7 @@ func columns(t *testing.T, ctx context.Context, conn driver.Conn, database, tabl
 
 // migratedDatabase is openTestDatabase, migrated, with the default config
 // pointing at it.
-func migratedDatabase(t *testing.T, ctx context.Context) (driver.Conn, *config.Config) {
+func migratedDatabase(t testing.TB, ctx context.Context) (driver.Conn, *config.Config) {
 	t.Helper()
 	conn, c := openTestDatabase(t)
 	if _, err := sinkch.Migrate(ctx, conn, c.Database, nil); err != nil {

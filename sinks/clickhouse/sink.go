@@ -61,7 +61,7 @@ const (
 	dlqTopic
 )
 
-// tablesOf names the tables each kind of topic feeds.
+// tablesOf names the tables each kind of topic feeds (at most two).
 var tablesOf = map[topicKind][]string{
 	outcomesTopic: {"events"},
 	stateTopic:    {"entity_state"},
@@ -250,54 +250,73 @@ func (b *batch) reset() {
 // positions it lacks first, so when that fails nothing was added and the
 // call can be repeated.
 func (s *Sink) add(ctx context.Context, b *batch, records []*kgo.Record) error {
-	for _, r := range records {
+	for i, r := range records {
+		if i > 0 && r.Topic == records[i-1].Topic {
+			continue
+		}
 		for _, table := range tablesOf[s.kinds[r.Topic]] {
 			if err := s.load(ctx, tableTopic{table, r.Topic}); err != nil {
 				return err
 			}
 		}
 	}
-	s.heldMu.Lock()
-	defer s.heldMu.Unlock()
-	after := func(table string, r *kgo.Record) bool {
-		held, ok := s.held[heldKey{table, r.Topic, r.Partition}]
-		return !ok || r.Offset > held
+	// A poll returns each partition's records together: positions are
+	// looked up once per run of one partition.
+	for len(records) > 0 {
+		n := 1
+		for n < len(records) && records[n].Topic == records[0].Topic && records[n].Partition == records[0].Partition {
+			n++
+		}
+		s.addRun(b, records[:n])
+		records = records[n:]
 	}
-	for _, r := range records {
+	return nil
+}
+
+// addRun adds records of one partition, in offset order.
+func (s *Sink) addRun(b *batch, run []*kgo.Record) {
+	first, last := run[0], run[len(run)-1]
+	b.last[heldKey{"", first.Topic, first.Partition}] = last
+	kind := s.kinds[first.Topic]
+	if kind == 0 {
+		s.log.Warn("records from an unexpected topic skipped", "topic", first.Topic, "records", len(run))
+		return
+	}
+	tables := tablesOf[kind]
+	var held [2]int64
+	for i, table := range tables {
+		held[i] = s.heldOffset(heldKey{table, first.Topic, first.Partition})
+	}
+	for _, r := range run {
 		b.records++
 		b.bytes += len(r.Key) + len(r.Value)
-		b.last[heldKey{"", r.Topic, r.Partition}] = r
+		if r.Offset <= held[len(tables)-1] && r.Offset <= held[0] {
+			continue // inserted before a crash, never committed
+		}
 		var err error
-		switch s.kinds[r.Topic] {
+		switch kind {
 		case outcomesTopic:
-			if after("events", r) {
-				var o *outcome
-				if o, err = decode[outcome]("outcome", r); err == nil {
-					b.events.add(r, o)
-				}
+			var o *outcomeRow
+			if o, err = decodeOutcome(r.Value); err != nil {
+				err = fmt.Errorf("outcome record %s/%d/%d: %w", r.Topic, r.Partition, r.Offset, err)
+			} else {
+				b.events.add(r, o)
 			}
 		case stateTopic:
-			if after("entity_state", r) {
-				var st *state
-				if st, err = decode[state]("state", r); err == nil {
-					b.state.add(r, st)
-				}
+			var st *state
+			if st, err = decode[state]("state", r); err == nil {
+				b.state.add(r, st)
 			}
 		case dlqTopic:
-			toDLQ, toOrphans := after("dlq", r), after("orphans", r)
-			if toDLQ || toOrphans {
-				var dl *deadLetter
-				if dl, err = decode[deadLetter]("DLQ", r); err == nil {
-					if toDLQ {
-						b.dlq.add(r, dl)
-					}
-					if toOrphans && dl.Reason == reasonOrphanTTL {
-						b.orphans.add(r, dl)
-					}
+			var dl *deadLetter
+			if dl, err = decode[deadLetter]("DLQ", r); err == nil {
+				if r.Offset > held[0] {
+					b.dlq.add(r, dl)
+				}
+				if r.Offset > held[1] && dl.Reason == reasonOrphanTTL {
+					b.orphans.add(r, dl)
 				}
 			}
-		default:
-			s.log.Warn("record from an unexpected topic skipped", "topic", r.Topic)
 		}
 		if err != nil {
 			// A record that can never be decoded is left out rather than
@@ -305,7 +324,6 @@ func (s *Sink) add(ctx context.Context, b *batch, records []*kgo.Record) error {
 			s.log.Error("record cannot be inserted; skipped", "err", err)
 		}
 	}
-	return nil
 }
 
 // flush inserts each non-empty block with one INSERT and empties it, so a

@@ -1,0 +1,151 @@
+package clickhouse_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/telemetry"
+	"github.com/driftguard/driftguard/internal/testenv"
+	"github.com/driftguard/driftguard/internal/topics"
+	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
+)
+
+// The sink's insert path (decode each record, build the column blocks,
+// one INSERT per batch of the default 100,000 rows) next to clickhouse-client
+// inserting the same rows in Native format into the same table, in one run:
+//
+//	go test -run '^$' -bench SinkInsert -benchtime 3x ./sinks/clickhouse/
+//
+// It reports sink_rows/s, client_rows/s, their ratio, the rate of the
+// sink's INSERTs alone, and the peak heap in use while the sink inserts
+// (one batch of records plus the sink's blocks).
+func BenchmarkSinkInsertVsClickHouseClient(b *testing.B) {
+	const rows = 500_000
+	ctx := testenv.Context(b, 30*time.Minute)
+	conn, cfg := migratedDatabase(b, ctx)
+	client, err := exec.LookPath("clickhouse-client")
+	if err != nil {
+		b.Skip("clickhouse-client is not installed")
+	}
+	host, port, err := net.SplitHostPort(cfg.ClickHouse.Addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The Native rows live in a file, out of the heap the benchmark
+	// measures.
+	native := filepath.Join(b.TempDir(), "events.native")
+	clickhouseClient := func(query string, stdin, stdout *os.File) {
+		cmd := exec.CommandContext(ctx, client, "--host", host, "--port", port, "--query", query)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if stdin != nil {
+			cmd.Stdin = stdin
+		}
+		if stdout != nil {
+			cmd.Stdout = stdout
+		}
+		if err := cmd.Run(); err != nil {
+			b.Fatalf("clickhouse-client %s: %v\n%s", query, err, stderr.String())
+		}
+	}
+	ops := telemetry.NewOps()
+	sink := sinkch.New(cfg, nil, conn, slog.New(slog.DiscardHandler), ops)
+	batch := cfg.ClickHouse.BatchRows
+	topic := topics.For("presence").Outcomes
+	columns := "stream, entity_key, event_id, event_type, version, outcome, reason, gap, buffer_depth, occurred_at_ms, " +
+		"received_at_ms, processed_at_ms, processed_at, `topic`, `partition`, `offset`, input_partition, input_offset, payload"
+
+	var sinkTime, clientTime time.Duration
+	var peakHeap uint64
+	b.ResetTimer()
+	for iter := range b.N {
+		// The sink: fresh offsets each round, or it would skip them as held.
+		for from := 0; from < rows; from += batch {
+			records := outcomeRecords(topic, int64(iter*rows+from), min(batch, rows-from))
+			start := time.Now()
+			if err := sink.Insert(ctx, records); err != nil {
+				b.Fatal(err)
+			}
+			sinkTime += time.Since(start)
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			peakHeap = max(peakHeap, m.HeapInuse)
+		}
+		if iter == 0 {
+			// The same rows as Native, from what the sink wrote.
+			out, err := os.Create(native)
+			if err != nil {
+				b.Fatal(err)
+			}
+			clickhouseClient(fmt.Sprintf("SELECT %s FROM %s.events FORMAT Native", columns, cfg.ClickHouse.Database), nil, out)
+			out.Close()
+		}
+		in, err := os.Open(native)
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		clickhouseClient(fmt.Sprintf("INSERT INTO %s.events (%s) FORMAT Native", cfg.ClickHouse.Database, columns), in, nil)
+		clientTime += time.Since(start)
+		in.Close()
+	}
+	b.StopTimer()
+	var n uint64
+	if err := conn.QueryRow(ctx, "SELECT count() FROM "+cfg.ClickHouse.Database+".events").Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	if want := uint64(2 * rows * b.N); n != want {
+		b.Fatalf("events has %d rows, want %d", n, want)
+	}
+	sinkRate := float64(rows*b.N) / sinkTime.Seconds()
+	clientRate := float64(rows*b.N) / clientTime.Seconds()
+	// The INSERTs alone, from the sink's latency histogram: what is left
+	// of sink_rows/s is decoding and building the blocks.
+	mfs, err := ops.Registry.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "driftguard_sink_insert_seconds" {
+			b.ReportMetric(float64(rows*b.N)/mf.GetMetric()[0].GetHistogram().GetSampleSum(), "sink_insert_only_rows/s")
+		}
+	}
+	b.ReportMetric(sinkRate, "sink_rows/s")
+	b.ReportMetric(clientRate, "client_rows/s")
+	b.ReportMetric(sinkRate/clientRate, "ratio")
+	b.ReportMetric(float64(peakHeap)/(1<<20), "peak_heap_MiB")
+}
+
+// outcomeRecords returns n outcome records as the processors write them,
+// at consecutive offsets of partition 0 from first.
+func outcomeRecords(topic string, first int64, n int) []*kgo.Record {
+	out := make([]*kgo.Record, n)
+	now := time.Now().UnixMilli()
+	for i := range out {
+		offset := first + int64(i)
+		user := fmt.Sprintf("user-%06d", offset%50_000)
+		id := fmt.Sprintf("%s-%012d", user, offset)
+		value, _ := json.Marshal(envelope.Outcome{
+			Stream: "presence", Key: user, EventID: id, EventType: "presence.changed",
+			Version: offset, Outcome: envelope.OutcomeApplied, Gap: 1,
+			OccurredAtMs: now - 250, ReceivedAtMs: now - 200, ProcessedAtMs: now,
+			InputPartition: 3, InputOffset: offset,
+			Payload: json.RawMessage(`{"event_id":"` + id + `","user_id":"` + user + `","presence":"ONLINE","sequence_number":` +
+				fmt.Sprint(offset) + `,"timestamp":"2026-11-30T07:00:00Z"}`),
+		})
+		out[i] = &kgo.Record{Topic: topic, Partition: 0, Offset: offset, Value: value}
+	}
+	return out
+}

@@ -1,0 +1,77 @@
+package clickhouse
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"github.com/driftguard/driftguard/internal/envelope"
+)
+
+// The scanner gives what encoding/json gives, or leaves the input to it.
+//
+//	go test -run '^$' -fuzz '^FuzzDecodeOutcome$' -fuzztime 200000x ./sinks/clickhouse
+func FuzzDecodeOutcome(f *testing.F) {
+	full, _ := json.Marshal(envelope.Outcome{Stream: "presence", Key: "alice", EventID: "alice-843", EventType: "presence.changed",
+		Version: 843, Outcome: "stale", Reason: "version 842 <= 843", Gap: -1, BufferDepth: 2, MessageID: "m1",
+		OccurredAtMs: 1_700_000_000_000, ReceivedAtMs: -5, ProcessedAtMs: 1, InputPartition: 4, InputOffset: 7,
+		Payload: json.RawMessage(`{"a":[1,2.5,"x\"y",{"b":null}],"c":true}`)})
+	for _, seed := range []string{
+		string(full),
+		`{}`, ` { "version" : 1 , "payload" : "s\u00e9" } `, `{"Stream":"x"}`, `{"\u006bey":"k"}`, `{"KEY":"k","key":"j"}`,
+		`{"version":1.0}`, `{"version":01}`, `{"version":-0}`, `{"version":9223372036854775808}`, `{"input_partition":2147483648}`,
+		`{"payload":null}`, `{"payload":[}`, `{"payload":{"a":"\x"}}`, `{"other":false,"payload":true}`, `{"stream":"caf\xc3"}`,
+		`{"stream":"a\tb"}`, `{"stream":null}`, `{"gap":"1"}`, `{"a":1}x`, `[1]`, `{"a":1,}`, `{"extra":{"k":"\u212a"}}`, "{\"\u212aey\":\"k\"}",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var want envelope.Outcome
+		stdErr := json.Unmarshal(data, &want)
+		var got envelope.Outcome
+		if payload, ok := scanOutcome(data, &got); ok {
+			if payload != "" {
+				got.Payload = json.RawMessage(payload)
+			}
+			if stdErr != nil {
+				t.Fatalf("scanner took %q, which encoding/json refuses: %v", data, stdErr)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%q: scanner read\n%+v\nencoding/json\n%+v", data, got, want)
+			}
+		}
+		row, err := decodeOutcome(data)
+		if (err == nil) != (stdErr == nil) {
+			t.Fatalf("%q: decodeOutcome %v; encoding/json %v", data, err, stdErr)
+		}
+		if err == nil {
+			got := row.Outcome
+			if row.payload != "" || want.Payload != nil {
+				got.Payload = json.RawMessage(row.payload)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%q: decodeOutcome %+v, encoding/json %+v", data, got, want)
+			}
+		}
+	})
+}
+
+// The records the processors write take the fast path.
+func TestScannerReadsWhatProcessorsWrite(t *testing.T) {
+	o := envelope.Outcome{Stream: "presence", Key: "alice", EventID: "alice-843", EventType: "presence.changed", Version: 843,
+		Outcome: "applied", Gap: 1, ProcessedAtMs: 1_700_000_000_200, InputPartition: 4, InputOffset: 7,
+		Payload: json.RawMessage(`{"event_id":"alice-843","user_id":"alice","presence":"BUSY","note":"a \"quoted\" word"}`)}
+	data, err := json.Marshal(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got envelope.Outcome
+	payload, ok := scanOutcome(data, &got)
+	if !ok {
+		t.Fatalf("scanner left %s to encoding/json", data)
+	}
+	got.Payload = json.RawMessage(payload)
+	if !reflect.DeepEqual(got, o) {
+		t.Fatalf("scanner read %+v, want %+v", got, o)
+	}
+}
