@@ -151,16 +151,16 @@ func (s *scanner) end() bool {
 
 // str reads a string without escapes, control characters or invalid UTF-8.
 func (s *scanner) str() (string, bool) {
-	start, ok := s.rawString(false)
+	start, ok := s.rawString()
 	if !ok {
 		return "", false
 	}
 	return s.s[start+1 : s.i-1], true
 }
 
-// rawString reads a string, returning where its opening quote is; escapes
-// only when allowed, and then as they come (json.Valid checks them).
-func (s *scanner) rawString(escapes bool) (int, bool) {
+// rawString reads a string without escapes, returning where its opening
+// quote is.
+func (s *scanner) rawString() (int, bool) {
 	if !s.skip('"') {
 		return 0, false
 	}
@@ -170,8 +170,6 @@ func (s *scanner) rawString(escapes bool) (int, bool) {
 		case c == '"':
 			s.i++
 			return start, ascii || utf8.Valid(s.b[start:s.i])
-		case c == '\\' && escapes && s.i+1 < len(s.b):
-			s.i++ // the escaped byte; json.Valid checks the escape
 		case c == '\\' || c < 0x20:
 			return 0, false
 		case c >= utf8.RuneSelf:
@@ -195,66 +193,155 @@ func (s *scanner) int(bits int) (int64, bool) {
 func (s *scanner) number() (string, bool) {
 	s.space()
 	start := s.i
-	if s.i < len(s.b) && s.b[s.i] == '-' {
-		s.i++
-	}
-	digits := s.i
-	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
-		s.i++
-	}
-	n := s.i - digits
-	if n == 0 || (n > 1 && s.b[digits] == '0') {
-		return "", false
-	}
-	if s.i < len(s.b) && (s.b[s.i] == '.' || s.b[s.i] == 'e' || s.b[s.i] == 'E') {
+	if !s.integer() || (s.i < len(s.b) && (s.b[s.i] == '.' || s.b[s.i] == 'e' || s.b[s.i] == 'E')) {
 		return "", false
 	}
 	return s.s[start:s.i], true
 }
 
-// value reads any JSON value whole and returns its bytes; objects and
-// arrays are checked with json.Valid, as encoding/json checks all input.
+// integer passes over JSON's integer part: -?(0|[1-9][0-9]*).
+func (s *scanner) integer() bool {
+	if s.i < len(s.b) && s.b[s.i] == '-' {
+		s.i++
+	}
+	start := s.i
+	if !s.digits() {
+		return false
+	}
+	return s.i-start == 1 || s.b[start] != '0'
+}
+
+// value reads any JSON value whole, checking it as encoding/json would,
+// and returns its text.
 func (s *scanner) value() (string, bool) {
 	s.space()
-	if s.i >= len(s.b) {
+	start := s.i
+	if !s.skipValue(0) {
 		return "", false
+	}
+	return s.s[start:s.i], true
+}
+
+// maxDepth bounds nesting; deeper values go to encoding/json.
+const maxDepth = 1000
+
+// skipValue passes over one value in a single pass, validating it.
+func (s *scanner) skipValue(depth int) bool {
+	s.space()
+	if s.i >= len(s.b) || depth > maxDepth {
+		return false
 	}
 	switch c := s.b[s.i]; {
 	case c == '"':
-		start, ok := s.rawString(true)
-		if !ok {
-			return "", false
-		}
-		return s.s[start:s.i], json.Valid(s.b[start:s.i])
+		return s.skipString()
 	case c == '-' || (c >= '0' && c <= '9'):
-		return s.number()
-	case c == '{' || c == '[':
-		start, depth := s.i, 0
-		for ; s.i < len(s.b); s.i++ {
-			switch s.b[s.i] {
-			case '"':
-				if _, ok := s.rawString(true); !ok {
-					return "", false
-				}
-				s.i--
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					s.i++
-					return s.s[start:s.i], json.Valid(s.b[start:s.i])
-				}
+		return s.skipNumber()
+	case c == '{':
+		s.i++
+		if s.skip('}') {
+			return true
+		}
+		for {
+			s.space()
+			if !s.skipString() || !s.skip(':') || !s.skipValue(depth+1) {
+				return false
+			}
+			if s.skip('}') {
+				return true
+			}
+			if !s.skip(',') {
+				return false
 			}
 		}
-		return "", false
+	case c == '[':
+		s.i++
+		if s.skip(']') {
+			return true
+		}
+		for {
+			if !s.skipValue(depth + 1) {
+				return false
+			}
+			if s.skip(']') {
+				return true
+			}
+			if !s.skip(',') {
+				return false
+			}
+		}
 	default:
-		for _, lit := range []string{"true", "false"} {
+		for _, lit := range []string{"true", "false", "null"} {
 			if strings.HasPrefix(s.s[s.i:], lit) {
 				s.i += len(lit)
-				return lit, true
+				return true
 			}
 		}
-		return "", false // null would need encoding/json's rules
+		return false
 	}
+}
+
+// skipString passes over a string with any valid escapes.
+func (s *scanner) skipString() bool {
+	if s.i >= len(s.b) || s.b[s.i] != '"' {
+		return false
+	}
+	for s.i++; s.i < len(s.b); s.i++ {
+		switch c := s.b[s.i]; {
+		case c == '"':
+			s.i++
+			return true
+		case c < 0x20:
+			return false
+		case c == '\\':
+			s.i++
+			if s.i >= len(s.b) {
+				return false
+			}
+			switch s.b[s.i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if s.i+4 >= len(s.b) {
+					return false
+				}
+				for _, h := range s.b[s.i+1 : s.i+5] {
+					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
+						return false
+					}
+				}
+				s.i += 4
+			default:
+				return false
+			}
+		}
+	}
+	return false
+}
+
+// skipNumber passes over a number in JSON's full grammar.
+func (s *scanner) skipNumber() bool {
+	if !s.integer() {
+		return false
+	}
+	if s.i < len(s.b) && s.b[s.i] == '.' {
+		s.i++
+		if !s.digits() {
+			return false
+		}
+	}
+	if s.i < len(s.b) && (s.b[s.i] == 'e' || s.b[s.i] == 'E') {
+		s.i++
+		if s.i < len(s.b) && (s.b[s.i] == '+' || s.b[s.i] == '-') {
+			s.i++
+		}
+		return s.digits()
+	}
+	return true
+}
+
+func (s *scanner) digits() bool {
+	start := s.i
+	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
+		s.i++
+	}
+	return s.i > start
 }

@@ -22,6 +22,8 @@ func FuzzDecodeOutcome(f *testing.F) {
 		`{"version":1.0}`, `{"version":01}`, `{"version":-0}`, `{"version":9223372036854775808}`, `{"input_partition":2147483648}`,
 		`{"payload":null}`, `{"payload":[}`, `{"payload":{"a":"\x"}}`, `{"other":false,"payload":true}`, `{"stream":"caf\xc3"}`,
 		`{"stream":"a\tb"}`, `{"stream":null}`, `{"gap":"1"}`, `{"a":1}x`, `[1]`, `{"a":1,}`, `{"extra":{"k":"\u212a"}}`, "{\"\u212aey\":\"k\"}",
+		`{"payload":-.5}`, `{"payload":1.5e+3}`, `{"payload":1.e3}`, `{"payload":"\u00zz"}`, `{"payload":"\u00e9\n"}`, `{"payload":[1,]}`,
+		`{"payload":{"a":01}}`, `{"payload":{"a" 1}}`, `{"payload":[[[[[]]]]]}`, `{"payload":nul}`, "{\"payload\":\"\xff\"}",
 	} {
 		f.Add([]byte(seed))
 	}

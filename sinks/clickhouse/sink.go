@@ -87,7 +87,8 @@ func (s *Sink) Name() string { return "sink" }
 // Run consumes until ctx is done. It gathers polls into one batch until the
 // batch has batch_rows records or batch_bytes of values, or batch_period
 // has passed since its first record; then it inserts each table's block
-// with one INSERT and commits the offsets. A crash never loses a row,
+// with one INSERT (in the background, while the next batch gathers) and
+// commits the offsets. A crash never loses a row,
 // because offsets are committed after the insert; and a batch inserted but
 // not committed before a crash is not inserted again, because the sink
 // skips offsets at or below what sink_positions says a table holds.
@@ -130,14 +131,24 @@ func (s *Sink) Run(ctx context.Context) error {
 	}
 	s.log.Info("clickhouse sink starting", "database", ch.Database, "topics", len(names),
 		"batch_rows", ch.BatchRows, "batch_bytes", ch.BatchBytes, "batch_period", ch.BatchPeriod)
-	b := newBatch()
-	var flushAt time.Time
+	w := s.newWriter(func(records []*kgo.Record) {
+		if err := cl.CommitRecords(ctx, records...); err != nil && ctx.Err() == nil {
+			s.log.Warn("offset commit failed; the batch will be skipped by position when read again", "err", err)
+		}
+	})
+	defer w.wait()
 	for {
 		pollCtx, cancel := ctx, context.CancelFunc(func() {})
-		if b.records > 0 {
-			pollCtx, cancel = context.WithDeadline(ctx, flushAt)
+		if w.cur.records > 0 || w.inflight != nil {
+			// Back soon enough to flush on time and to commit the batch in
+			// flight when it lands.
+			deadline := time.Now().Add(50 * time.Millisecond)
+			if w.cur.records > 0 && (w.inflight == nil || w.flushAt.Before(deadline)) {
+				deadline = w.flushAt
+			}
+			pollCtx, cancel = context.WithDeadline(ctx, deadline)
 		}
-		fetches := cl.PollRecords(pollCtx, max(ch.BatchRows-b.records, 1))
+		fetches := cl.PollRecords(pollCtx, max(ch.BatchRows-w.cur.records, 1))
 		cancel()
 		if ctx.Err() != nil {
 			return nil
@@ -148,26 +159,107 @@ func (s *Sink) Run(ctx context.Context) error {
 			}
 		})
 		s.metrics.observeLag(fetches)
-		if records := fetches.Records(); len(records) > 0 {
-			if b.records == 0 {
-				flushAt = time.Now().Add(ch.BatchPeriod)
-			}
-			if err := s.untilDone(ctx, "reading positions", func(bool) error { return s.add(ctx, b, records) }); err != nil {
-				return nil // ctx ended
+		if err := w.add(ctx, fetches.Records()); err != nil {
+			return nil // ctx ended
+		}
+		if err := w.settle(false); err != nil {
+			return nil
+		}
+		if w.due() {
+			if err := w.flush(ctx); err != nil {
+				return nil
 			}
 		}
-		if b.records > 0 && (b.records >= ch.BatchRows || b.bytes >= ch.BatchBytes || !time.Now().Before(flushAt)) {
-			if err := s.untilDone(ctx, "inserting", func(retry bool) error { return s.flush(ctx, b, retry) }); err != nil {
-				return nil // ctx ended
-			}
-			if err := cl.CommitRecords(ctx, b.lastRecords()...); err != nil && ctx.Err() == nil {
-				s.log.Warn("offset commit failed; the batch will be skipped by position when read again", "err", err)
-			}
-			b.reset()
-		}
-		if b.records == 0 {
+		if w.idle() {
 			cl.AllowRebalance()
 		}
+	}
+}
+
+// A writer gathers records into batches and inserts each batch in the
+// background while it gathers the next, so decoding and the INSERT use a
+// core each. At most one batch is in flight: when the next is due before
+// it lands, the writer waits (and so stops polling). A batch's offsets are
+// committed, through commit, after it has landed and in batch order.
+type writer struct {
+	s        *Sink
+	commit   func([]*kgo.Record)
+	cur      *batch
+	spare    *batch
+	inflight *batch
+	done     chan error
+	flushAt  time.Time
+}
+
+func (s *Sink) newWriter(commit func([]*kgo.Record)) *writer {
+	return &writer{s: s, commit: commit, cur: newBatch(), spare: newBatch()}
+}
+
+// add gathers records into the current batch.
+func (w *writer) add(ctx context.Context, records []*kgo.Record) error {
+	if len(records) == 0 {
+		return nil
+	}
+	if w.cur.records == 0 {
+		w.flushAt = time.Now().Add(w.s.cfg.ClickHouse.BatchPeriod)
+	}
+	return w.s.untilDone(ctx, "reading positions", func(bool) error { return w.s.add(ctx, w.cur, records) })
+}
+
+// due reports whether the current batch has reached a flush threshold.
+func (w *writer) due() bool {
+	ch := w.s.cfg.ClickHouse
+	return w.cur.records > 0 && (w.cur.records >= ch.BatchRows || w.cur.bytes >= ch.BatchBytes || !time.Now().Before(w.flushAt))
+}
+
+func (w *writer) idle() bool { return w.inflight == nil && w.cur.records == 0 }
+
+// flush hands the current batch to a background INSERT, once the batch
+// before it has landed and been committed.
+func (w *writer) flush(ctx context.Context) error {
+	if err := w.settle(true); err != nil {
+		return err
+	}
+	b := w.cur
+	w.cur, w.spare, w.inflight = w.spare, nil, b
+	w.done = make(chan error, 1)
+	go func() {
+		w.done <- w.s.untilDone(ctx, "inserting", func(retry bool) error { return w.s.flush(ctx, b, retry) })
+	}()
+	return nil
+}
+
+// settle commits the batch in flight if it has landed, or with wait once
+// it has. It fails only when ctx ended before the batch landed.
+func (w *writer) settle(wait bool) error {
+	if w.inflight == nil {
+		return nil
+	}
+	var err error
+	if wait {
+		err = <-w.done
+	} else {
+		select {
+		case err = <-w.done:
+		default:
+			return nil
+		}
+	}
+	if err != nil {
+		w.done <- err // a later wait sees it too
+		return err
+	}
+	w.commit(w.inflight.lastRecords())
+	w.inflight.reset()
+	w.spare, w.inflight = w.inflight, nil
+	return nil
+}
+
+// wait returns once no INSERT runs in the background.
+func (w *writer) wait() {
+	if w.inflight != nil {
+		err := <-w.done
+		w.done <- err
 	}
 }
 
@@ -418,13 +510,13 @@ func (s *Sink) load(ctx context.Context, tt tableTopic) error {
 	}
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
-	for k := range s.held {
-		if k.table == tt.table && k.topic == tt.topic {
-			delete(s.held, k)
-		}
-	}
+	// Positions only grow; a background INSERT may have raised one since
+	// the query read it.
 	for partition, offset := range got {
-		s.held[heldKey{tt.table, tt.topic, partition}] = offset
+		k := heldKey{tt.table, tt.topic, partition}
+		if held, ok := s.held[k]; !ok || offset > held {
+			s.held[k] = offset
+		}
 	}
 	s.loaded[tt] = true
 	return nil
