@@ -73,8 +73,8 @@ type ClickHouse struct {
 	// BatchRows, BatchBytes and BatchPeriod bound one flush (one INSERT
 	// per table): the sink flushes when it has gathered BatchRows records
 	// or BatchBytes of record keys and values, or BatchPeriod after the
-	// first record of the batch. Defaults 100000, 32 MiB and 1s: about one
-	// insert per second per table under load, memory of a few batches.
+	// first record of the batch. Defaults 50000, 16 MiB and 1s: about one
+	// insert per second per table under load, a few hundred MiB of memory.
 	BatchRows   int           `yaml:"batch_rows"`
 	BatchBytes  int           `yaml:"batch_bytes"`
 	BatchPeriod time.Duration `yaml:"batch_period"`
@@ -252,8 +252,8 @@ func (c *Config) applyDefaults() {
 	orDefault(&c.ClickHouse.Addr, "127.0.0.1:9000")
 	orDefault(&c.ClickHouse.Database, "driftguard")
 	orDefault(&c.ClickHouse.Username, "default")
-	orDefault(&c.ClickHouse.BatchRows, 100_000)
-	orDefault(&c.ClickHouse.BatchBytes, 32<<20)
+	orDefault(&c.ClickHouse.BatchRows, 50_000)
+	orDefault(&c.ClickHouse.BatchBytes, 16<<20)
 	orDefault(&c.ClickHouse.BatchPeriod, time.Second)
 	orDefault(&c.ClickHouse.ConsumerGroup, "driftguard-sink-clickhouse")
 	orDefault(&c.ClickHouse.SessionTimeout, 45*time.Second)
@@ -400,8 +400,8 @@ clickhouse:
   database: driftguard           # DRIFTGUARD_CLICKHOUSE_DATABASE
   username: default
   password: ""
-  batch_rows: 100000             # flush after this many records,
-  batch_bytes: 33554432          # or this many bytes of keys and values (32 MiB),
+  batch_rows: 50000              # flush after this many records,
+  batch_bytes: 16777216          # or this many bytes of keys and values (16 MiB),
   batch_period: 1s               # or this long after the batch's first record
   consumer_group: driftguard-sink-clickhouse
   session_timeout: 45s           # a crashed sink's partitions move after this

@@ -104,7 +104,7 @@ func startPipeline(t *testing.T, brokers []string) *pipeline {
 
 // prepare gives the test a migrated ClickHouse database of its own, dropped
 // at the end, and the configured streams' topics.
-func prepare(t *testing.T, ctx context.Context, cfg *config.Config, brokers []string) (driver.Conn, *kgo.Client) {
+func prepare(t testing.TB, ctx context.Context, cfg *config.Config, brokers []string) (driver.Conn, *kgo.Client) {
 	t.Helper()
 	conn, err := sinkch.Open(ctx, cfg.ClickHouse)
 	if err != nil {
@@ -320,7 +320,7 @@ func sameJSON(a, b string) bool {
 	return string(xa) == string(ya)
 }
 
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+func waitFor(t testing.TB, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
 	for !cond() {
 		select {

@@ -100,7 +100,7 @@ func (h *processHarness) count(query string) uint64 {
 }
 
 // buildDriftguard builds the binary, so the test can kill a real process.
-func buildDriftguard(t *testing.T, dir string) string {
+func buildDriftguard(t testing.TB, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "driftguard")
 	out, err := exec.Command("go", "build", "-o", bin, "github.com/driftguard/driftguard/cmd/driftguard").CombinedOutput()
@@ -111,7 +111,7 @@ func buildDriftguard(t *testing.T, dir string) string {
 }
 
 // testWriter sends a child process's output to the test log.
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))

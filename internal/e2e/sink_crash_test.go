@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
@@ -26,46 +28,16 @@ import (
 func TestSinkKilledRepeatedlyWritesEveryOutcomeOnce(t *testing.T) {
 	const records, kills = 100_000, 6
 	ctx := testenv.Context(t, 6*time.Minute)
-	dir := t.TempDir()
-	stream := testenv.UniqueName("crash")
-	configFile := filepath.Join(dir, "driftguard.yaml")
-	// A group of its own with the shortest session the broker allows: a
-	// killed sink's partitions move to its successor after 6 s.
-	yaml := fmt.Sprintf("clickhouse:\n  batch_period: 300ms\n  consumer_group: %s\n  session_timeout: 6s\n"+
-		"streams:\n  %s:\n    policy: latest\n    key: /user_id\n    event_id: /event_id\n    type: {fixed: presence.changed}\n"+
-		"    version: /sequence_number\n    schemas: {presence.changed: streams/presence.schema.json}\n    limits: {partitions: 6}\n",
-		stream+"-sink", stream)
-	if err := os.WriteFile(configFile, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	brokers := testenv.Kafka(t)
-	cfg, err := config.Load(configFile, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Kafka.Brokers = brokers
-	cfg.ClickHouse.Addr = testenv.ClickHouse(t)
-	cfg.ClickHouse.Database = testenv.UniqueName("dg_crash")
-	conn, cl := prepare(t, ctx, cfg, brokers)
-	t.Cleanup(cl.Close)
-	bin := buildDriftguard(t, dir)
+	h := newSinkHarness(t, ctx, "crash", "  batch_period: 300ms\n")
 
 	// The records go in while the sink dies and comes back, in rounds
 	// spread over the kills.
-	outcomes := topics.For(stream).Outcomes
 	produced := make(chan error, 1)
 	go func() {
 		const rounds = 40
 		const round = records / rounds
 		for r := range rounds {
-			for i := r * round; i < (r+1)*round; i++ {
-				key := fmt.Sprintf("u%03d", i%500)
-				value, _ := json.Marshal(envelope.Outcome{Stream: stream, Key: key, EventID: fmt.Sprintf("e%06d", i),
-					EventType: "presence.changed", Version: int64(i), Outcome: envelope.OutcomeApplied,
-					ProcessedAtMs: time.Now().UnixMilli(), Payload: json.RawMessage(`{"presence":"ONLINE"}`)})
-				cl.Produce(ctx, &kgo.Record{Topic: outcomes, Key: []byte(key), Value: value}, nil)
-			}
-			if err := cl.Flush(ctx); err != nil {
+			if err := h.produce(r*round, (r+1)*round); err != nil {
 				produced <- err
 				return
 			}
@@ -77,65 +49,145 @@ func TestSinkKilledRepeatedlyWritesEveryOutcomeOnce(t *testing.T) {
 		produced <- nil
 	}()
 
-	rows := func() uint64 {
-		var n uint64
-		_ = conn.QueryRow(ctx, "SELECT count() FROM "+cfg.ClickHouse.Database+".events").Scan(&n)
-		return n
-	}
-	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, "sink", "--config", configFile)
-		cmd.Env = append(os.Environ(),
-			"DRIFTGUARD_KAFKA_BROKERS="+strings.Join(brokers, ","),
-			"DRIFTGUARD_CLICKHOUSE_ADDR="+cfg.ClickHouse.Addr,
-			"DRIFTGUARD_CLICKHOUSE_DATABASE="+cfg.ClickHouse.Database,
-			"DRIFTGUARD_TELEMETRY_ADDR=127.0.0.1:0",
-			"DRIFTGUARD_LOG_LEVEL=warn")
-		cmd.Stdout, cmd.Stderr = testWriter{t}, testWriter{t}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
-		return cmd
-	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 6))
 	for k := range kills {
-		before := rows()
-		sink := start()
+		before := h.rows()
+		sink := h.start()
 		// Each incarnation makes progress, then dies at a random instant
 		// after: mid-gather, mid-insert, or between insert and commit.
-		waitFor(t, ctx, fmt.Sprintf("incarnation %d to insert", k+1), func() bool { n := rows(); return n > before || n >= records })
+		waitFor(t, ctx, fmt.Sprintf("incarnation %d to insert", k+1), func() bool { n := h.rows(); return n > before || n >= records })
 		time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
 		peak := peakRSS(sink.Process.Pid)
 		if err := sink.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		_, _ = sink.Process.Wait()
-		t.Logf("kill %d: %d rows before it, %d after; sink peak RSS %s", k+1, before, rows(), peak)
+		t.Logf("kill %d: %d rows before it, %d after; sink peak RSS %s", k+1, before, h.rows(), peak)
 	}
 	if err := <-produced; err != nil {
 		t.Fatal(err)
 	}
-	last := start()
-	waitFor(t, ctx, "every record in events", func() bool { return rows() >= records })
+	last := h.start()
+	waitFor(t, ctx, "every record in events", func() bool { return h.rows() >= records })
 	// A few more flush periods: a doubled row would show up now.
 	time.Sleep(time.Second)
 	t.Logf("last incarnation peak RSS %s", peakRSS(last.Process.Pid))
 
-	var total, positions uint64
-	if err := conn.QueryRow(ctx, "SELECT count(), uniqExact(`topic`, `partition`, `offset`) FROM "+cfg.ClickHouse.Database+".events").
-		Scan(&total, &positions); err != nil {
+	var total, positions, ids uint64
+	if err := h.conn.QueryRow(ctx, "SELECT count(), uniqExact(`topic`, `partition`, `offset`), uniqExact(event_id) FROM "+
+		h.cfg.ClickHouse.Database+".events").Scan(&total, &positions, &ids); err != nil {
 		t.Fatal(err)
 	}
-	if total != records || positions != records {
-		t.Fatalf("events has %d rows for %d source positions, want %d of each", total, positions, records)
+	if total != records || positions != records || ids != records {
+		t.Fatalf("events has %d rows for %d source positions and %d event ids, want %d of each", total, positions, ids, records)
 	}
-	var ids uint64
-	if err := conn.QueryRow(ctx, "SELECT uniqExact(event_id) FROM "+cfg.ClickHouse.Database+".events").Scan(&ids); err != nil {
-		t.Fatal(err)
+}
+
+// The memory of a `driftguard sink` process with the default batch sizes
+// while it works through a backlog of 500,000 outcome records:
+//
+//	go test -run '^$' -bench SinkBacklog -benchtime 1x ./internal/e2e
+func BenchmarkSinkBacklogMemory(b *testing.B) {
+	const records = 500_000
+	ctx := testenv.Context(b, 10*time.Minute)
+	h := newSinkHarness(b, ctx, "backlog", os.Getenv("SINK_BENCH_CLICKHOUSE"))
+	if err := h.produce(0, records); err != nil {
+		b.Fatal(err)
 	}
-	if ids != records {
-		t.Fatalf("events has %d distinct event ids, want %d", ids, records)
+	b.ResetTimer()
+	start := time.Now()
+	sink := h.start()
+	waitFor(b, ctx, "every record in events", func() bool { return h.rows() >= records })
+	took := time.Since(start)
+	peak := peakRSS(sink.Process.Pid)
+	b.StopTimer()
+	b.Logf("sink peak RSS %s; %d records in %s", peak, records, took.Round(time.Millisecond))
+	b.ReportMetric(float64(records)/took.Seconds(), "rows/s")
+}
+
+// sinkHarness is one stream of its own on the real broker and server,
+// written to ClickHouse by `driftguard sink` processes a test can kill.
+type sinkHarness struct {
+	tb         testing.TB
+	ctx        context.Context
+	cfg        *config.Config
+	configFile string
+	bin        string
+	conn       driver.Conn
+	cl         *kgo.Client
+	outcomes   string
+}
+
+// newSinkHarness configures a stream named after prefix, with the given
+// extra lines of the clickhouse section, a consumer group of its own and
+// the shortest session the broker allows (a killed sink's partitions move
+// to its successor after 6 s).
+func newSinkHarness(tb testing.TB, ctx context.Context, prefix, clickhouse string) *sinkHarness {
+	tb.Helper()
+	dir := tb.TempDir()
+	stream := testenv.UniqueName(prefix)
+	configFile := filepath.Join(dir, "driftguard.yaml")
+	yaml := fmt.Sprintf("clickhouse:\n%s  consumer_group: %s\n  session_timeout: 6s\n"+
+		"streams:\n  %s:\n    policy: latest\n    key: /user_id\n    event_id: /event_id\n    type: {fixed: presence.changed}\n"+
+		"    version: /sequence_number\n    schemas: {presence.changed: streams/presence.schema.json}\n    limits: {partitions: 6}\n",
+		clickhouse, stream+"-sink", stream)
+	if err := os.WriteFile(configFile, []byte(yaml), 0o644); err != nil {
+		tb.Fatal(err)
 	}
+	brokers := testenv.Kafka(tb)
+	cfg, err := config.Load(configFile, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg.Kafka.Brokers = brokers
+	cfg.ClickHouse.Addr = testenv.ClickHouse(tb)
+	cfg.ClickHouse.Database = testenv.UniqueName("dg_" + prefix)
+	h := &sinkHarness{tb: tb, ctx: ctx, cfg: cfg, configFile: configFile, outcomes: topics.For(stream).Outcomes}
+	h.conn, h.cl = prepare(tb, ctx, cfg, brokers)
+	tb.Cleanup(h.cl.Close)
+	h.bin = buildDriftguard(tb, dir)
+	return h
+}
+
+// start runs `driftguard sink` on the harness's config.
+func (h *sinkHarness) start() *exec.Cmd {
+	h.tb.Helper()
+	cmd := exec.Command(h.bin, "sink", "--config", h.configFile)
+	cmd.Env = append(os.Environ(),
+		"DRIFTGUARD_KAFKA_BROKERS="+strings.Join(h.cfg.Kafka.Brokers, ","),
+		"DRIFTGUARD_CLICKHOUSE_ADDR="+h.cfg.ClickHouse.Addr,
+		"DRIFTGUARD_CLICKHOUSE_DATABASE="+h.cfg.ClickHouse.Database,
+		"DRIFTGUARD_TELEMETRY_ADDR=127.0.0.1:0",
+		"DRIFTGUARD_LOG_LEVEL=warn")
+	cmd.Stdout, cmd.Stderr = testWriter{h.tb}, testWriter{h.tb}
+	if err := cmd.Start(); err != nil {
+		h.tb.Fatal(err)
+	}
+	h.tb.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	return cmd
+}
+
+// produce writes outcome records from to to (exclusive) over 500 keys, as
+// the processors write them.
+func (h *sinkHarness) produce(from, to int) error {
+	for i := from; i < to; i++ {
+		key := fmt.Sprintf("u%03d", i%500)
+		value, err := json.Marshal(envelope.Outcome{Stream: strings.TrimSuffix(h.outcomes, ".outcomes"), Key: key,
+			EventID: fmt.Sprintf("e%06d", i), EventType: "presence.changed", Version: int64(i), Outcome: envelope.OutcomeApplied,
+			ProcessedAtMs: time.Now().UnixMilli(), Payload: json.RawMessage(`{"presence":"ONLINE","user_id":"` + key + `"}`)})
+		if err != nil {
+			return err
+		}
+		h.cl.Produce(h.ctx, &kgo.Record{Topic: h.outcomes, Key: []byte(key), Value: value}, nil)
+	}
+	return h.cl.Flush(h.ctx)
+}
+
+// rows counts events, 0 while ClickHouse cannot say.
+func (h *sinkHarness) rows() uint64 {
+	var n uint64
+	_ = h.conn.QueryRow(h.ctx, "SELECT count() FROM "+h.cfg.ClickHouse.Database+".events").Scan(&n)
+	return n
 }
 
 // peakRSS is a process's peak resident memory as Linux reports it.

@@ -24,7 +24,7 @@ import (
 )
 
 // The sink's insert path as Run drives it (decode each record, build the
-// column blocks, one INSERT per batch of the default 100,000 rows, the next
+// column blocks, one INSERT per batch of the default 50,000 rows, the next
 // batch decoded while one is inserted) next to clickhouse-client inserting
 // the same rows in Native format into the same table, in one run:
 //

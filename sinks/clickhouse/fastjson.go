@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/driftguard/driftguard/internal/envelope"
 )
@@ -16,8 +17,12 @@ import (
 // other input goes to encoding/json, so the result is always what
 // encoding/json gives (FuzzDecodeOutcome holds the two to that).
 //
-// The fast path makes one string of the value and every string field,
-// payload included, a part of it: one allocation per record.
+// The fast path reads data as a string without copying it, and every
+// string field, payload included, is a part of that string: no allocation
+// but the row. That holds only while nothing writes to data again, which
+// is so for a record value: franz-go allocates a fresh buffer for every
+// fetch response and every decompressed batch unless the client is given
+// pools (kgo.WithPools), which the sink's client is not.
 func decodeOutcome(data []byte) (*outcomeRow, error) {
 	row := new(outcomeRow)
 	var ok bool
@@ -74,7 +79,7 @@ var outcomeInts = map[string]intField{
 // a flat JSON object; or reports false when the input needs encoding/json
 // (escapes, nulls, floats, case-folded keys, anything invalid).
 func scanOutcome(data []byte, o *envelope.Outcome) (payload string, _ bool) {
-	s := scanner{b: data, s: string(data)}
+	s := scanner{b: data, s: unsafe.String(unsafe.SliceData(data), len(data))}
 	if !s.skip('{') {
 		return "", false
 	}

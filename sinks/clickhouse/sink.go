@@ -98,6 +98,8 @@ func (s *Sink) Run(ctx context.Context) error {
 		names = append(names, topic)
 	}
 	ch := s.cfg.ClickHouse
+	// No kgo.WithPools: decodeOutcome keeps strings over record values,
+	// which pooled buffers would overwrite.
 	cl, err := kafka.NewClient(s.brokers,
 		kgo.ConsumerGroup(ch.ConsumerGroup),
 		kgo.SessionTimeout(ch.SessionTimeout),
