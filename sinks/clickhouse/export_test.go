@@ -21,3 +21,15 @@ func (s *Sink) InsertPipelined(ctx context.Context, chunks [][]*kgo.Record) erro
 	}
 	return w.settle(true)
 }
+
+// Batch is a gathered batch.
+type Batch = batch
+
+// Gather decodes records into a new batch, as Run does between flushes.
+func (s *Sink) Gather(ctx context.Context, records []*kgo.Record) (*Batch, error) {
+	b := newBatch()
+	return b, s.add(ctx, b, records)
+}
+
+// Flush inserts a gathered batch; retry says an earlier try failed.
+func (s *Sink) Flush(ctx context.Context, b *Batch, retry bool) error { return s.flush(ctx, b, retry) }

@@ -3,12 +3,14 @@ package clickhouse_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
@@ -91,5 +93,145 @@ func TestSinkRestartAfterInsertBeforeCommitDoesNotDoubleRows(t *testing.T) {
 	}
 	if positions != 4 || rows != positions {
 		t.Errorf("events has %d rows for %d source positions, want 4 rows, one per position", rows, positions)
+	}
+}
+
+// Rows written before migration 0004 created sink_positions still count:
+// the migration backfills their positions, and a sink started after it
+// skips them.
+func TestPositionsMigrationHonoursEarlierRows(t *testing.T) {
+	ctx := testenv.Context(t, time.Minute)
+	conn, c := openTestDatabase(t)
+	migrations, err := sinkch.Migrations(c.Database)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+c.Database); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migrations {
+		if m.Version >= 4 {
+			break
+		}
+		for _, stmt := range m.Statements {
+			if err := conn.Exec(ctx, stmt); err != nil {
+				t.Fatalf("migration %d: %v", m.Version, err)
+			}
+		}
+	}
+	outcomes := topics.For("presence").Outcomes
+	outcome := func(offset int64) *kgo.Record {
+		return record(t, outcomes, 1, offset, envelope.Outcome{Stream: "presence", Key: "alice",
+			EventID: fmt.Sprintf("e%d", offset), Outcome: envelope.OutcomeApplied, ProcessedAtMs: 1_700_000_000_000 + offset})
+	}
+	// What an older sink wrote: offsets 0 to 4 of partition 1.
+	batch, err := conn.PrepareBatch(ctx, "INSERT INTO "+c.Database+".events (stream, entity_key, event_id, processed_at_ms, processed_at, `topic`, `partition`, `offset`)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for offset := int64(0); offset <= 4; offset++ {
+		if err := batch.Append("presence", "alice", fmt.Sprintf("e%d", offset), 1_700_000_000_000+offset,
+			time.UnixMilli(1_700_000_000_000+offset), outcomes, int32(1), offset); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := batch.Send(); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := sinkch.Migrate(ctx, conn, c.Database, nil); err != nil {
+		t.Fatal(err)
+	}
+	var held int64
+	if err := conn.QueryRow(ctx, "SELECT max(max_offset) FROM "+c.Database+".sink_positions WHERE table_name = 'events' AND `topic` = ? AND `partition` = 1",
+		outcomes).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if held != 4 {
+		t.Fatalf("sink_positions holds offset %d for the earlier rows, want 4", held)
+	}
+
+	cfg, err := config.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ClickHouse = c
+	var again []*kgo.Record
+	for offset := int64(3); offset <= 7; offset++ {
+		again = append(again, outcome(offset))
+	}
+	if err := sinkch.New(cfg, nil, conn, slog.New(slog.DiscardHandler), nil).Insert(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	var rows, positions uint64
+	var top int64
+	if err := conn.QueryRow(ctx, "SELECT count(), uniqExact(`offset`), max(`offset`) FROM "+c.Database+".events").Scan(&rows, &positions, &top); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 8 || positions != 8 || top != 7 {
+		t.Fatalf("events has %d rows for %d offsets up to %d, want 8 rows for offsets 0 to 7", rows, positions, top)
+	}
+	// The insert moved the position through the view.
+	if err := conn.QueryRow(ctx, "SELECT max(max_offset) FROM "+c.Database+".sink_positions WHERE table_name = 'events' AND `topic` = ? AND `partition` = 1",
+		outcomes).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if held != 7 {
+		t.Fatalf("sink_positions holds offset %d after the insert, want 7", held)
+	}
+}
+
+// An INSERT can land on the server while the client sees an error (the
+// connection dropped after the server wrote the block). The retry reads the
+// positions again, finds the block there, and does not send it twice.
+func TestRetryDoesNotResendABlockThatLanded(t *testing.T) {
+	ctx := testenv.Context(t, time.Minute)
+	conn, cfg := migratedDatabase(t, ctx)
+	log := slog.New(slog.DiscardHandler)
+	outcomes := topics.For("presence").Outcomes
+	var records []*kgo.Record
+	for offset := int64(10); offset < 20; offset++ {
+		records = append(records, record(t, outcomes, 2, offset, envelope.Outcome{Stream: "presence", Key: "bob",
+			EventID: fmt.Sprintf("e%d", offset), Outcome: envelope.OutcomeApplied, ProcessedAtMs: 1_700_000_000_000}))
+	}
+	count := func() uint64 {
+		var n uint64
+		if err := conn.QueryRow(ctx, "SELECT count() FROM "+cfg.ClickHouse.Database+".events").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	// The retrying sink gathered its batch before the block landed; the
+	// block then lands (here by another sink's hand, as the lost reply
+	// would have it).
+	retrying := sinkch.New(cfg, nil, conn, log, nil)
+	pending, err := retrying.Gather(ctx, records[:8])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sinkch.New(cfg, nil, conn, log, nil).Insert(ctx, records[:6]); err != nil {
+		t.Fatal(err)
+	}
+	if err := retrying.Flush(ctx, pending, true); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 8 {
+		t.Fatalf("events has %d rows after the retry, want 8 (6 that landed and the 2 the retry added)", n)
+	}
+	// Without the reading again a retry would double them: the check fails
+	// when it should.
+	stale, err := sinkch.New(cfg, nil, conn, log, nil).Gather(ctx, records[8:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sinkch.New(cfg, nil, conn, log, nil).Insert(ctx, records[8:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := retrying.Flush(ctx, stale, false); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 12 {
+		t.Fatalf("events has %d rows after a first try of landed rows, want 12 (2 doubled)", n)
 	}
 }
