@@ -2,6 +2,7 @@ package clickhouse_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -163,6 +164,20 @@ func TestSinkInsertWritesOutcomesAndLatestState(t *testing.T) {
 				t.Errorf("updated_at_ms %d, expires_at_ms %d", updatedAt, expiresAt)
 			}
 		})
+	}
+
+	// The DateTime columns are the *_ms columns in seconds.
+	for _, q := range []string{
+		"SELECT count() FROM %s.events WHERE toUnixTimestamp(processed_at) != intDiv(processed_at_ms, 1000)",
+		"SELECT count() FROM %s.entity_state WHERE toUnixTimestamp(updated_at) != intDiv(updated_at_ms, 1000)",
+	} {
+		var wrong uint64
+		if err := conn.QueryRow(ctx, fmt.Sprintf(q, cfg.ClickHouse.Database)).Scan(&wrong); err != nil {
+			t.Fatal(err)
+		}
+		if wrong != 0 {
+			t.Errorf("%d rows where %s", wrong, q)
+		}
 	}
 
 	// Without FINAL every inserted version is still there: the undecodable
