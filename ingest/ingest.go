@@ -289,7 +289,8 @@ func schemaProblems(err error) []FieldProblem {
 func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, s *edgeStream, body []byte, f envelope.Fields) result {
 	receivedAt := h.now()
 	topic := s.topic
-	if s.cfg.IsEphemeral(f.Type) {
+	ephemeral := s.cfg.IsEphemeral(f.Type)
+	if ephemeral {
 		topic = s.ephemeral
 	}
 	// One buffer holds the record's per-event bytes; the stream's own
@@ -335,6 +336,10 @@ func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, s *edgeStr
 		h.log.Warn("produce failed", "stream", s.cfg.Name, "err", err)
 		w.Header().Set("Retry-After", "5")
 		return writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the event was not durably written; retry later", nil)
+	}
+	if ephemeral {
+		// Types are the catalogue's ephemeral_types: a bounded label.
+		h.metrics.ephemeral.WithLabelValues(s.cfg.Name, f.Type).Inc()
 	}
 	return writeAccepted(w, Accepted{
 		Status: "accepted", Stream: s.cfg.Name, EventID: f.EventID,
