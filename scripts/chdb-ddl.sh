@@ -10,6 +10,8 @@
 set -euo pipefail
 
 CHDB_VERSION="${CHDB_VERSION:-4.4.0}"
+# The engine chdb 4.4.0 wraps; pinned with it.
+CHDB_CORE_VERSION="${CHDB_CORE_VERSION:-26.9.0}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${XDG_CACHE_HOME:-$HOME/.cache}/driftguard/chdb-$CHDB_VERSION"
 
@@ -19,7 +21,9 @@ if ! "$venv/bin/python" -c "import chdb" 2>/dev/null; then
   log "installing chdb $CHDB_VERSION into $venv"
   rm -rf "$venv"
   python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check "chdb==$CHDB_VERSION"
+  # Without pandas and pyarrow (600 MB): they serve DataFrame results only.
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps \
+    "chdb==$CHDB_VERSION" "chdb-core==$CHDB_CORE_VERSION"
 fi
 
 ddl="$(mktemp "${TMPDIR:-/tmp}/driftguard-ddl.XXXXXX")"
