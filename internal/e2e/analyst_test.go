@@ -140,6 +140,8 @@ type decision struct {
 	version, gap    int64
 }
 
+// newHistory runs, in this process, the processors of fresh copies of the
+// four catalogue streams and the ClickHouse sink, on a database of its own.
 func newHistory(t *testing.T, ctx context.Context, brokers []string) *history {
 	cfg, err := config.Default()
 	if err != nil {
