@@ -6,19 +6,32 @@ import (
 	"slices"
 )
 
-// Entity is the per-key value of the group table `<stream>-table`.
-type Entity struct {
+// Row is one versioned claim: the entity's own, or one of its devices'.
+type Row struct {
 	// Applied is false until the first event is applied.
 	Applied bool `json:"applied"`
 	// Version is the last applied version.
-	Version int64 `json:"version"`
-	// State is the public state: the applied event's body.
-	State       json.RawMessage `json:"state,omitempty"`
-	UpdatedAtMs int64           `json:"updated_at_ms"`
-	ExpiresAtMs int64           `json:"expires_at_ms,omitempty"`
+	Version     int64 `json:"version"`
+	UpdatedAtMs int64 `json:"updated_at_ms"`
+	// ExpiresAtMs is when the applied claim goes stale, 0 for never.
+	ExpiresAtMs int64 `json:"expires_at_ms,omitempty"`
 	// Recent holds the most recent event ids, oldest first, so a redelivery
 	// is recognised as a duplicate. It is bounded by limits.dedup_ids.
 	Recent []string `json:"recent,omitempty"`
+}
+
+// Entity is the per-key value of the group table `<stream>-table`.
+type Entity struct {
+	// Row is the entity's own claim: events without a device id.
+	Row
+	// State is the public state: the applied event's body.
+	State json.RawMessage `json:"state,omitempty"`
+	// NextRevision is the least version the next `<stream>.state` record
+	// may carry (see revise).
+	NextRevision int64 `json:"next_revision,omitempty"`
+	// Devices are the device rows (latest streams with devices), bounded
+	// by limits.devices.
+	Devices map[string]*Device `json:"devices,omitempty"`
 	// DeadlineMs is the earliest pending timer (unix ms), 0 for none.
 	DeadlineMs int64 `json:"deadline_ms,omitempty"`
 	// GapSinceMs is when the open gap was first seen (gapless), 0 for none.
@@ -48,14 +61,34 @@ func bodiesSize(events []Event) int {
 }
 
 // seen reports whether id is in the recent-ids memory.
-func (e *Entity) seen(id string) bool { return slices.Contains(e.Recent, id) }
+func (r *Row) seen(id string) bool { return slices.Contains(r.Recent, id) }
 
 // remember adds id, forgetting the oldest ids beyond limit.
-func (e *Entity) remember(id string, limit int) {
-	e.Recent = append(e.Recent, id)
-	if over := len(e.Recent) - limit; over > 0 {
-		e.Recent = slices.Delete(e.Recent, 0, over)
+func (r *Row) remember(id string, limit int) {
+	r.Recent = append(r.Recent, id)
+	if over := len(r.Recent) - limit; over > 0 {
+		r.Recent = slices.Delete(r.Recent, 0, over)
 	}
+}
+
+// startRevisions gives an entity stored before revisions existed the
+// revision it implicitly had, its version, so its next state record still
+// replaces the last one in entity_state. Call it before deciding.
+func (e *Entity) startRevisions() {
+	if e.NextRevision == 0 && e.Applied {
+		e.NextRevision = e.Version + 1
+	}
+}
+
+// revise returns the state version of an applied change at version: one
+// more than the last, or version when that is higher. State versions thus
+// grow with every applied change (a device row, a read cursor) as
+// entity_state's ReplacingMergeTree needs, and equal the source version
+// while only the entity's own versioned claims apply.
+func (e *Entity) revise(version int64) int64 {
+	rev := max(e.NextRevision, version)
+	e.NextRevision = rev + 1
+	return rev
 }
 
 // entityCodec stores Entity as JSON: readable with any Kafka tool, and
