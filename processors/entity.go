@@ -2,7 +2,6 @@ package processors
 
 import (
 	"encoding/json"
-	"fmt"
 	"slices"
 )
 
@@ -89,24 +88,4 @@ func (e *Entity) revise(version int64) int64 {
 	rev := max(e.NextRevision, version)
 	e.NextRevision = rev + 1
 	return rev
-}
-
-// entityCodec stores Entity as JSON: readable with any Kafka tool, and
-// tolerant of fields added by later releases.
-type entityCodec struct{}
-
-func (entityCodec) Encode(value any) ([]byte, error) {
-	e, ok := value.(*Entity)
-	if !ok {
-		return nil, fmt.Errorf("entity codec: got %T", value)
-	}
-	return json.Marshal(e)
-}
-
-func (entityCodec) Decode(data []byte) (any, error) {
-	var e Entity
-	if err := json.Unmarshal(data, &e); err != nil {
-		return nil, fmt.Errorf("entity codec: %w", err)
-	}
-	return &e, nil
 }
