@@ -149,7 +149,7 @@ func (h *handler) store(ctx goka.Context, entity *Entity, effects Effects) {
 	}
 	ctx.SetValue(entity)
 	if state != nil {
-		h.emit(ctx, h.names.State, *state)
+		h.emit(ctx, h.names.State, state)
 	}
 }
 
@@ -165,7 +165,7 @@ func (h *handler) emitEffects(ctx goka.Context, entity *Entity, effects Effects)
 			applied = true
 			entity.revise(d.Version)
 		}
-		h.emit(ctx, h.names.Outcomes, envelope.Outcome{
+		h.emit(ctx, h.names.Outcomes, &envelope.Outcome{
 			Stream: h.stream.Name, Key: ctx.Key(), EventID: d.Event.EventID, EventType: d.Event.Type,
 			Version: d.Version, Outcome: d.Outcome, Reason: d.Reason, Gap: d.Gap, BufferDepth: d.BufferDepth, MessageID: d.MessageID,
 			OccurredAtMs: d.Event.OccurredAtMs, ReceivedAtMs: d.Event.ReceivedAtMs, ProcessedAtMs: processedAt,
@@ -250,9 +250,17 @@ func (h *handler) emitDeadLetter(ctx goka.Context, ev Event, reason, detail stri
 }
 
 func (h *handler) emit(ctx goka.Context, topic string, v any) {
-	data, err := json.Marshal(v)
-	if err != nil {
-		ctx.Fail(fmt.Errorf("encoding %s record: %w", topic, err))
+	var data []byte
+	switch v := v.(type) {
+	case *envelope.Outcome:
+		data = appendOutcome(make([]byte, 0, 256+len(v.Payload)), v)
+	case *envelope.State:
+		data = appendState(make([]byte, 0, 128+len(v.State)), v)
+	default:
+		var err error
+		if data, err = json.Marshal(v); err != nil {
+			ctx.Fail(fmt.Errorf("encoding %s record: %w", topic, err))
+		}
 	}
 	ctx.Emit(goka.Stream(topic), ctx.Key(), data)
 }
