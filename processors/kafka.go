@@ -41,7 +41,7 @@ func GokaOptions(replication int, dataDir string, log *slog.Logger) []goka.Proce
 	tm.MismatchBehavior = goka.TMConfigMismatchBehaviorFail
 	store := storage.MemoryBuilder()
 	if dataDir != "" {
-		store = storage.DefaultBuilder(filepath.Join(dataDir, "tables"))
+		store = tableStorageBuilder(filepath.Join(dataDir, "tables"))
 	}
 	return []goka.ProcessorOption{
 		goka.WithLogger(gokaLogger{log}),
@@ -50,11 +50,9 @@ func GokaOptions(replication int, dataDir string, log *slog.Logger) []goka.Proce
 		goka.WithTopicManagerBuilder(func(brokers []string) (goka.TopicManager, error) {
 			return goka.NewTopicManager(brokers, saramaConfig(), tm)
 		}),
-		goka.WithProducerBuilder(func(brokers []string, clientID string, hasher func() hash.Hash32) (goka.Producer, error) {
-			c := saramaConfig()
-			c.ClientID = clientID
-			c.Producer.Partitioner = sarama.NewCustomHashPartitioner(hasher)
-			return goka.NewProducer(brokers, c)
+		// franz-go places keys with murmur2 like the hasher above.
+		goka.WithProducerBuilder(func(brokers []string, clientID string, _ func() hash.Hash32) (goka.Producer, error) {
+			return newProducer(brokers, clientID)
 		}),
 		goka.WithConsumerGroupBuilder(func(brokers []string, group, clientID string) (sarama.ConsumerGroup, error) {
 			c := saramaConfig()
