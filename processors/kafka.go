@@ -23,7 +23,9 @@ func saramaConfig() *sarama.Config {
 	// A new group must read the whole input, not only what arrives later.
 	c.Consumer.Offsets.Initial = sarama.OffsetOldest
 	// State, outcome and table records are only safe once every replica
-	// has them, and retries must not duplicate them.
+	// has them, and retries must not duplicate them. The processor writes
+	// them through franz-go (producer.go), which does the same; these keep
+	// any sarama producer built from this config safe too.
 	c.Producer.RequiredAcks = sarama.WaitForAll
 	c.Producer.Idempotent = true
 	c.Net.MaxOpenRequests = 1
