@@ -253,9 +253,9 @@ func (h *handler) emit(ctx goka.Context, topic string, v any) {
 	var data []byte
 	switch v := v.(type) {
 	case *envelope.Outcome:
-		data = appendOutcome(make([]byte, 0, 256+len(v.Payload)), v)
+		data = appendOutcome(make([]byte, 0, 512+len(v.Key)+len(v.EventID)+len(v.Payload)), v)
 	case *envelope.State:
-		data = appendState(make([]byte, 0, 128+len(v.State)), v)
+		data = appendState(make([]byte, 0, 192+len(v.Key)+len(v.State)), v)
 	default:
 		var err error
 		if data, err = json.Marshal(v); err != nil {
