@@ -1,7 +1,10 @@
 package processors
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -20,14 +23,15 @@ import (
 // system call. Here they collect in a bounded map (limits below) and reach
 // LevelDB as one batch. Reads see the pending writes first.
 //
-// Losing the pending writes in a crash is safe: the offset is written in
-// the same batch as the values set before it, so LevelDB never claims an
-// offset whose values it lacks, and goka replays the changelog after the
-// stored offset on start. The layout (one directory per topic and
-// partition, goka's offset key) is goka's, so existing directories keep
-// working.
+// Losing the pending writes in a crash is safe: a partition that was not
+// closed cleanly is rebuilt from its changelog (see tableStorageBuilder).
+// The offset is written in the same batch as the values set before it, so
+// after a clean close goka replays the changelog after the stored offset.
+// The layout (one directory per topic and partition, goka's offset key) is
+// goka's.
 type tableStorage struct {
-	db *leveldb.DB
+	db   *leveldb.DB
+	path string
 
 	mu      sync.Mutex
 	pending map[string][]byte // a nil value is a pending delete
@@ -53,24 +57,49 @@ const (
 const offsetKey = "__offset"
 
 // tableStorageBuilder opens table storage under dir.
+//
+// A table partition is kept across restarts only when the last process
+// closed it cleanly. goka stores a value before its changelog record is
+// acknowledged, so after a crash LevelDB may hold a value the changelog
+// never got, such as an event's id in the dedup memory while the event's
+// input offset was not committed: the redelivered event would be judged a
+// duplicate and its outcome and state never written. So a partition whose
+// clean marker is missing is wiped and rebuilt from the changelog, which
+// holds only what Kafka accepted.
 func tableStorageBuilder(dir string) storage.Builder {
 	return func(topic string, partition int32) (storage.Storage, error) {
-		db, err := leveldb.OpenFile(filepath.Join(dir, fmt.Sprintf("%s.%d", topic, partition)), nil)
+		path := filepath.Join(dir, fmt.Sprintf("%s.%d", topic, partition))
+		if err := os.Remove(path + cleanSuffix); errors.Is(err, fs.ErrNotExist) {
+			if err := os.RemoveAll(path); err != nil {
+				return nil, fmt.Errorf("wiping table storage after an unclean stop: %w", err)
+			}
+		} else if err != nil {
+			return nil, err
+		}
+		db, err := leveldb.OpenFile(path, nil)
 		if err != nil {
 			return nil, fmt.Errorf("opening table storage: %w", err)
 		}
-		return &tableStorage{db: db, pending: map[string][]byte{}, flushedAt: time.Now(), maxKeys: pendingKeys, maxBytes: pendingBytes}, nil
+		return &tableStorage{db: db, path: path, pending: map[string][]byte{}, flushedAt: time.Now(), maxKeys: pendingKeys, maxBytes: pendingBytes}, nil
 	}
 }
 
+// cleanSuffix names the marker, next to a partition's directory, that its
+// storage was closed cleanly.
+const cleanSuffix = ".clean"
+
 func (s *tableStorage) Open() error { return nil }
 
+// Close writes what is pending and marks the partition clean.
 func (s *tableStorage) Close() error {
 	s.mu.Lock()
 	err := s.flush()
 	s.mu.Unlock()
 	if cerr := s.db.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil {
+		err = os.WriteFile(s.path+cleanSuffix, nil, 0o600)
 	}
 	return err
 }
