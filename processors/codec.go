@@ -27,7 +27,8 @@ type entityCodec struct{}
 //	varints version, updated_at_ms, expires_at_ms, value, recent ids) ·
 //	JSON of buffer, chat, quarantine (empty when absent)
 //
-// Byte strings are a uvarint length and the bytes.
+// Byte strings are a uvarint length and the bytes; recent ids a uvarint
+// count and that many little-endian 64-bit hashes.
 const entityFormat1 byte = 1
 
 const (
@@ -41,13 +42,13 @@ func (entityCodec) Encode(value any) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("entity codec: got %T", value)
 	}
-	b := make([]byte, 0, 64+len(e.State)+24*len(e.Recent))
+	b := make([]byte, 0, 64+len(e.State)+8*len(e.Recent))
 	b = append(b, entityFormat1, flags(e.Applied, e.Terminal, e.ParentSeen))
 	for _, n := range []int64{e.Version, e.UpdatedAtMs, e.ExpiresAtMs, e.NextRevision, e.DeadlineMs, e.GapSinceMs} {
 		b = binary.AppendVarint(b, n)
 	}
 	b = appendBytes(b, e.State)
-	b = appendStrings(b, e.Recent)
+	b = appendIDs(b, e.Recent)
 	b = binary.AppendUvarint(b, uint64(len(e.Devices)))
 	for _, id := range slices.Sorted(maps.Keys(e.Devices)) {
 		d := e.Devices[id]
@@ -57,7 +58,7 @@ func (entityCodec) Encode(value any) ([]byte, error) {
 		b = binary.AppendVarint(b, d.UpdatedAtMs)
 		b = binary.AppendVarint(b, d.ExpiresAtMs)
 		b = appendBytes(b, []byte(d.Value))
-		b = appendStrings(b, d.Recent)
+		b = appendIDs(b, d.Recent)
 	}
 	for _, part := range []any{e.Buffer, e.Chat, e.Quarantine} {
 		var err error
@@ -85,7 +86,7 @@ func (entityCodec) Decode(data []byte) (any, error) {
 		*n = r.varint()
 	}
 	e.State = r.bytes()
-	e.Recent = r.strings()
+	e.Recent = r.ids()
 	if n := r.count(); n > 0 {
 		e.Devices = make(map[string]*Device, n)
 		for range n {
@@ -94,7 +95,7 @@ func (entityCodec) Decode(data []byte) (any, error) {
 			d.Applied, _, _ = r.flags()
 			d.Version, d.UpdatedAtMs, d.ExpiresAtMs = r.varint(), r.varint(), r.varint()
 			d.Value = string(r.bytes())
-			d.Recent = r.strings()
+			d.Recent = r.ids()
 			e.Devices[id] = d
 		}
 	}
@@ -128,10 +129,10 @@ func appendBytes(b, v []byte) []byte {
 	return append(binary.AppendUvarint(b, uint64(len(v))), v...)
 }
 
-func appendStrings(b []byte, ss []string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(ss)))
-	for _, s := range ss {
-		b = append(binary.AppendUvarint(b, uint64(len(s))), s...)
+func appendIDs(b []byte, ids idMemory) []byte {
+	b = binary.AppendUvarint(b, uint64(len(ids)))
+	for _, id := range ids {
+		b = binary.LittleEndian.AppendUint64(b, id)
 	}
 	return b
 }
@@ -209,18 +210,20 @@ func (r *reader) bytes() []byte {
 	return v
 }
 
-func (r *reader) strings() []string {
+func (r *reader) ids() idMemory {
 	n := r.count()
-	if n == 0 {
+	if n == 0 || n > len(r.data)/8 {
+		if n > 0 {
+			r.fail("event ids")
+		}
 		return nil
 	}
-	ss := make([]string, n)
-	for i := range ss {
-		size := r.count()
-		ss[i] = string(r.data[:size])
-		r.data = r.data[size:]
+	ids := make(idMemory, n)
+	for i := range ids {
+		ids[i] = binary.LittleEndian.Uint64(r.data[8*i:])
 	}
-	return ss
+	r.data = r.data[8*n:]
+	return ids
 }
 
 func (r *reader) json(v any) {

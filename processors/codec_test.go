@@ -13,10 +13,11 @@ import (
 // drawEntity draws a table value with every part a policy may set.
 func drawEntity(t *rapid.T) *Entity {
 	ids := rapid.SliceOfN(rapid.StringMatching(`[a-z0-9-]{1,12}`), 0, 8)
+	hashes := rapid.SliceOfN(rapid.Uint64(), 0, 8)
 	clock := rapid.Int64Range(-1, 1<<50)
 	row := func() Row {
 		return Row{Applied: rapid.Bool().Draw(t, "applied"), Version: clock.Draw(t, "version"),
-			UpdatedAtMs: clock.Draw(t, "updated"), ExpiresAtMs: clock.Draw(t, "expires"), Recent: ids.Draw(t, "recent")}
+			UpdatedAtMs: clock.Draw(t, "updated"), ExpiresAtMs: clock.Draw(t, "expires"), Recent: hashes.Draw(t, "recent")}
 	}
 	e := &Entity{Row: row(), NextRevision: clock.Draw(t, "next revision"), DeadlineMs: clock.Draw(t, "deadline"),
 		GapSinceMs: clock.Draw(t, "gap since"), Terminal: rapid.Bool().Draw(t, "terminal"), ParentSeen: rapid.Bool().Draw(t, "parent seen")}
@@ -79,6 +80,18 @@ func TestEntityCodecRoundTrip(t *testing.T) {
 		}
 		sameEntity(t, e, old.(*Entity))
 	})
+}
+
+// Tables of earlier releases remembered the event ids themselves, in JSON.
+func TestEntityCodecReadsIDsOfEarlierReleases(t *testing.T) {
+	v, err := entityCodec{}.Decode([]byte(`{"applied":true,"version":3,"state":{"presence":"AWAY"},"recent":["e1","e2"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := v.(*Entity)
+	if !e.seen("e1") || !e.seen("e2") || e.seen("e3") || e.Version != 3 || string(e.State) != `{"presence":"AWAY"}` {
+		t.Fatalf("decoded %+v", e)
+	}
 }
 
 // A truncated or unknown value is an error, never a panic or a partial

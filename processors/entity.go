@@ -2,6 +2,7 @@ package processors
 
 import (
 	"encoding/json"
+	"hash/fnv"
 	"slices"
 )
 
@@ -14,9 +15,43 @@ type Row struct {
 	UpdatedAtMs int64 `json:"updated_at_ms"`
 	// ExpiresAtMs is when the applied claim goes stale, 0 for never.
 	ExpiresAtMs int64 `json:"expires_at_ms,omitempty"`
-	// Recent holds the most recent event ids, oldest first, so a redelivery
-	// is recognised as a duplicate. It is bounded by limits.dedup_ids.
-	Recent []string `json:"recent,omitempty"`
+	// Recent remembers the most recent event ids, oldest first, so a
+	// redelivery is recognised as a duplicate. It is bounded by
+	// limits.dedup_ids.
+	Recent idMemory `json:"recent,omitempty"`
+}
+
+// idMemory holds event ids as 64-bit FNV-1a hashes: 8 bytes per id
+// whatever the id's length, so a row's memory is 2 KiB at the default 256
+// ids. Two ids of one row would have to collide in 64 bits among the 256
+// remembered for a new event to be taken for a duplicate (odds about
+// 1e-17 per event).
+type idMemory []uint64
+
+// idHash is an event id's entry in an idMemory.
+func idHash(id string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return h.Sum64()
+}
+
+// UnmarshalJSON reads the memory as JSON tables of earlier releases wrote
+// it, a list of the ids themselves, as well as a list of hashes.
+func (m *idMemory) UnmarshalJSON(data []byte) error {
+	var raw []json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	*m = make(idMemory, len(raw))
+	for i, r := range raw {
+		var id string
+		if err := json.Unmarshal(r, &id); err == nil {
+			(*m)[i] = idHash(id)
+		} else if err := json.Unmarshal(r, &(*m)[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Entity is the per-key value of the group table `<stream>-table`.
@@ -60,11 +95,11 @@ func bodiesSize(events []Event) int {
 }
 
 // seen reports whether id is in the recent-ids memory.
-func (r *Row) seen(id string) bool { return slices.Contains(r.Recent, id) }
+func (r *Row) seen(id string) bool { return slices.Contains(r.Recent, idHash(id)) }
 
 // remember adds id, forgetting the oldest ids beyond limit.
 func (r *Row) remember(id string, limit int) {
-	r.Recent = append(r.Recent, id)
+	r.Recent = append(r.Recent, idHash(id))
 	if over := len(r.Recent) - limit; over > 0 {
 		r.Recent = slices.Delete(r.Recent, 0, over)
 	}
