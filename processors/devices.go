@@ -74,6 +74,16 @@ func (r *Row) expiredAt(nowMs int64) int64 {
 	return 0
 }
 
+// lastUpdate is when the entity last changed: its own row's or a device
+// row's received_at, whichever is later.
+func (e *Entity) lastUpdate() int64 {
+	last := e.UpdatedAtMs
+	for _, d := range e.Devices {
+		last = max(last, d.UpdatedAtMs)
+	}
+	return last
+}
+
 // claim is one row's contribution to the entity's derived value.
 type claim struct {
 	value       string

@@ -79,6 +79,9 @@ func TestProcessorPresenceDevices(t *testing.T) {
 		if i > 0 && st.Version <= states[i-1].Version {
 			t.Errorf("state %d: version %d after %d; entity_state needs it to grow", i, st.Version, states[i-1].Version)
 		}
+		if st.UpdatedAtMs != 1700000000123 {
+			t.Errorf("state %d: updated_at_ms %d, want the applied event's received_at", i, st.UpdatedAtMs)
+		}
 		if st.ExpiresAtMs != (ts+300)*1000 {
 			t.Errorf("state %d: expires_at_ms %d, want timestamp + ttl", i, st.ExpiresAtMs)
 		}

@@ -194,7 +194,7 @@ func (h *handler) emitEffects(ctx goka.Context, entity *Entity, effects Effects)
 	}
 	return &envelope.State{
 		Stream: h.stream.Name, Key: ctx.Key(), Version: entity.NextRevision - 1, State: state,
-		UpdatedAtMs: entity.UpdatedAtMs, ExpiresAtMs: expiresAt,
+		UpdatedAtMs: entity.lastUpdate(), ExpiresAtMs: expiresAt,
 	}, nil
 }
 
