@@ -297,3 +297,30 @@ func sameJSON(t interface{ Fatal(...any) }, a, b []byte) bool {
 	}
 	return reflect.DeepEqual(va, vb)
 }
+
+// State versions: an entity stored before revisions existed continues
+// above its last state version; a change that carries a higher version
+// jumps to it; any other applied change (a device row) still moves it up.
+func TestStateVersionsGrowWithEveryAppliedChange(t *testing.T) {
+	v, err := entityCodec{}.Decode([]byte(`{"applied":true,"version":844,"state":{"presence":"ONLINE"},"recent":["a"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := v.(*Entity)
+	e.startRevisions()
+	p := policyFor(presence(t))
+	want := []int64{845, 846, 900}
+	for i, ev := range []Event{
+		deviceEvent("l1", "laptop", 1, "ONLINE", 1_000, 0), // a device's own version 1
+		deviceEvent("l2", "laptop", 2, "AWAY", 2_000, 0),
+		latestEvent("m900", 900),
+	} {
+		d := p.decide(e, ev).Decisions[0]
+		if !d.Applied() {
+			t.Fatalf("%s: %s", ev.EventID, d.Outcome)
+		}
+		if rev := e.revise(d.Version); rev != want[i] {
+			t.Errorf("%s: state version %d, want %d", ev.EventID, rev, want[i])
+		}
+	}
+}
