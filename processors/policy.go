@@ -20,6 +20,11 @@ type Event struct {
 	Terminal       bool  `json:"terminal,omitempty"`
 	InputPartition int32 `json:"input_partition"`
 	InputOffset    int64 `json:"input_offset"`
+	// Device is the device the event is about, "" for the entity itself
+	// (streams with devices).
+	Device string `json:"device,omitempty"`
+	// Value is the body's devices.derive field (streams with devices).
+	Value string `json:"value,omitempty"`
 }
 
 // Decision is a policy's verdict on one event.
@@ -66,7 +71,7 @@ func policyFor(s *config.Stream) policy {
 	case s.Joined():
 		return joined{stream: s, latest: latest{dedupIDs: s.Limits.DedupIDs, ttl: s.TTL}}
 	}
-	return latest{dedupIDs: s.Limits.DedupIDs, ttl: s.TTL}
+	return latest{dedupIDs: s.Limits.DedupIDs, ttl: s.TTL, maxDevices: s.Limits.Devices}
 }
 
 // one is the effects of a single decision on the input.

@@ -133,21 +133,39 @@ func (h *handler) process(ctx goka.Context, msg any) {
 	if entity == nil {
 		entity = &Entity{}
 	}
-	effects := h.policy.decide(entity, ev)
+	entity.startRevisions()
 	// The table is written on every decision, duplicates included: the
 	// dedup memory is part of the state.
-	ctx.SetValue(entity)
-	h.emitEffects(ctx, entity, effects)
+	h.store(ctx, entity, h.policy.decide(entity, ev))
 }
 
-// emitEffects writes the outcome of every decision, the state when anything
-// applied, and the replay request, for the key being processed.
-func (h *handler) emitEffects(ctx goka.Context, entity *Entity, effects Effects) {
+// store emits the effects, writes the entity to the table and then the
+// state record: emitEffects revises the entity, so the table holds the
+// revision the state record carries.
+func (h *handler) store(ctx goka.Context, entity *Entity, effects Effects) {
+	state, err := h.emitEffects(ctx, entity, effects)
+	if err != nil {
+		ctx.Fail(err)
+	}
+	ctx.SetValue(entity)
+	if state != nil {
+		h.emit(ctx, h.names.State, state)
+	}
+}
+
+// emitEffects writes the outcome of every decision and the replay
+// request, for the key being processed, revises the entity once per applied
+// decision, and returns the state record to emit (nil when nothing
+// applied) after the table write.
+func (h *handler) emitEffects(ctx goka.Context, entity *Entity, effects Effects) (*envelope.State, error) {
 	applied := false
 	processedAt := h.opts.Now().UnixMilli()
 	for _, d := range effects.Decisions {
-		applied = applied || d.Applied()
-		h.emit(ctx, h.names.Outcomes, envelope.Outcome{
+		if d.Applied() || d.Outcome == envelope.OutcomeReconciled {
+			applied = true
+			entity.revise(d.Version)
+		}
+		h.emit(ctx, h.names.Outcomes, &envelope.Outcome{
 			Stream: h.stream.Name, Key: ctx.Key(), EventID: d.Event.EventID, EventType: d.Event.Type,
 			Version: d.Version, Outcome: d.Outcome, Reason: d.Reason, Gap: d.Gap, BufferDepth: d.BufferDepth, MessageID: d.MessageID,
 			OccurredAtMs: d.Event.OccurredAtMs, ReceivedAtMs: d.Event.ReceivedAtMs, ProcessedAtMs: processedAt,
@@ -162,17 +180,22 @@ func (h *handler) emitEffects(ctx goka.Context, entity *Entity, effects Effects)
 			h.emitDeadLetter(ctx, d.Event, d.DeadLetter, fmt.Sprintf("event %s at version %d", d.Event.EventID, d.Version))
 		}
 	}
-	if applied {
-		h.emit(ctx, h.names.State, envelope.State{
-			Stream: h.stream.Name, Key: ctx.Key(), Version: entity.Version, State: entity.State,
-			UpdatedAtMs: entity.UpdatedAtMs, ExpiresAtMs: entity.ExpiresAtMs,
-		})
-	}
 	if effects.Replay > 0 {
 		h.emit(ctx, h.names.Replay, envelope.ReplayRequest{
 			Stream: h.stream.Name, Key: ctx.Key(), FirstMissing: effects.Replay, RequestedAtMs: processedAt,
 		})
 	}
+	if !applied {
+		return nil, nil
+	}
+	state, expiresAt, err := publicState(h.stream, entity, ctx.Key())
+	if err != nil {
+		return nil, fmt.Errorf("public state of %s: %w", ctx.Key(), err)
+	}
+	return &envelope.State{
+		Stream: h.stream.Name, Key: ctx.Key(), Version: entity.NextRevision - 1, State: state,
+		UpdatedAtMs: entity.lastUpdate(), ExpiresAtMs: expiresAt,
+	}, nil
 }
 
 // decode reads an input record: the body through the catalogue, the
@@ -193,6 +216,9 @@ func (h *handler) decode(ctx goka.Context, body []byte) (Event, error) {
 	}
 	ev := Event{Fields: fields, Body: body, ReceivedAtMs: ctx.Timestamp().UnixMilli(),
 		InputPartition: ctx.Partition(), InputOffset: ctx.Offset()}
+	if ev.Device, ev.Value, err = deviceFields(h.stream, doc); err != nil {
+		return Event{}, err
+	}
 	if v, ok := headers[envelope.HeaderReceivedAt]; ok {
 		if ms, err := strconv.ParseInt(string(v), 10, 64); err == nil {
 			ev.ReceivedAtMs = ms
@@ -224,9 +250,17 @@ func (h *handler) emitDeadLetter(ctx goka.Context, ev Event, reason, detail stri
 }
 
 func (h *handler) emit(ctx goka.Context, topic string, v any) {
-	data, err := json.Marshal(v)
-	if err != nil {
-		ctx.Fail(fmt.Errorf("encoding %s record: %w", topic, err))
+	var data []byte
+	switch v := v.(type) {
+	case *envelope.Outcome:
+		data = appendOutcome(make([]byte, 0, 512+len(v.Key)+len(v.EventID)+len(v.Payload)), v)
+	case *envelope.State:
+		data = appendState(make([]byte, 0, 192+len(v.Key)+len(v.State)), v)
+	default:
+		var err error
+		if data, err = json.Marshal(v); err != nil {
+			ctx.Fail(fmt.Errorf("encoding %s record: %w", topic, err))
+		}
 	}
 	ctx.Emit(goka.Stream(topic), ctx.Key(), data)
 }

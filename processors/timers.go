@@ -56,9 +56,8 @@ func (h *handler) tick(ctx goka.Context, meta any) {
 		ctx.SetValue(entity)
 		return
 	}
-	effects := t.expire(entity, now)
-	ctx.SetValue(entity)
-	h.emitEffects(ctx, entity, effects)
+	entity.startRevisions()
+	h.store(ctx, entity, t.expire(entity, now))
 }
 
 // RunTimers visits the processor's keys every tick until ctx ends. A visit

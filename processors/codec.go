@@ -1,0 +1,237 @@
+package processors
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// entityCodec stores Entity in the table (LevelDB and the changelog topic)
+// in a compact binary form: the table is written on every event, and JSON
+// with its reflection and quoting was a large part of each decision's cost.
+// The first byte is the format version; values written as JSON by earlier
+// releases (they start with '{') are still read, so a changelog recovered
+// after an upgrade decodes. Policy-specific parts that are rare or
+// structured (gapless buffer, chat conversation, quarantine) stay JSON inside
+// the binary value.
+type entityCodec struct{}
+
+// entityFormat1 is the first binary layout, after the version byte:
+//
+//	flags (applied, terminal, parent seen) · varints version, updated_at_ms,
+//	expires_at_ms, next_revision, deadline_ms, gap_since_ms · state ·
+//	recent ids · devices (count, then per device in id order: id, flags,
+//	varints version, updated_at_ms, expires_at_ms, value, recent ids) ·
+//	JSON of buffer, chat, quarantine (empty when absent)
+//
+// Byte strings are a uvarint length and the bytes; recent ids a uvarint
+// count and that many little-endian 64-bit hashes.
+const entityFormat1 byte = 1
+
+const (
+	flagApplied = 1 << iota
+	flagTerminal
+	flagParentSeen
+)
+
+func (entityCodec) Encode(value any) ([]byte, error) {
+	e, ok := value.(*Entity)
+	if !ok {
+		return nil, fmt.Errorf("entity codec: got %T", value)
+	}
+	b := make([]byte, 0, 64+len(e.State)+8*len(e.Recent))
+	b = append(b, entityFormat1, flags(e.Applied, e.Terminal, e.ParentSeen))
+	for _, n := range []int64{e.Version, e.UpdatedAtMs, e.ExpiresAtMs, e.NextRevision, e.DeadlineMs, e.GapSinceMs} {
+		b = binary.AppendVarint(b, n)
+	}
+	b = appendBytes(b, e.State)
+	b = appendIDs(b, e.Recent)
+	b = binary.AppendUvarint(b, uint64(len(e.Devices)))
+	for _, id := range slices.Sorted(maps.Keys(e.Devices)) {
+		d := e.Devices[id]
+		b = appendBytes(b, []byte(id))
+		b = append(b, flags(d.Applied, false, false))
+		b = binary.AppendVarint(b, d.Version)
+		b = binary.AppendVarint(b, d.UpdatedAtMs)
+		b = binary.AppendVarint(b, d.ExpiresAtMs)
+		b = appendBytes(b, []byte(d.Value))
+		b = appendIDs(b, d.Recent)
+	}
+	for _, part := range []any{e.Buffer, e.Chat, e.Quarantine} {
+		var err error
+		if b, err = appendJSON(b, part); err != nil {
+			return nil, fmt.Errorf("entity codec: %w", err)
+		}
+	}
+	return b, nil
+}
+
+func (entityCodec) Decode(data []byte) (any, error) {
+	var e Entity
+	if len(data) > 0 && data[0] == '{' {
+		if err := json.Unmarshal(data, &e); err != nil {
+			return nil, fmt.Errorf("entity codec: %w", err)
+		}
+		return &e, nil
+	}
+	if len(data) == 0 || data[0] != entityFormat1 {
+		return nil, fmt.Errorf("entity codec: unknown format %q", data[:min(len(data), 1)])
+	}
+	r := reader{data: data[1:]}
+	e.Applied, e.Terminal, e.ParentSeen = r.flags()
+	for _, n := range []*int64{&e.Version, &e.UpdatedAtMs, &e.ExpiresAtMs, &e.NextRevision, &e.DeadlineMs, &e.GapSinceMs} {
+		*n = r.varint()
+	}
+	e.State = r.bytes()
+	e.Recent = r.ids()
+	if n := r.count(); n > 0 {
+		e.Devices = make(map[string]*Device, n)
+		for range n {
+			id := string(r.bytes())
+			d := &Device{}
+			d.Applied, _, _ = r.flags()
+			d.Version, d.UpdatedAtMs, d.ExpiresAtMs = r.varint(), r.varint(), r.varint()
+			d.Value = string(r.bytes())
+			d.Recent = r.ids()
+			e.Devices[id] = d
+		}
+	}
+	r.json(&e.Buffer)
+	r.json(&e.Chat)
+	r.json(&e.Quarantine)
+	if r.err == nil && len(r.data) > 0 {
+		r.err = errors.New("trailing bytes")
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("entity codec: %w", r.err)
+	}
+	return &e, nil
+}
+
+func flags(applied, terminal, parentSeen bool) byte {
+	var f byte
+	if applied {
+		f |= flagApplied
+	}
+	if terminal {
+		f |= flagTerminal
+	}
+	if parentSeen {
+		f |= flagParentSeen
+	}
+	return f
+}
+
+func appendBytes(b, v []byte) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(v))), v...)
+}
+
+func appendIDs(b []byte, ids idMemory) []byte {
+	b = binary.AppendUvarint(b, uint64(len(ids)))
+	for _, id := range ids {
+		b = binary.LittleEndian.AppendUint64(b, id)
+	}
+	return b
+}
+
+// appendJSON appends v as JSON, or an empty string when v is nil or empty.
+func appendJSON(b []byte, v any) ([]byte, error) {
+	switch v := v.(type) {
+	case []Event:
+		if len(v) == 0 {
+			return appendBytes(b, nil), nil
+		}
+	case *Conversation:
+		if v == nil {
+			return appendBytes(b, nil), nil
+		}
+	}
+	data, err := json.Marshal(v)
+	return appendBytes(b, data), err
+}
+
+// reader consumes a binary entity; the first problem sticks in err and
+// later reads return zero values.
+type reader struct {
+	data []byte
+	err  error
+}
+
+func (r *reader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("truncated %s", what)
+	}
+	r.data = nil
+}
+
+func (r *reader) flags() (applied, terminal, parentSeen bool) {
+	if len(r.data) == 0 {
+		r.fail("flags")
+		return
+	}
+	f := r.data[0]
+	r.data = r.data[1:]
+	return f&flagApplied != 0, f&flagTerminal != 0, f&flagParentSeen != 0
+}
+
+func (r *reader) varint() int64 {
+	n, size := binary.Varint(r.data)
+	if size <= 0 {
+		r.fail("number")
+		return 0
+	}
+	r.data = r.data[size:]
+	return n
+}
+
+// count reads a length and checks it against what is left, so a corrupt
+// value cannot make the decoder allocate more than the value's size.
+func (r *reader) count() int {
+	n, size := binary.Uvarint(r.data)
+	if size <= 0 || n > uint64(len(r.data)-size) {
+		r.fail("length")
+		return 0
+	}
+	r.data = r.data[size:]
+	return int(n)
+}
+
+// bytes returns a copy: goka may reuse the buffer it decoded from.
+func (r *reader) bytes() []byte {
+	n := r.count()
+	if n == 0 {
+		return nil
+	}
+	v := slices.Clone(r.data[:n])
+	r.data = r.data[n:]
+	return v
+}
+
+func (r *reader) ids() idMemory {
+	n := r.count()
+	if n == 0 || n > len(r.data)/8 {
+		if n > 0 {
+			r.fail("event ids")
+		}
+		return nil
+	}
+	ids := make(idMemory, n)
+	for i := range ids {
+		ids[i] = binary.LittleEndian.Uint64(r.data[8*i:])
+	}
+	r.data = r.data[8*n:]
+	return ids
+}
+
+func (r *reader) json(v any) {
+	data := r.bytes()
+	if len(data) == 0 || r.err != nil {
+		return
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		r.err = err
+	}
+}
