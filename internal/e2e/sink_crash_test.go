@@ -81,6 +81,15 @@ func TestSinkKilledRepeatedlyWritesEveryOutcomeOnce(t *testing.T) {
 	if total != records || positions != records || ids != records {
 		t.Fatalf("events has %d rows for %d source positions and %d event ids, want %d of each", total, positions, ids, records)
 	}
+	// The view over events counted each block once: a block is written
+	// whole or not at all, and never twice.
+	var counted uint64
+	if err := h.conn.QueryRow(ctx, "SELECT sum(events) FROM "+h.cfg.ClickHouse.Database+".ordering_minute").Scan(&counted); err != nil {
+		t.Fatal(err)
+	}
+	if counted != records {
+		t.Fatalf("ordering_minute counts %d events, want %d", counted, records)
+	}
 }
 
 // The memory of a `driftguard sink` process with the default batch sizes
