@@ -1,7 +1,9 @@
 // Package clickhouse writes driftguard's decisions and state to ClickHouse:
 // embedded, versioned migrations (`driftguard migrate`) and a sink that
-// batch-inserts `<stream>.outcomes` into `events` and `<stream>.state` into
-// `entity_state`, committing Kafka offsets only after the insert.
+// batch-inserts `<stream>.outcomes` into `events`, `<stream>.state` into
+// `entity_state` and `<stream>.dlq` into `dlq` and `orphans`, exactly once
+// per row: it commits Kafka offsets only after the insert and resumes from
+// the positions ClickHouse holds (`sink_positions`).
 //
 // The DDL runs on ClickHouse 18.16 (Debian's) and on current releases: no
 // DateTime64, TTL, Map or JSON; every INSERT names its columns, which

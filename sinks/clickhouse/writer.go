@@ -1,0 +1,95 @@
+package clickhouse
+
+import (
+	"context"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// A writer gathers records into batches and inserts each batch in the
+// background while it gathers the next, so decoding and the INSERT use a
+// core each. At most one batch is in flight: when the next is due before
+// it lands, the writer waits (and so stops polling). A batch's offsets are
+// committed, through commit, after it has landed and in batch order.
+type writer struct {
+	s        *Sink
+	commit   func([]*kgo.Record)
+	cur      *batch
+	spare    *batch
+	inflight *batch
+	done     chan error
+	flushAt  time.Time
+}
+
+func (s *Sink) newWriter(commit func([]*kgo.Record)) *writer {
+	return &writer{s: s, commit: commit, cur: newBatch(), spare: newBatch()}
+}
+
+// add gathers records into the current batch.
+func (w *writer) add(ctx context.Context, records []*kgo.Record) error {
+	if len(records) == 0 {
+		return nil
+	}
+	if w.cur.records == 0 {
+		w.flushAt = time.Now().Add(w.s.cfg.ClickHouse.BatchPeriod)
+	}
+	return w.s.untilDone(ctx, "reading positions", func(bool) error { return w.s.add(ctx, w.cur, records) })
+}
+
+// due reports whether the current batch has reached a flush threshold.
+func (w *writer) due() bool {
+	ch := w.s.cfg.ClickHouse
+	return w.cur.records > 0 && (w.cur.records >= ch.BatchRows || w.cur.bytes >= ch.BatchBytes || !time.Now().Before(w.flushAt))
+}
+
+func (w *writer) idle() bool { return w.inflight == nil && w.cur.records == 0 }
+
+// flush hands the current batch to a background INSERT, once the batch
+// before it has landed and been committed.
+func (w *writer) flush(ctx context.Context) error {
+	if err := w.settle(true); err != nil {
+		return err
+	}
+	b := w.cur
+	w.cur, w.spare, w.inflight = w.spare, nil, b
+	w.done = make(chan error, 1)
+	go func() {
+		w.done <- w.s.untilDone(ctx, "inserting", func(retry bool) error { return w.s.flush(ctx, b, retry) })
+	}()
+	return nil
+}
+
+// settle commits the batch in flight if it has landed, or with wait once
+// it has. It fails only when ctx ended before the batch landed.
+func (w *writer) settle(wait bool) error {
+	if w.inflight == nil {
+		return nil
+	}
+	var err error
+	if wait {
+		err = <-w.done
+	} else {
+		select {
+		case err = <-w.done:
+		default:
+			return nil
+		}
+	}
+	if err != nil {
+		w.done <- err // a later wait sees it too
+		return err
+	}
+	w.commit(w.inflight.lastRecords())
+	w.inflight.reset()
+	w.spare, w.inflight = w.inflight, nil
+	return nil
+}
+
+// wait returns once no INSERT runs in the background.
+func (w *writer) wait() {
+	if w.inflight != nil {
+		err := <-w.done
+		w.done <- err
+	}
+}
