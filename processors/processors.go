@@ -133,27 +133,27 @@ func (h *handler) process(ctx goka.Context, msg any) {
 	if entity == nil {
 		entity = &Entity{}
 	}
+	if ev.InputOffset < entity.NextInput {
+		h.redeliver(ctx, entity, ev)
+		return
+	}
+	atMs := h.opts.Now().UnixMilli()
 	effects := h.policy.decide(entity, ev)
+	entity.rememberDecided(ev, effects, atMs)
 	// The table is written on every decision, duplicates included: the
 	// dedup memory is part of the state.
 	ctx.SetValue(entity)
-	h.emitEffects(ctx, entity, effects)
+	h.emitEffects(ctx, entity, effects, atMs)
 }
 
 // emitEffects writes the outcome of every decision, the state when anything
-// applied, and the replay request, for the key being processed.
-func (h *handler) emitEffects(ctx goka.Context, entity *Entity, effects Effects) {
+// applied, and the replay request, for the key being processed, decided at
+// atMs.
+func (h *handler) emitEffects(ctx goka.Context, entity *Entity, effects Effects, atMs int64) {
 	applied := false
-	processedAt := h.opts.Now().UnixMilli()
 	for _, d := range effects.Decisions {
 		applied = applied || d.Applied()
-		h.emit(ctx, h.names.Outcomes, envelope.Outcome{
-			Stream: h.stream.Name, Key: ctx.Key(), EventID: d.Event.EventID, EventType: d.Event.Type,
-			Version: d.Version, Outcome: d.Outcome, Reason: d.Reason, Gap: d.Gap, BufferDepth: d.BufferDepth, MessageID: d.MessageID,
-			OccurredAtMs: d.Event.OccurredAtMs, ReceivedAtMs: d.Event.ReceivedAtMs, ProcessedAtMs: processedAt,
-			InputPartition: d.Event.InputPartition, InputOffset: d.Event.InputOffset,
-			Payload: d.Event.Body,
-		})
+		h.emit(ctx, h.names.Outcomes, h.outcome(ctx, d, atMs))
 		h.count(d.Outcome)
 		if d.Reason == ReasonOrphanTTL && h.opts.Metrics != nil {
 			h.opts.Metrics.expired.WithLabelValues(h.stream.Name).Inc()
@@ -162,15 +162,32 @@ func (h *handler) emitEffects(ctx goka.Context, entity *Entity, effects Effects)
 			h.emitDeadLetter(ctx, d.Event, d.DeadLetter, fmt.Sprintf("event %s at version %d", d.Event.EventID, d.Version))
 		}
 	}
+	h.emitStateAndReplay(ctx, entity, applied, effects.Replay, atMs)
+}
+
+// outcome is the outcome record of a decision made at atMs.
+func (h *handler) outcome(ctx goka.Context, d Decision, atMs int64) envelope.Outcome {
+	return envelope.Outcome{
+		Stream: h.stream.Name, Key: ctx.Key(), EventID: d.Event.EventID, EventType: d.Event.Type,
+		Version: d.Version, Outcome: d.Outcome, Reason: d.Reason, Gap: d.Gap, BufferDepth: d.BufferDepth, MessageID: d.MessageID,
+		OccurredAtMs: d.Event.OccurredAtMs, ReceivedAtMs: d.Event.ReceivedAtMs, ProcessedAtMs: atMs,
+		InputPartition: d.Event.InputPartition, InputOffset: d.Event.InputOffset,
+		Payload: d.Event.Body,
+	}
+}
+
+// emitStateAndReplay writes the entity's state when something applied and
+// the replay request, if any, made at atMs.
+func (h *handler) emitStateAndReplay(ctx goka.Context, entity *Entity, applied bool, replay, atMs int64) {
 	if applied {
 		h.emit(ctx, h.names.State, envelope.State{
 			Stream: h.stream.Name, Key: ctx.Key(), Version: entity.Version, State: entity.State,
 			UpdatedAtMs: entity.UpdatedAtMs, ExpiresAtMs: entity.ExpiresAtMs,
 		})
 	}
-	if effects.Replay > 0 {
+	if replay > 0 {
 		h.emit(ctx, h.names.Replay, envelope.ReplayRequest{
-			Stream: h.stream.Name, Key: ctx.Key(), FirstMissing: effects.Replay, RequestedAtMs: processedAt,
+			Stream: h.stream.Name, Key: ctx.Key(), FirstMissing: replay, RequestedAtMs: atMs,
 		})
 	}
 }

@@ -58,7 +58,7 @@ func (h *handler) tick(ctx goka.Context, meta any) {
 	}
 	effects := t.expire(entity, now)
 	ctx.SetValue(entity)
-	h.emitEffects(ctx, entity, effects)
+	h.emitEffects(ctx, entity, effects, h.opts.Now().UnixMilli())
 }
 
 // RunTimers visits the processor's keys every tick until ctx ends. A visit
