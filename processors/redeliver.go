@@ -15,7 +15,9 @@ import (
 // duplicate, and its applied outcome and state could be lost for good).
 // Instead each key remembers, for its recent inputs, what they decided, and
 // a redelivered input emits those outcomes again, as they were, with the
-// current state. Consumers see outputs at least once, each time the same.
+// current state, and writes the table value again (its changelog record may
+// be what the crash lost). Consumers see outputs at least once, each time
+// the same.
 
 // DecidedInput is what one input decided, kept short: the redelivered
 // record carries its own event.
@@ -76,6 +78,7 @@ func (h *handler) redeliver(ctx goka.Context, entity *Entity, ev Event) {
 		return
 	}
 	past := entity.Decided[i]
+	ctx.SetValue(entity)
 	applied := false
 	for _, p := range past.Decisions {
 		d := Decision{Event: ev, Outcome: p.Outcome, Reason: p.Reason, Version: p.Version, Gap: p.Gap, BufferDepth: p.BufferDepth, MessageID: p.MessageID}

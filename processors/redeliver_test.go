@@ -14,8 +14,8 @@ import (
 
 // After a crash goka redelivers inputs whose decisions its table may
 // already hold: they must get their first outcomes again, drained
-// successors included, with the state, and leave the table alone; the next
-// new input is decided as usual.
+// successors included, with the state, and write the table value again
+// unchanged; the next new input is decided as usual.
 func TestRedeliveredInputRepeatsItsDecisions(t *testing.T) {
 	step := func(id string, seq int64, status string) []byte {
 		return fmt.Appendf(nil, `{"event_id":%q,"operation_id":"op","sequence":%d,"status":%q,"occurred_at":"2026-01-01T00:00:00Z"}`, id, seq, status)
@@ -42,6 +42,7 @@ func TestRedeliveredInputRepeatsItsDecisions(t *testing.T) {
 	second, _, _ := startTester(t, workflow(t), clock(2000))
 	second.SetTableValue(table, "op", ahead)
 	out, state := second.NewQueueTracker(names.Outcomes), second.NewQueueTracker(names.State)
+	changelog := second.NewQueueTracker(string(table))
 	for _, in := range inputs {
 		second.Consume(names.In, "op", in, received)
 	}
@@ -50,6 +51,11 @@ func TestRedeliveredInputRepeatsItsDecisions(t *testing.T) {
 	}
 	if n := state.Hwm() - state.NextOffset(); n != 2 {
 		t.Errorf("%d state records for two redelivered applying inputs", n)
+	}
+	// The table value is written again each time: the crash may have lost
+	// its changelog record.
+	if n := changelog.Hwm() - changelog.NextOffset(); n != int64(len(inputs)) {
+		t.Errorf("%d table writes for %d redelivered inputs", n, len(inputs))
 	}
 	if after := second.TableValue(table, "op").(*Entity); !reflect.DeepEqual(after, ahead) {
 		t.Errorf("redelivery changed the table:\n%+v\nwas\n%+v", after, ahead)
