@@ -115,7 +115,13 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	proc := runner.start("state")
-	waitFor(t, ctx, "a final decision for every delivery", func() bool { out.poll(ctx); return out.decidedAll(history.inputs) })
+	// Waited for with a deadline of its own, so that a delivery never
+	// decided is named below rather than timing the test out.
+	waitCtx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	for !out.decidedAll(history.inputs) && waitCtx.Err() == nil {
+		out.poll(waitCtx)
+	}
+	cancel()
 	// A clean stop flushes everything; then nothing more can appear.
 	if err := proc.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
