@@ -24,6 +24,7 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/schemacheck"
 	"github.com/driftguard/driftguard/internal/topics"
 )
 
@@ -48,6 +49,15 @@ type edgeStream struct {
 	ephemeral string
 	scheme    Scheme
 	schemas   map[string]*jsonschema.Schema
+	// accepted is the stream's requests counter for 202, bound once:
+	// looking the series up by its labels is most of a counter's cost.
+	accepted prometheus.Counter
+	// nameBytes and schemeBytes are the dg-stream and dg-scheme header
+	// values; records share them, and nothing writes to them.
+	nameBytes, schemeBytes []byte
+	// checkers are the fast validity tests of the schemas that have one;
+	// the library still validates what a checker rejects, for its errors.
+	checkers map[string]*schemacheck.Checker
 }
 
 // Options configure a Handler. Zero values mean defaults.
@@ -88,14 +98,20 @@ func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Han
 			return nil, err
 		}
 		names := topics.For(s.Name)
-		es := &edgeStream{cfg: s, topic: names.In, ephemeral: names.Ephemeral, scheme: scheme, schemas: map[string]*jsonschema.Schema{}}
+		es := &edgeStream{cfg: s, topic: names.In, ephemeral: names.Ephemeral, scheme: scheme,
+			nameBytes: []byte(s.Name), schemeBytes: []byte(scheme.Name()),
+			schemas: map[string]*jsonschema.Schema{}, checkers: map[string]*schemacheck.Checker{}}
 		for typ := range s.Schemas {
 			sch, err := compileSchema(s, typ)
 			if err != nil {
 				return nil, fmt.Errorf("in streams.%s.schemas.%s: %w", s.Name, typ, err)
 			}
 			es.schemas[typ] = sch
+			if c := schemacheck.Compile(sch); c != nil {
+				es.checkers[typ] = c
+			}
 		}
+		es.accepted = h.metrics.requests.WithLabelValues(s.Name, strconv.Itoa(http.StatusAccepted))
 		h.streams[s.Name] = es
 	}
 	return h, nil
@@ -137,6 +153,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer h.metrics.inFlight.Dec()
 	name := r.PathValue("stream")
 	res := h.serve(w, r, name)
+	if s := h.streams[name]; s != nil && res.status == http.StatusAccepted {
+		s.accepted.Inc()
+		return
+	}
 	h.metrics.observe(name, res, h.streams[name] != nil)
 }
 
@@ -150,7 +170,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string) res
 		w.Header().Set("Allow", http.MethodPost)
 		return writeProblem(w, http.StatusMethodNotAllowed, "method", "webhooks are POSTed", nil)
 	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+	if !isJSON(r.Header.Get("Content-Type")) {
 		return writeProblem(w, http.StatusUnsupportedMediaType, "content_type", "Content-Type must be application/json", nil)
 	}
 	if err := s.scheme.CheckHeaders(r.Header, h.now()); err != nil {
@@ -186,6 +206,16 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string) res
 	return h.produce(w, r.Context(), s, body, fields)
 }
 
+// isJSON reports whether a Content-Type is application/json, with or
+// without parameters; the exact common spelling skips the parser.
+func isJSON(contentType string) bool {
+	if contentType == "application/json" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == "application/json"
+}
+
 func (h *Handler) rejectSignature(w http.ResponseWriter, stream string, err error) result {
 	var se *SignatureError
 	reason := "signature"
@@ -209,8 +239,10 @@ func (h *Handler) validate(s *edgeStream, doc any, deliveryID string) (envelope.
 	if sch == nil {
 		return envelope.Fields{}, []FieldProblem{{Pointer: s.cfg.Type.Field, Detail: fmt.Sprintf("unknown event type %q", typ)}}
 	}
-	if err := sch.Validate(doc); err != nil {
-		return envelope.Fields{}, schemaProblems(err)
+	if c := s.checkers[typ]; c == nil || !c.Valid(doc) {
+		if err := sch.Validate(doc); err != nil {
+			return envelope.Fields{}, schemaProblems(err)
+		}
 	}
 	// Schema-valid can still be unusable for ordering, e.g. a version over 2^63.
 	fields, err := envelope.Extract(s.cfg, doc, deliveryID)
@@ -257,19 +289,30 @@ func schemaProblems(err error) []FieldProblem {
 func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, s *edgeStream, body []byte, f envelope.Fields) result {
 	receivedAt := h.now()
 	topic := s.topic
-	if s.cfg.IsEphemeral(f.Type) {
+	ephemeral := s.cfg.IsEphemeral(f.Type)
+	if ephemeral {
 		topic = s.ephemeral
 	}
+	// One buffer holds the record's per-event bytes; the stream's own
+	// header values are shared by all its records.
+	buf := make([]byte, 0, len(f.Key)+len(f.EventID)+len(f.Type)+20)
+	buf = append(buf, f.Key...)
+	buf = append(buf, f.EventID...)
+	buf = append(buf, f.Type...)
+	buf = strconv.AppendInt(buf, receivedAt.UnixMilli(), 10)
+	key, rest := buf[:len(f.Key):len(f.Key)], buf[len(f.Key):]
+	eventID, rest := rest[:len(f.EventID):len(f.EventID)], rest[len(f.EventID):]
+	eventType, receivedAtMs := rest[:len(f.Type):len(f.Type)], rest[len(f.Type):]
 	rec := &kgo.Record{
 		Topic: topic,
-		Key:   []byte(f.Key),
+		Key:   key,
 		Value: body,
 		Headers: []kgo.RecordHeader{
-			{Key: envelope.HeaderStream, Value: []byte(s.cfg.Name)},
-			{Key: envelope.HeaderEventID, Value: []byte(f.EventID)},
-			{Key: envelope.HeaderType, Value: []byte(f.Type)},
-			{Key: envelope.HeaderReceivedAt, Value: []byte(strconv.FormatInt(receivedAt.UnixMilli(), 10))},
-			{Key: envelope.HeaderScheme, Value: []byte(s.scheme.Name())},
+			{Key: envelope.HeaderStream, Value: s.nameBytes},
+			{Key: envelope.HeaderEventID, Value: eventID},
+			{Key: envelope.HeaderType, Value: eventType},
+			{Key: envelope.HeaderReceivedAt, Value: receivedAtMs},
+			{Key: envelope.HeaderScheme, Value: s.schemeBytes},
 		},
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.produceTimeout)
@@ -294,7 +337,11 @@ func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, s *edgeStr
 		w.Header().Set("Retry-After", "5")
 		return writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the event was not durably written; retry later", nil)
 	}
-	return writeJSON(w, http.StatusAccepted, Accepted{
+	if ephemeral {
+		// Types are the catalogue's ephemeral_types: a bounded label.
+		h.metrics.ephemeral.WithLabelValues(s.cfg.Name, f.Type).Inc()
+	}
+	return writeAccepted(w, Accepted{
 		Status: "accepted", Stream: s.cfg.Name, EventID: f.EventID,
 		Partition: rec.Partition, Offset: rec.Offset,
 	})

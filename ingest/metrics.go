@@ -9,6 +9,7 @@ import (
 type metrics struct {
 	requests       *prometheus.CounterVec
 	rejections     *prometheus.CounterVec
+	ephemeral      *prometheus.CounterVec
 	inFlight       prometheus.Gauge
 	produceLatency prometheus.Histogram
 }
@@ -23,6 +24,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "driftguard_ingest_rejections_total",
 			Help: "Rejected webhooks by stream and reason (signature_*, json, schema, too_large, unavailable...).",
 		}, []string{"stream", "reason"}),
+		ephemeral: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "driftguard_ingest_ephemeral_total",
+			Help: "Accepted ephemeral signals (e.g. chat typing) by stream and type: routed to <stream>.ephemeral, never decided or stored, counted here.",
+		}, []string{"stream", "type"}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "driftguard_ingest_in_flight_requests",
 			Help: "Webhook requests being served.",
@@ -34,7 +39,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.rejections, m.inFlight, m.produceLatency)
+		reg.MustRegister(m.requests, m.rejections, m.ephemeral, m.inFlight, m.produceLatency)
 	}
 	return m
 }

@@ -3,6 +3,7 @@ package ingest
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 )
 
 // Problem is an RFC 9457 problem details body.
@@ -43,9 +44,40 @@ func writeProblem(w http.ResponseWriter, status int, kind, detail string, errs [
 	return result{status: status, reason: kind}
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) result {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-	return result{status: status}
+// writeAccepted answers 202 with a. The body is built by hand, every
+// request pays for it; its encoding is checked against encoding/json's in
+// the tests.
+func writeAccepted(w http.ResponseWriter, a Accepted) result {
+	w.Header()["Content-Type"] = jsonContentType
+	w.WriteHeader(http.StatusAccepted)
+	buf := make([]byte, 0, 128+len(a.Stream)+len(a.EventID))
+	buf = append(buf, `{"status":`...)
+	buf = appendJSONString(buf, a.Status)
+	buf = append(buf, `,"stream":`...)
+	buf = appendJSONString(buf, a.Stream)
+	buf = append(buf, `,"event_id":`...)
+	buf = appendJSONString(buf, a.EventID)
+	buf = append(buf, `,"partition":`...)
+	buf = strconv.AppendInt(buf, int64(a.Partition), 10)
+	buf = append(buf, `,"offset":`...)
+	buf = strconv.AppendInt(buf, a.Offset, 10)
+	buf = append(buf, "}\n"...)
+	_, _ = w.Write(buf)
+	return result{status: http.StatusAccepted}
+}
+
+var jsonContentType = []string{"application/json"}
+
+// appendJSONString appends s as a JSON string. Plain printable ASCII, what
+// ids nearly always are, is copied; anything else is left to encoding/json.
+func appendJSONString(buf []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			quoted, _ := json.Marshal(s)
+			return append(buf, quoted...)
+		}
+	}
+	buf = append(buf, '"')
+	buf = append(buf, s...)
+	return append(buf, '"')
 }

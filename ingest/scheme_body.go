@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/webhook"
 )
 
 // Header names of the body-only HMAC schemes.
@@ -30,7 +31,7 @@ type bodyHMACScheme struct {
 	header    string
 	prefix    string
 	idHeader  string // the delivery id, when the scheme has one
-	keys      [][]byte
+	keys      []*webhook.Key
 	idMaxSize int
 }
 
@@ -47,7 +48,7 @@ func newBodyHMACScheme(name string, secrets []string) (*bodyHMACScheme, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.keys = append(s.keys, key)
+		s.keys = append(s.keys, webhook.NewKey(key))
 	}
 	return s, nil
 }
@@ -84,10 +85,9 @@ func (s *bodyHMACScheme) Verify(h http.Header, body []byte) (string, error) {
 	if !ok {
 		return "", &SignatureError{Reason: "malformed_signature", Detail: s.header + " must be " + s.prefix + "<64 hex digits>"}
 	}
+	var want [sha256.Size]byte
 	for _, key := range s.keys {
-		mac := hmac.New(sha256.New, key)
-		mac.Write(body)
-		if hmac.Equal(sig, mac.Sum(nil)) {
+		if hmac.Equal(sig, key.Sign(want[:0], body)) {
 			if s.idHeader != "" {
 				return h.Get(s.idHeader), nil
 			}

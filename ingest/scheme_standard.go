@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -26,14 +25,36 @@ const (
 // compare thousands of candidates.
 const maxSignatures = 16
 
+// signatureLength is the length of a v1 signature's base64 text; that
+// many characters decode to at most sha256.Size+1 bytes.
+var signatureLength = base64.StdEncoding.EncodedLen(sha256.Size)
+
+// The header names in canonical form: http.Header.Get must otherwise
+// canonicalize (and allocate) the lower-case spelling on every request.
+var (
+	canonicalWebhookID        = http.CanonicalHeaderKey(HeaderWebhookID)
+	canonicalWebhookTimestamp = http.CanonicalHeaderKey(HeaderWebhookTimestamp)
+	canonicalWebhookSignature = http.CanonicalHeaderKey(HeaderWebhookSignature)
+)
+
 // plainUnixSeconds refuses signs, leading zeros, fractions and milliseconds
-// (13 digits would be year 33658).
-var plainUnixSeconds = regexp.MustCompile(`^[1-9][0-9]{0,10}$`)
+// (13 digits would be year 33658): 1 to 11 digits, the first not 0.
+func plainUnixSeconds(ts string) bool {
+	if len(ts) == 0 || len(ts) > 11 || ts[0] == '0' {
+		return false
+	}
+	for i := 0; i < len(ts); i++ {
+		if ts[i] < '0' || ts[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 // standardScheme implements Standard Webhooks v1: HMAC-SHA256 over
 // "id.timestamp.body" with a whsec_ secret, base64 signatures.
 type standardScheme struct {
-	keys      [][]byte
+	keys      []*webhook.Key
 	tolerance time.Duration
 }
 
@@ -44,7 +65,7 @@ func newStandardScheme(secrets []string, tolerance time.Duration) (*standardSche
 		if err != nil {
 			return nil, fmt.Errorf("secret %d: %w", i, err)
 		}
-		s.keys = append(s.keys, key)
+		s.keys = append(s.keys, webhook.NewKey(key))
 	}
 	return s, nil
 }
@@ -52,7 +73,7 @@ func newStandardScheme(secrets []string, tolerance time.Duration) (*standardSche
 func (s *standardScheme) Name() string { return config.SchemeStandardWebhooks }
 
 func (s *standardScheme) CheckHeaders(h http.Header, now time.Time) error {
-	id, ts, sig := h.Get(HeaderWebhookID), h.Get(HeaderWebhookTimestamp), h.Get(HeaderWebhookSignature)
+	id, ts, sig := h.Get(canonicalWebhookID), h.Get(canonicalWebhookTimestamp), h.Get(canonicalWebhookSignature)
 	switch {
 	case id == "":
 		return &SignatureError{Reason: "missing_id", Detail: "the webhook-id header is missing"}
@@ -63,7 +84,7 @@ func (s *standardScheme) CheckHeaders(h http.Header, now time.Time) error {
 	case strings.Contains(id, ".") || len(id) > 256:
 		// A dot would make "id.timestamp.body" ambiguous.
 		return &SignatureError{Reason: "bad_id", Detail: "webhook-id must not contain '.' and must be at most 256 bytes"}
-	case !plainUnixSeconds.MatchString(ts):
+	case !plainUnixSeconds(ts):
 		return &SignatureError{Reason: "bad_timestamp", Detail: "webhook-timestamp must be plain unix seconds"}
 	}
 	sec, err := strconv.ParseInt(ts, 10, 64)
@@ -77,33 +98,49 @@ func (s *standardScheme) CheckHeaders(h http.Header, now time.Time) error {
 }
 
 func (s *standardScheme) Verify(h http.Header, body []byte) (string, error) {
-	id, ts := h.Get(HeaderWebhookID), h.Get(HeaderWebhookTimestamp)
-	candidates := strings.Fields(h.Get(HeaderWebhookSignature))
-	if len(candidates) > maxSignatures {
+	id, ts := h.Get(canonicalWebhookID), h.Get(canonicalWebhookTimestamp)
+	candidates := h.Get(canonicalWebhookSignature)
+	count := 0
+	for range strings.FieldsSeq(candidates) {
+		count++
+	}
+	if count > maxSignatures {
 		return "", &SignatureError{Reason: "too_many_signatures", Detail: fmt.Sprintf("at most %d signatures are read", maxSignatures)}
 	}
-	var sigs [][]byte
-	for _, c := range candidates {
+	// Each key's signature is computed once, when the first well-formed
+	// candidate needs it.
+	var wants [][sha256.Size]byte
+	wellFormed := false
+	for c := range strings.FieldsSeq(candidates) {
 		version, value, ok := strings.Cut(c, ",")
 		if !ok || version != "v1" {
 			continue // other versions may come from a newer signer
 		}
-		sig, err := base64.StdEncoding.Strict().DecodeString(value)
-		if err != nil || len(sig) != sha256.Size {
+		// A padded base64 HMAC-SHA256 is exactly signatureLength long;
+		// checking first also keeps Decode within sig, which has room for
+		// the most that many characters can decode to.
+		var sig [sha256.Size + 1]byte
+		if len(value) != signatureLength {
 			continue
 		}
-		sigs = append(sigs, sig)
-	}
-	if len(sigs) == 0 {
-		return "", &SignatureError{Reason: "no_v1_signature", Detail: "webhook-signature holds no well-formed v1 signature"}
-	}
-	for _, key := range s.keys {
-		want := webhook.Sign(key, id, ts, body)
-		for _, sig := range sigs {
-			if hmac.Equal(sig, want) {
+		if n, err := base64.StdEncoding.Strict().Decode(sig[:], []byte(value)); err != nil || n != sha256.Size {
+			continue
+		}
+		wellFormed = true
+		if wants == nil {
+			wants = make([][sha256.Size]byte, len(s.keys))
+			for i, key := range s.keys {
+				key.SignStandard(wants[i][:0], id, ts, body)
+			}
+		}
+		for i := range wants {
+			if hmac.Equal(sig[:sha256.Size], wants[i][:]) {
 				return id, nil
 			}
 		}
+	}
+	if !wellFormed {
+		return "", &SignatureError{Reason: "no_v1_signature", Detail: "webhook-signature holds no well-formed v1 signature"}
 	}
 	return "", &SignatureError{Reason: "mismatch", Detail: "no signature matches any secret of the stream"}
 }

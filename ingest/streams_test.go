@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
@@ -40,7 +42,8 @@ func TestEveryCatalogueStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	h, err := NewHandler(streams, cl, Options{Now: fixedClock})
+	reg := prometheus.NewRegistry()
+	h, err := NewHandler(streams, cl, Options{Now: fixedClock, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,11 +97,17 @@ func TestEveryCatalogueStream(t *testing.T) {
 			}
 		})
 	}
-	// Typing never reaches the decided log.
+	// Typing never reaches the decided log; it is counted.
 	for _, rec := range readTopic(t, brokers, topics.For("chat").In) {
 		if strings.Contains(string(rec.Value), `"typing"`) {
 			t.Fatalf("a typing indicator reached chat.in: %s", rec.Value)
 		}
+	}
+	if n := testutil.ToFloat64(h.metrics.ephemeral.WithLabelValues("chat", "typing")); n != 1 {
+		t.Fatalf("driftguard_ingest_ephemeral_total{chat,typing} = %v, want 1", n)
+	}
+	if n := testutil.CollectAndCount(h.metrics.ephemeral); n != 1 {
+		t.Fatalf("%d ephemeral series, want only chat/typing", n)
 	}
 }
 

@@ -2,23 +2,70 @@ package processors
 
 import (
 	"encoding/json"
-	"fmt"
+	"hash/fnv"
 	"slices"
 )
 
-// Entity is the per-key value of the group table `<stream>-table`.
-type Entity struct {
+// Row is one versioned claim: the entity's own, or one of its devices'.
+type Row struct {
 	// Applied is false until the first event is applied.
 	Applied bool `json:"applied"`
 	// Version is the last applied version.
-	Version int64 `json:"version"`
+	Version     int64 `json:"version"`
+	UpdatedAtMs int64 `json:"updated_at_ms"`
+	// ExpiresAtMs is when the applied claim goes stale, 0 for never.
+	ExpiresAtMs int64 `json:"expires_at_ms,omitempty"`
+	// Recent remembers the most recent event ids, oldest first, so a
+	// redelivery is recognised as a duplicate. It is bounded by
+	// limits.dedup_ids.
+	Recent idMemory `json:"recent,omitempty"`
+}
+
+// idMemory holds event ids as 64-bit FNV-1a hashes: 8 bytes per id
+// whatever the id's length, so a row's memory is 2 KiB at the default 256
+// ids. Two ids of one row would have to collide in 64 bits among the 256
+// remembered for a new event to be taken for a duplicate (odds about
+// 1e-17 per event).
+type idMemory []uint64
+
+// idHash is an event id's entry in an idMemory.
+func idHash(id string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return h.Sum64()
+}
+
+// UnmarshalJSON reads the memory as JSON tables of earlier releases wrote
+// it, a list of the ids themselves, as well as a list of hashes.
+func (m *idMemory) UnmarshalJSON(data []byte) error {
+	var raw []json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	*m = make(idMemory, len(raw))
+	for i, r := range raw {
+		var id string
+		if err := json.Unmarshal(r, &id); err == nil {
+			(*m)[i] = idHash(id)
+		} else if err := json.Unmarshal(r, &(*m)[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Entity is the per-key value of the group table `<stream>-table`.
+type Entity struct {
+	// Row is the entity's own claim: events without a device id.
+	Row
 	// State is the public state: the applied event's body.
-	State       json.RawMessage `json:"state,omitempty"`
-	UpdatedAtMs int64           `json:"updated_at_ms"`
-	ExpiresAtMs int64           `json:"expires_at_ms,omitempty"`
-	// Recent holds the most recent event ids, oldest first, so a redelivery
-	// is recognised as a duplicate. It is bounded by limits.dedup_ids.
-	Recent []string `json:"recent,omitempty"`
+	State json.RawMessage `json:"state,omitempty"`
+	// NextRevision is the least version the next `<stream>.state` record
+	// may carry (see revise).
+	NextRevision int64 `json:"next_revision,omitempty"`
+	// Devices are the device rows (latest streams with devices), bounded
+	// by limits.devices.
+	Devices map[string]*Device `json:"devices,omitempty"`
 	// DeadlineMs is the earliest pending timer (unix ms), 0 for none.
 	DeadlineMs int64 `json:"deadline_ms,omitempty"`
 	// GapSinceMs is when the open gap was first seen (gapless), 0 for none.
@@ -54,32 +101,32 @@ func bodiesSize(events []Event) int {
 }
 
 // seen reports whether id is in the recent-ids memory.
-func (e *Entity) seen(id string) bool { return slices.Contains(e.Recent, id) }
+func (r *Row) seen(id string) bool { return slices.Contains(r.Recent, idHash(id)) }
 
 // remember adds id, forgetting the oldest ids beyond limit.
-func (e *Entity) remember(id string, limit int) {
-	e.Recent = append(e.Recent, id)
-	if over := len(e.Recent) - limit; over > 0 {
-		e.Recent = slices.Delete(e.Recent, 0, over)
+func (r *Row) remember(id string, limit int) {
+	r.Recent = append(r.Recent, idHash(id))
+	if over := len(r.Recent) - limit; over > 0 {
+		r.Recent = slices.Delete(r.Recent, 0, over)
 	}
 }
 
-// entityCodec stores Entity as JSON: readable with any Kafka tool, and
-// tolerant of fields added by later releases.
-type entityCodec struct{}
-
-func (entityCodec) Encode(value any) ([]byte, error) {
-	e, ok := value.(*Entity)
-	if !ok {
-		return nil, fmt.Errorf("entity codec: got %T", value)
+// startRevisions gives an entity stored before revisions existed the
+// revision it implicitly had, its version, so its next state record still
+// replaces the last one in entity_state. Call it before deciding.
+func (e *Entity) startRevisions() {
+	if e.NextRevision == 0 && e.Applied {
+		e.NextRevision = e.Version + 1
 	}
-	return json.Marshal(e)
 }
 
-func (entityCodec) Decode(data []byte) (any, error) {
-	var e Entity
-	if err := json.Unmarshal(data, &e); err != nil {
-		return nil, fmt.Errorf("entity codec: %w", err)
-	}
-	return &e, nil
+// revise returns the state version of an applied change at version: one
+// more than the last, or version when that is higher. State versions thus
+// grow with every applied change (a device row, a read cursor) as
+// entity_state's ReplacingMergeTree needs, and equal the source version
+// while only the entity's own versioned claims apply.
+func (e *Entity) revise(version int64) int64 {
+	rev := max(e.NextRevision, version)
+	e.NextRevision = rev + 1
+	return rev
 }

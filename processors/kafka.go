@@ -23,7 +23,9 @@ func saramaConfig() *sarama.Config {
 	// A new group must read the whole input, not only what arrives later.
 	c.Consumer.Offsets.Initial = sarama.OffsetOldest
 	// State, outcome and table records are only safe once every replica
-	// has them, and retries must not duplicate them.
+	// has them, and retries must not duplicate them. The processor writes
+	// them through franz-go (producer.go), which does the same; these keep
+	// any sarama producer built from this config safe too.
 	c.Producer.RequiredAcks = sarama.WaitForAll
 	c.Producer.Idempotent = true
 	c.Net.MaxOpenRequests = 1
@@ -41,7 +43,7 @@ func GokaOptions(replication int, dataDir string, log *slog.Logger) []goka.Proce
 	tm.MismatchBehavior = goka.TMConfigMismatchBehaviorFail
 	store := storage.MemoryBuilder()
 	if dataDir != "" {
-		store = storage.DefaultBuilder(filepath.Join(dataDir, "tables"))
+		store = tableStorageBuilder(filepath.Join(dataDir, "tables"))
 	}
 	return []goka.ProcessorOption{
 		goka.WithLogger(gokaLogger{log}),
@@ -50,11 +52,9 @@ func GokaOptions(replication int, dataDir string, log *slog.Logger) []goka.Proce
 		goka.WithTopicManagerBuilder(func(brokers []string) (goka.TopicManager, error) {
 			return goka.NewTopicManager(brokers, saramaConfig(), tm)
 		}),
-		goka.WithProducerBuilder(func(brokers []string, clientID string, hasher func() hash.Hash32) (goka.Producer, error) {
-			c := saramaConfig()
-			c.ClientID = clientID
-			c.Producer.Partitioner = sarama.NewCustomHashPartitioner(hasher)
-			return goka.NewProducer(brokers, c)
+		// franz-go places keys with murmur2 like the hasher above.
+		goka.WithProducerBuilder(func(brokers []string, clientID string, _ func() hash.Hash32) (goka.Producer, error) {
+			return newProducer(brokers, clientID)
 		}),
 		goka.WithConsumerGroupBuilder(func(brokers []string, group, clientID string) (sarama.ConsumerGroup, error) {
 			c := saramaConfig()

@@ -20,6 +20,11 @@ type Event struct {
 	Terminal       bool  `json:"terminal,omitempty"`
 	InputPartition int32 `json:"input_partition"`
 	InputOffset    int64 `json:"input_offset"`
+	// Device is the device the event is about, "" for the entity itself
+	// (streams with devices).
+	Device string `json:"device,omitempty"`
+	// Value is the body's devices.derive field (streams with devices).
+	Value string `json:"value,omitempty"`
 }
 
 // Decision is a policy's verdict on one event.
@@ -42,6 +47,14 @@ type Decision struct {
 
 // Applied reports whether the decision changed the entity's state.
 func (d Decision) Applied() bool { return d.Outcome == envelope.OutcomeApplied }
+
+// changesState reports whether the decision changed the entity's public
+// state: an applied event, or a quarantined child applied when its parent
+// came. Each such decision takes a revision and the input writes a state
+// record.
+func (d Decision) changesState() bool {
+	return d.Applied() || d.Outcome == envelope.OutcomeReconciled
+}
 
 // Effects are everything one input causes besides the table write.
 type Effects struct {
@@ -66,7 +79,7 @@ func policyFor(s *config.Stream) policy {
 	case s.Joined():
 		return joined{stream: s, latest: latest{dedupIDs: s.Limits.DedupIDs, ttl: s.TTL}}
 	}
-	return latest{dedupIDs: s.Limits.DedupIDs, ttl: s.TTL}
+	return latest{dedupIDs: s.Limits.DedupIDs, ttl: s.TTL, maxDevices: s.Limits.Devices}
 }
 
 // one is the effects of a single decision on the input.

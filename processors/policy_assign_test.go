@@ -171,7 +171,7 @@ func TestProcessorChatThroughGoka(t *testing.T) {
 		t.Fatalf("outcomes %v, want %v", got, want)
 	}
 	e := tt.TableValue(goka.GroupTable(goka.Group(s.Name)), "c9").(*Entity)
-	if slices.Contains(e.Recent, "t") {
+	if e.seen("t") {
 		t.Fatal("the typing indicator was stored in the table")
 	}
 }

@@ -108,14 +108,7 @@ func TestGaplessConvergesUnderReorderAndDuplication(t *testing.T) {
 		}
 		var deliveries []Event
 		for _, ev := range history {
-			for range rapid.IntRange(1, 3).Draw(t, "copies") {
-				deliveries = append(deliveries, ev)
-			}
-			if rapid.Bool().Draw(t, "retry with a new id") {
-				retry := ev
-				retry.EventID += "-retry"
-				deliveries = append(deliveries, retry)
-			}
+			deliveries = append(deliveries, redeliveries(t, ev)...)
 		}
 		var got Entity
 		applied := map[int64]int{}

@@ -8,30 +8,48 @@ import (
 
 // latest applies a new event id only when its version is greater than the
 // last applied one; a stream without a version applies each new event id in
-// log order. Gaps are allowed and counted.
+// log order. Gaps are allowed and counted. On a stream with devices, an
+// event with a device id is decided the same way against its device's row.
 type latest struct {
 	dedupIDs int
 	ttl      time.Duration
+	// maxDevices bounds the device rows of one entity.
+	maxDevices int
 }
 
 func (p latest) decide(e *Entity, ev Event) Effects {
-	if e.seen(ev.EventID) {
+	if ev.Device != "" {
+		return p.decideDevice(e, ev)
+	}
+	effects := p.decideRow(&e.Row, ev)
+	if effects.Decisions[0].Applied() {
+		e.apply(ev, effects.Decisions[0].Version)
+	}
+	return effects
+}
+
+// decideRow decides ev against one row and, when it applies, records the
+// version and the clocks in the row; the caller stores what the row shows.
+func (p latest) decideRow(r *Row, ev Event) Effects {
+	if r.seen(ev.EventID) {
 		return one(ev, envelope.OutcomeDuplicate, "", ev.Version)
 	}
-	e.remember(ev.EventID, p.dedupIDs)
+	r.remember(ev.EventID, p.dedupIDs)
 	version := ev.Version
 	if !ev.HasVersion {
-		version = e.Version + 1
+		version = r.Version + 1
 	}
-	if e.Applied && version <= e.Version {
+	if r.Applied && version <= r.Version {
 		return one(ev, envelope.OutcomeStale, "", version)
 	}
 	var gap int64
-	if e.Applied {
-		gap = version - e.Version - 1
+	if r.Applied {
+		gap = version - r.Version - 1
 	}
-	e.apply(ev, version)
-	e.ExpiresAtMs = p.expiresAt(ev)
+	r.Applied = true
+	r.Version = version
+	r.UpdatedAtMs = ev.ReceivedAtMs
+	r.ExpiresAtMs = p.expiresAt(ev)
 	effects := one(ev, envelope.OutcomeApplied, "", version)
 	effects.Decisions[0].Gap = gap
 	return effects

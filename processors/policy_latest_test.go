@@ -67,7 +67,7 @@ func TestLatestDedupMemoryIsBounded(t *testing.T) {
 	for v := int64(1); v <= 100; v++ {
 		decideLatest(&e, latestEvent(fmt.Sprint(v), v), 8)
 	}
-	if len(e.Recent) != 8 || e.Recent[0] != "93" {
+	if len(e.Recent) != 8 || e.Recent[0] != idHash("93") || !e.seen("100") || e.seen("92") {
 		t.Fatalf("recent ids %v, want the last 8", e.Recent)
 	}
 }

@@ -106,6 +106,10 @@ type handler struct {
 	// visitedQuarantine sums the quarantined children seen by one timer
 	// visit.
 	visitedQuarantine atomic.Int64
+	// committed is the group's committed offset per input partition, as the
+	// timer loop last read it; nil until then. It bounds the redelivery
+	// memory (redeliver.go).
+	committed atomic.Pointer[map[int32]int64]
 }
 
 // process is goka's callback: goka serializes calls per partition, so
@@ -133,62 +137,80 @@ func (h *handler) process(ctx goka.Context, msg any) {
 	if entity == nil {
 		entity = &Entity{}
 	}
+	entity.startRevisions()
 	if ev.InputOffset < entity.NextInput {
 		h.redeliver(ctx, entity, ev)
 		return
 	}
 	atMs := h.opts.Now().UnixMilli()
 	effects := h.policy.decide(entity, ev)
-	entity.rememberDecided(ev, effects, atMs)
+	entity.rememberDecided(ev, effects, atMs, h.committedOffset(ev.InputPartition))
 	// The table is written on every decision, duplicates included: the
 	// dedup memory is part of the state.
-	ctx.SetValue(entity)
-	h.emitEffects(ctx, entity, effects, atMs)
+	h.store(ctx, entity, effects, atMs)
 }
 
-// emitEffects writes the outcome of every decision, the state when anything
-// applied, and the replay request, for the key being processed, decided at
-// atMs.
-func (h *handler) emitEffects(ctx goka.Context, entity *Entity, effects Effects, atMs int64) {
-	applied := false
+// store emits the effects decided at atMs, revising the entity once per
+// decision that changed its state, writes the entity to the table and then
+// the state record, so the table holds the revision the state record
+// carries.
+func (h *handler) store(ctx goka.Context, entity *Entity, effects Effects, atMs int64) {
+	changed := false
 	for _, d := range effects.Decisions {
-		applied = applied || d.Applied()
-		h.emit(ctx, h.names.Outcomes, h.outcome(ctx, d, atMs))
+		if d.changesState() {
+			changed = true
+			entity.revise(d.Version)
+		}
 		h.count(d.Outcome)
 		if d.Reason == ReasonOrphanTTL && h.opts.Metrics != nil {
 			h.opts.Metrics.expired.WithLabelValues(h.stream.Name).Inc()
 		}
+	}
+	h.emitEffects(ctx, effects, atMs)
+	h.writeBack(ctx, entity, changed)
+}
+
+// emitEffects writes the outcome of every decision made at atMs, the dead
+// letters and the replay request, for the key being processed.
+func (h *handler) emitEffects(ctx goka.Context, effects Effects, atMs int64) {
+	for _, d := range effects.Decisions {
+		h.emit(ctx, h.names.Outcomes, &envelope.Outcome{
+			Stream: h.stream.Name, Key: ctx.Key(), EventID: d.Event.EventID, EventType: d.Event.Type,
+			Version: d.Version, Outcome: d.Outcome, Reason: d.Reason, Gap: d.Gap, BufferDepth: d.BufferDepth, MessageID: d.MessageID,
+			OccurredAtMs: d.Event.OccurredAtMs, ReceivedAtMs: d.Event.ReceivedAtMs, ProcessedAtMs: atMs,
+			InputPartition: d.Event.InputPartition, InputOffset: d.Event.InputOffset,
+			Payload: d.Event.Body,
+		})
 		if d.DeadLetter != "" {
-			h.emitDeadLetter(ctx, d.Event, d.DeadLetter, fmt.Sprintf("event %s at version %d", d.Event.EventID, d.Version))
+			h.emitDeadLetter(ctx, d.Event, d.DeadLetter, fmt.Sprintf("event %s at version %d", d.Event.EventID, d.Version), atMs)
 		}
 	}
-	h.emitStateAndReplay(ctx, entity, applied, effects.Replay, atMs)
-}
-
-// outcome is the outcome record of a decision made at atMs.
-func (h *handler) outcome(ctx goka.Context, d Decision, atMs int64) envelope.Outcome {
-	return envelope.Outcome{
-		Stream: h.stream.Name, Key: ctx.Key(), EventID: d.Event.EventID, EventType: d.Event.Type,
-		Version: d.Version, Outcome: d.Outcome, Reason: d.Reason, Gap: d.Gap, BufferDepth: d.BufferDepth, MessageID: d.MessageID,
-		OccurredAtMs: d.Event.OccurredAtMs, ReceivedAtMs: d.Event.ReceivedAtMs, ProcessedAtMs: atMs,
-		InputPartition: d.Event.InputPartition, InputOffset: d.Event.InputOffset,
-		Payload: d.Event.Body,
-	}
-}
-
-// emitStateAndReplay writes the entity's state when something applied and
-// the replay request, if any, made at atMs.
-func (h *handler) emitStateAndReplay(ctx goka.Context, entity *Entity, applied bool, replay, atMs int64) {
-	if applied {
-		h.emit(ctx, h.names.State, envelope.State{
-			Stream: h.stream.Name, Key: ctx.Key(), Version: entity.Version, State: entity.State,
-			UpdatedAtMs: entity.UpdatedAtMs, ExpiresAtMs: entity.ExpiresAtMs,
-		})
-	}
-	if replay > 0 {
+	if effects.Replay > 0 {
 		h.emit(ctx, h.names.Replay, envelope.ReplayRequest{
-			Stream: h.stream.Name, Key: ctx.Key(), FirstMissing: replay, RequestedAtMs: atMs,
+			Stream: h.stream.Name, Key: ctx.Key(), FirstMissing: effects.Replay, RequestedAtMs: atMs,
 		})
+	}
+}
+
+// writeBack writes the entity to the table and then, when its state
+// changed, its state record at its current revision. The record is built
+// first: a failure stops before the table write.
+func (h *handler) writeBack(ctx goka.Context, entity *Entity, changed bool) {
+	var state *envelope.State
+	if changed {
+		public, expiresAt, err := publicState(h.stream, entity, ctx.Key())
+		if err != nil {
+			ctx.Fail(fmt.Errorf("public state of %s: %w", ctx.Key(), err))
+			return
+		}
+		state = &envelope.State{
+			Stream: h.stream.Name, Key: ctx.Key(), Version: entity.NextRevision - 1, State: public,
+			UpdatedAtMs: entity.lastUpdate(), ExpiresAtMs: expiresAt,
+		}
+	}
+	ctx.SetValue(entity)
+	if state != nil {
+		h.emit(ctx, h.names.State, state)
 	}
 }
 
@@ -210,6 +232,9 @@ func (h *handler) decode(ctx goka.Context, body []byte) (Event, error) {
 	}
 	ev := Event{Fields: fields, Body: body, ReceivedAtMs: ctx.Timestamp().UnixMilli(),
 		InputPartition: ctx.Partition(), InputOffset: ctx.Offset()}
+	if ev.Device, ev.Value, err = deviceFields(h.stream, doc); err != nil {
+		return Event{}, err
+	}
 	if v, ok := headers[envelope.HeaderReceivedAt]; ok {
 		if ms, err := strconv.ParseInt(string(v), 10, 64); err == nil {
 			ev.ReceivedAtMs = ms
@@ -226,24 +251,33 @@ func (h *handler) decode(ctx goka.Context, body []byte) (Event, error) {
 func (h *handler) deadLetter(ctx goka.Context, body []byte, reason string, cause error) {
 	h.opts.Logger.Warn("record sent to the DLQ", "stream", h.stream.Name, "reason", reason,
 		"partition", ctx.Partition(), "offset", ctx.Offset(), "err", cause)
-	h.emitDeadLetter(ctx, Event{Body: body, InputPartition: ctx.Partition(), InputOffset: ctx.Offset()}, reason, cause.Error())
+	h.emitDeadLetter(ctx, Event{Body: body, InputPartition: ctx.Partition(), InputOffset: ctx.Offset()}, reason, cause.Error(), h.opts.Now().UnixMilli())
 	h.count("dead_letter")
 }
 
-// emitDeadLetter writes an input event, located in <stream>.in, to the DLQ.
-func (h *handler) emitDeadLetter(ctx goka.Context, ev Event, reason, detail string) {
+// emitDeadLetter writes an input event, located in <stream>.in, to the DLQ,
+// dead-lettered at atMs.
+func (h *handler) emitDeadLetter(ctx goka.Context, ev Event, reason, detail string, atMs int64) {
 	h.emit(ctx, h.names.DLQ, envelope.DeadLetter{
 		Stream: h.stream.Name, Topic: h.names.In, Partition: ev.InputPartition, Offset: ev.InputOffset,
 		Key: ctx.Key(), Reason: reason, Detail: detail,
-		EventID: ev.EventID, EventType: ev.Type, ReceivedAtMs: ev.ReceivedAtMs, AtMs: h.opts.Now().UnixMilli(),
+		EventID: ev.EventID, EventType: ev.Type, ReceivedAtMs: ev.ReceivedAtMs, AtMs: atMs,
 		Payload: ev.Body,
 	})
 }
 
 func (h *handler) emit(ctx goka.Context, topic string, v any) {
-	data, err := json.Marshal(v)
-	if err != nil {
-		ctx.Fail(fmt.Errorf("encoding %s record: %w", topic, err))
+	var data []byte
+	switch v := v.(type) {
+	case *envelope.Outcome:
+		data = appendOutcome(make([]byte, 0, 512+len(v.Key)+len(v.EventID)+len(v.Payload)), v)
+	case *envelope.State:
+		data = appendState(make([]byte, 0, 192+len(v.Key)+len(v.State)), v)
+	default:
+		var err error
+		if data, err = json.Marshal(v); err != nil {
+			ctx.Fail(fmt.Errorf("encoding %s record: %w", topic, err))
+		}
 	}
 	ctx.Emit(goka.Stream(topic), ctx.Key(), data)
 }

@@ -40,18 +40,23 @@ func startTester(t *testing.T, s *config.Stream, opts Options) (*tester.Tester, 
 }
 
 func outcomes(t *testing.T, qt *tester.QueueTracker) []envelope.Outcome {
+	return records[envelope.Outcome](t, qt)
+}
+
+// records decodes every record left on qt.
+func records[T any](t *testing.T, qt *tester.QueueTracker) []T {
 	t.Helper()
-	var out []envelope.Outcome
+	var out []T
 	for {
 		_, raw, ok := qt.NextRaw()
 		if !ok {
 			return out
 		}
-		var o envelope.Outcome
-		if err := json.Unmarshal(raw, &o); err != nil {
-			t.Fatalf("outcome %s: %v", raw, err)
+		var v T
+		if err := json.Unmarshal(raw, &v); err != nil {
+			t.Fatalf("record %s: %v", raw, err)
 		}
-		out = append(out, o)
+		out = append(out, v)
 	}
 }
 
@@ -92,18 +97,7 @@ func TestProcessorPresenceOutcomesAndState(t *testing.T) {
 		t.Errorf("843 after 841 should record a gap of 1, got %d", got[1].Gap)
 	}
 	// One state record per applied change, the last one for 844.
-	var states []envelope.State
-	for {
-		_, raw, ok := stateQ.NextRaw()
-		if !ok {
-			break
-		}
-		var s envelope.State
-		if err := json.Unmarshal(raw, &s); err != nil {
-			t.Fatal(err)
-		}
-		states = append(states, s)
-	}
+	states := records[envelope.State](t, stateQ)
 	// timestamp 1700000000 plus the shipped presence TTL of 5 minutes.
 	if len(states) == 3 && states[2].ExpiresAtMs != 1_700_000_300_000 {
 		t.Errorf("state expires_at_ms %d, want timestamp + ttl", states[2].ExpiresAtMs)

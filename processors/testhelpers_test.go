@@ -3,6 +3,8 @@ package processors
 import (
 	"fmt"
 
+	"pgregory.net/rapid"
+
 	"github.com/driftguard/driftguard/internal/config"
 )
 
@@ -23,4 +25,29 @@ func orders(t interface{ Fatal(...any) }) *config.Stream   { return shipped(t, "
 // presenceBody is a presence webhook body for user at version, with event id.
 func presenceBody(id, user string, version int64, status string) []byte {
 	return fmt.Appendf(nil, `{"event_id":%q,"user_id":%q,"presence":%q,"sequence_number":%d,"timestamp":1700000000}`, id, user, status, version)
+}
+
+// deviceBody is a presence body about one device of user; expiresAt (unix
+// seconds) is left out when 0.
+func deviceBody(id, user, device string, version int64, status string, timestamp, expiresAt int64) []byte {
+	body := fmt.Appendf(nil, `{"event_id":%q,"user_id":%q,"device_id":%q,"presence":%q,"sequence_number":%d,"timestamp":%d`, id, user, device, status, version, timestamp)
+	if expiresAt != 0 {
+		body = fmt.Appendf(body, `,"expires_at":%d`, expiresAt)
+	}
+	return append(body, '}')
+}
+
+// redeliveries draws how ev reaches the processor: one to three copies,
+// and perhaps a retry of the same event under a new id.
+func redeliveries(t *rapid.T, ev Event) []Event {
+	out := make([]Event, rapid.IntRange(1, 3).Draw(t, "copies"))
+	for i := range out {
+		out[i] = ev
+	}
+	if rapid.Bool().Draw(t, "retry with a new id") {
+		retry := ev
+		retry.EventID += "-retry"
+		out = append(out, retry)
+	}
+	return out
 }

@@ -34,7 +34,7 @@ Commands:
   ingest    the webhook HTTP edge
   process   the ordering processors (one goka group per stream; --streams a,b for some)
   sink      the ClickHouse sink
-  migrate   create or upgrade the ClickHouse database and tables
+  migrate   create or upgrade the ClickHouse database and tables (--print: only print the DDL)
   topics    create and check every Kafka topic of the catalogue (--check: only check)
   config    print an example configuration file
 
@@ -63,6 +63,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	configPath := fs.String("config", os.Getenv("DRIFTGUARD_CONFIG"), "configuration file (YAML)")
 	demo := fs.Bool("demo", false, "dev: send signed, shuffled, duplicated presence webhooks")
 	checkOnly := fs.Bool("check", false, "topics: check only, create nothing")
+	printOnly := fs.Bool("print", false, "migrate: print every migration's statements, connect to nothing")
 	only := fs.String("streams", "", "process: run only these streams (comma-separated), e.g. to scale one stream on its own")
 	if err := fs.Parse(rest); err != nil {
 		return 2
@@ -98,6 +99,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "sink":
 		err = runSink(ctx, cfg, log)
 	case "migrate":
+		if *printOnly {
+			err = printMigrations(cfg.ClickHouse.Database, stdout)
+			break
+		}
 		err = runMigrate(ctx, cfg, log, stdout)
 	case "topics":
 		err = runTopics(ctx, cfg, !*checkOnly, stdout)
@@ -178,6 +183,23 @@ func runMigrate(ctx context.Context, cfg *config.Config, log *slog.Logger, out i
 		fmt.Fprintf(out, "database %s is up to date (%d migrations applied now)\n", cfg.ClickHouse.Database, len(done))
 	}
 	return err
+}
+
+// printMigrations writes every migration's statements as migrate would run
+// them, each ending in ";" and a blank line: for review, for applying by
+// hand, and for the check on a current ClickHouse (scripts/chdb-ddl.sh).
+func printMigrations(database string, out io.Writer) error {
+	migrations, err := sinkch.Migrations(database)
+	if err != nil {
+		return err
+	}
+	for _, m := range migrations {
+		fmt.Fprintf(out, "-- %04d_%s\n", m.Version, m.Name)
+		for _, stmt := range m.Statements {
+			fmt.Fprintf(out, "%s;\n\n", stmt)
+		}
+	}
+	return nil
 }
 
 func runTopics(ctx context.Context, cfg *config.Config, create bool, out io.Writer) error {

@@ -310,3 +310,41 @@ func TestRunMigrateTwice(t *testing.T) {
 		t.Errorf("second migrate: want exit 0 and only %q; got %v", wantSecond, second)
 	}
 }
+
+// migrate --print writes the statements Migrate would run, with the
+// configured database, without reaching any server.
+func TestRunMigratePrintNeedsNoServer(t *testing.T) {
+	isolateEnv(t)
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_ADDR", "127.0.0.1:1")
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_DATABASE", "dg_print")
+	r := run(t, "migrate", "--print")
+	if r.code != 0 {
+		t.Fatalf("migrate --print: %v", r)
+	}
+	migrations, err := sinkch.Migrations("dg_print")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, m := range migrations {
+		want = append(want, m.Statements...)
+	}
+	var got []string
+	for _, part := range strings.Split(r.stdout, ";\n\n") {
+		var lines []string
+		for _, line := range strings.Split(part, "\n") {
+			if !strings.HasPrefix(line, "-- ") {
+				lines = append(lines, line)
+			}
+		}
+		if stmt := strings.TrimSpace(strings.Join(lines, "\n")); stmt != "" {
+			got = append(got, stmt)
+		}
+	}
+	if strings.Join(got, "\n;\n") != strings.Join(want, "\n;\n") {
+		t.Errorf("printed statements differ from the migrations':\n%s", r.stdout)
+	}
+	if !strings.Contains(r.stdout, "dg_print.ordering_minute") {
+		t.Errorf("the configured database is not substituted:\n%s", r.stdout)
+	}
+}

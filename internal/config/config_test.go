@@ -290,6 +290,21 @@ func TestLoadRejectsInvalidFileNamingTheConfigPath(t *testing.T) {
 			want: []string{"in streams.presence.limits.dedup_ids:"},
 		},
 		{
+			name: "device rows on a gapless stream",
+			yaml: "streams: {workflow: {devices: {field: /device_id, derive: status}}}",
+			want: []string{"in streams.workflow.devices:", "latest policy"},
+		},
+		{
+			name: "device rows without the derived field",
+			yaml: "streams: {presence: {devices: {derive: \"\"}}}",
+			want: []string{"in streams.presence.devices.derive:"},
+		},
+		{
+			name: "device rows above the limit",
+			yaml: "streams: {presence: {limits: {devices: 1001}}}",
+			want: []string{"in streams.presence.limits.devices:"},
+		},
+		{
 			name: "database name that is not an identifier",
 			yaml: "clickhouse: {database: drift-guard}",
 			want: []string{"in clickhouse.database:"},

@@ -79,6 +79,8 @@ type Stream struct {
 	// Parent joins children to a parent event: a child whose parent has not
 	// arrived waits in lost+found under the parent's key.
 	Parent Parent `yaml:"parent"`
+	// Devices keeps device rows under each entity (latest policy).
+	Devices Devices `yaml:"devices"`
 	// Limits bound what one stream may hold.
 	Limits Limits `yaml:"limits"`
 
@@ -129,7 +131,31 @@ type Limits struct {
 	// days and 2000 (about 160 KiB of table value).
 	IdempotencyWindow time.Duration `yaml:"idempotency_window"`
 	IdempotencyKeys   int           `yaml:"idempotency_keys"`
+	// Devices bounds the device rows of one entity (devices): a new device
+	// beyond it evicts the row that expired first, else the one updated
+	// longest ago. Default 16.
+	Devices int `yaml:"devices"`
 }
+
+// Devices keeps a row per device under each entity of a latest stream (a
+// member with a phone and a laptop): each device is versioned, deduplicated
+// and expires on its own, and the entity's public state shows a value
+// derived from its live devices plus every device's row. Events without a
+// device id are about the entity itself, decided as on a stream without
+// devices.
+type Devices struct {
+	// Field is the JSON pointer to the device id; unset means no devices.
+	Field string `yaml:"field"`
+	// Derive is the top-level body field whose value the entity shows
+	// (presence): the highest-ranked value among the live rows.
+	Derive string `yaml:"derive"`
+	// Rank orders Derive's values, most available first; unlisted values
+	// rank last.
+	Rank []string `yaml:"rank"`
+}
+
+// Enabled reports whether the stream keeps device rows.
+func (d Devices) Enabled() bool { return d.Field != "" }
 
 // Parent is a parent join. Children are keyed by their parent's id
 // (key_by_type), so a parent and its children share a partition and a
@@ -176,6 +202,7 @@ func (s *Stream) applyDefaults() {
 	orDefault(&s.Limits.GapTimeout, 5*time.Minute)
 	orDefault(&s.Limits.IdempotencyWindow, 7*24*time.Hour)
 	orDefault(&s.Limits.IdempotencyKeys, 2000)
+	orDefault(&s.Limits.Devices, 16)
 	if s.Joined() {
 		orDefault(&s.Parent.TTL, 24*time.Hour)
 		orDefault(&s.Parent.Buffer, 1000)
@@ -307,6 +334,18 @@ func (s *Stream) validate(path string) []error {
 		}
 	}
 	checkPointer("terminal.field", s.Terminal.Field, len(s.Terminal.Values) > 0)
+	checkPointer("devices.field", s.Devices.Field, false)
+	if s.Devices.Enabled() {
+		if s.Policy == PolicyGapless || s.Policy == PolicyAssign || s.Joined() {
+			add("devices", "device rows work with the latest policy without a parent join")
+		}
+		if s.Devices.Derive == "" || strings.Contains(s.Devices.Derive, "/") {
+			add("devices.derive", "needs the top-level body field the entity's value derives from, got %q", s.Devices.Derive)
+		}
+		if s.Limits.Devices < 1 || s.Limits.Devices > 1000 {
+			add("limits.devices", "must be between 1 and 1000, got %d", s.Limits.Devices)
+		}
+	}
 	if s.Policy == PolicyGapless && s.Version == "" {
 		add("version", "the gapless policy needs the pointer to the producer's sequence")
 	}

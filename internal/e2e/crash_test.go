@@ -24,6 +24,7 @@ import (
 	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
+	"github.com/driftguard/driftguard/processors"
 )
 
 // envCrashSeed replays a crash test history: set it to the seed a failure
@@ -353,15 +354,12 @@ func byKey(ins []*crashInput, stream string) map[string][]*crashInput {
 	return out
 }
 
-// decodeLast decodes a key's last state record and table value.
+// decodeLast decodes a key's last state record and table value, and checks
+// that they agree: the record's version is the table's last revision, its
+// state the table's, and nothing is left buffered.
 func decodeLast(t *testing.T, last lastRecords, key string, state any) (envelope.State, bool) {
 	t.Helper()
 	var st envelope.State
-	var table struct {
-		Version int64             `json:"version"`
-		State   json.RawMessage   `json:"state"`
-		Buffer  []json.RawMessage `json:"buffer"`
-	}
 	if last.states[key] == nil || last.tables[key] == nil {
 		t.Errorf("%s: no state record or table value", key)
 		return st, false
@@ -370,13 +368,14 @@ func decodeLast(t *testing.T, last lastRecords, key string, state any) (envelope
 		t.Errorf("%s: state record: %v", key, err)
 		return st, false
 	}
-	if err := json.Unmarshal(last.tables[key], &table); err != nil {
+	table, err := processors.DecodeTableValue(last.tables[key])
+	if err != nil {
 		t.Errorf("%s: table value: %v", key, err)
 		return st, false
 	}
-	if table.Version != st.Version || !sameJSON(string(table.State), string(st.State)) || len(table.Buffer) != 0 {
-		t.Errorf("%s: the table (version %d, %d buffered, %s) is not the last state record (version %d, %s)",
-			key, table.Version, len(table.Buffer), table.State, st.Version, st.State)
+	if table.NextRevision-1 != st.Version || !sameJSON(string(table.State), string(st.State)) || len(table.Buffer) != 0 {
+		t.Errorf("%s: the table (revision %d, %d buffered, %s) is not the last state record (version %d, %s)",
+			key, table.NextRevision-1, len(table.Buffer), table.State, st.Version, st.State)
 	}
 	if err := json.Unmarshal(st.State, state); err != nil {
 		t.Errorf("%s: state: %v", key, err)

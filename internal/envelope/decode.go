@@ -68,6 +68,9 @@ func Decode(body []byte) (any, error) {
 	return v, nil
 }
 
+// topLevelMembers sizes the top-level object's map.
+const topLevelMembers = 16
+
 // decoder reads one JSON text. text is the body as a string so that
 // substrings of it need no allocation.
 type decoder struct {
@@ -110,7 +113,14 @@ func (d *decoder) object(depth int) (any, error) {
 		return nil, tooDeep()
 	}
 	d.pos++ // {
-	obj := map[string]any{}
+	var obj map[string]any
+	if depth == 0 {
+		// Room for a typical webhook's members at once: growing a map past
+		// eight members rebuilds it.
+		obj = make(map[string]any, topLevelMembers)
+	} else {
+		obj = map[string]any{}
+	}
 	if d.skipSpace(); d.consume('}') {
 		return obj, nil
 	}

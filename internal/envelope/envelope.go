@@ -7,7 +7,6 @@ package envelope
 
 import (
 	"encoding/json"
-	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -56,17 +55,18 @@ func EscapePointer(token string) string {
 // Extract reads the catalogue fields of a decoded body. fallbackID is used
 // when the stream has no event id pointer or the body lacks it (design §2:
 // fall back to the webhook-id header).
-func Extract(s *config.Stream, doc any, fallbackID string) (Fields, error) {
+func Extract(s *config.Stream, body any, fallbackID string) (Fields, error) {
 	var f Fields
 	var err error
-	if f.Type, err = EventType(s, doc); err != nil {
+	doc := newDocument(body)
+	if f.Type, err = doc.eventType(s); err != nil {
 		return f, err
 	}
-	if f.Key, err = stringAt(doc, s.KeyPointer(f.Type)); err != nil {
+	if f.Key, err = doc.stringAt(s.KeyPointer(f.Type)); err != nil {
 		return f, err
 	}
 	if s.EventID != "" {
-		f.EventID, err = stringAt(doc, s.EventID)
+		f.EventID, err = doc.stringAt(s.EventID)
 		if isMissing(err) && fallbackID != "" {
 			f.EventID, err = fallbackID, nil
 		}
@@ -77,7 +77,7 @@ func Extract(s *config.Stream, doc any, fallbackID string) (Fields, error) {
 		return f, &FieldError{Pointer: "", Problem: "the stream has no event_id pointer and the request no delivery id"}
 	}
 	if s.Version != "" {
-		if f.Version, err = intAt(doc, s.Version); err != nil {
+		if f.Version, err = doc.intAt(s.Version); err != nil {
 			return f, err
 		}
 		if f.Version < 0 {
@@ -85,10 +85,10 @@ func Extract(s *config.Stream, doc any, fallbackID string) (Fields, error) {
 		}
 		f.HasVersion = true
 	}
-	if f.OccurredAtMs, err = clockAt(s, doc, s.OccurredAt); err != nil {
+	if f.OccurredAtMs, err = doc.clockAt(s, s.OccurredAt); err != nil {
 		return f, err
 	}
-	if f.ExpiresAtMs, err = clockAt(s, doc, s.ExpiresAt); err != nil {
+	if f.ExpiresAtMs, err = doc.clockAt(s, s.ExpiresAt); err != nil {
 		return f, err
 	}
 	return f, nil
@@ -97,21 +97,45 @@ func Extract(s *config.Stream, doc any, fallbackID string) (Fields, error) {
 // EventType returns the event's type: the stream's fixed type, or the field
 // its type pointer names.
 func EventType(s *config.Stream, doc any) (string, error) {
+	return newDocument(doc).eventType(s)
+}
+
+func (d document) eventType(s *config.Stream) (string, error) {
 	if s.Type.Fixed != "" {
 		return s.Type.Fixed, nil
 	}
-	return stringAt(doc, s.Type.Field)
+	return d.stringAt(s.Type.Field)
+}
+
+// document is a decoded body with its top-level keys listed once: the
+// catalogue's fields are nearly all top-level, and each lookup checks the
+// keys for case variants, which a walk of the map would make the costliest
+// part of extraction.
+type document struct {
+	root any
+	keys []string
+}
+
+func newDocument(root any) document {
+	d := document{root: root}
+	if obj, ok := root.(map[string]any); ok {
+		d.keys = make([]string, 0, len(obj))
+		for k := range obj {
+			d.keys = append(d.keys, k)
+		}
+	}
+	return d
 }
 
 const problemMissing = "missing"
 
 // clockAt reads a source clock (occurred_at, expires_at) in the stream's
 // unit and returns unix ms; no pointer or an absent field is 0.
-func clockAt(s *config.Stream, doc any, pointer string) (int64, error) {
+func (d document) clockAt(s *config.Stream, pointer string) (int64, error) {
 	if pointer == "" {
 		return 0, nil
 	}
-	v, err := Lookup(doc, pointer)
+	v, err := d.lookup(pointer)
 	switch {
 	case isMissing(err):
 		return 0, nil
@@ -138,12 +162,14 @@ func rfc3339Millis(v any, pointer string) (int64, error) {
 }
 
 func isMissing(err error) bool {
-	var fe *FieldError
-	return errors.As(err, &fe) && fe.Problem == problemMissing
+	// Lookup returns *FieldError unwrapped; errors.As would allocate on
+	// every lookup, found or not.
+	fe, ok := err.(*FieldError)
+	return ok && fe.Problem == problemMissing
 }
 
-func stringAt(doc any, pointer string) (string, error) {
-	v, err := Lookup(doc, pointer)
+func (d document) stringAt(pointer string) (string, error) {
+	v, err := d.lookup(pointer)
 	if err != nil {
 		return "", err
 	}
@@ -161,8 +187,8 @@ func stringAt(doc any, pointer string) (string, error) {
 	}
 }
 
-func intAt(doc any, pointer string) (int64, error) {
-	v, err := Lookup(doc, pointer)
+func (d document) intAt(pointer string) (int64, error) {
+	v, err := d.lookup(pointer)
 	if err != nil {
 		return 0, err
 	}
@@ -189,25 +215,33 @@ func integer(v any, pointer string) (int64, error) {
 // readers that match keys case-insensitively, such as Go's struct decoding,
 // may read the other one.
 func Lookup(doc any, pointer string) (any, error) {
+	return newDocument(doc).lookup(pointer)
+}
+
+func (d document) lookup(pointer string) (any, error) {
 	if pointer == "" {
-		return doc, nil
+		return d.root, nil
 	}
 	if !strings.HasPrefix(pointer, "/") {
 		return nil, &FieldError{Pointer: pointer, Problem: "not a JSON pointer"}
 	}
-	cur := doc
-	for _, token := range strings.Split(pointer[1:], "/") {
-		token = strings.ReplaceAll(strings.ReplaceAll(token, "~1", "/"), "~0", "~")
+	cur, keys := d.root, d.keys
+	for rest, more := pointer[1:], true; more; {
+		var token string
+		token, rest, more = strings.Cut(rest, "/")
+		if strings.IndexByte(token, '~') >= 0 {
+			token = strings.ReplaceAll(strings.ReplaceAll(token, "~1", "/"), "~0", "~")
+		}
 		switch node := cur.(type) {
 		case map[string]any:
 			next, ok := node[token]
 			if !ok {
 				return nil, &FieldError{Pointer: pointer, Problem: problemMissing}
 			}
-			if hasCaseVariant(node, token) {
+			if hasCaseVariant(node, keys, token) {
 				return nil, &FieldError{Pointer: pointer, Problem: "ambiguous: keys differing only in case"}
 			}
-			cur = next
+			cur, keys = next, nil
 		case []any:
 			i, err := strconv.Atoi(token)
 			if err != nil || i < 0 || i >= len(node) {
@@ -224,10 +258,15 @@ func Lookup(doc any, pointer string) (any, error) {
 	return cur, nil
 }
 
-// hasCaseVariant reports whether obj has a key other than key that equals
-// it under Unicode case folding.
-func hasCaseVariant(obj map[string]any, key string) bool {
-	for other := range obj {
+// hasCaseVariant reports whether obj, whose keys are listed in keys when
+// known, has a key other than key that equals it under Unicode case folding.
+func hasCaseVariant(obj map[string]any, keys []string, key string) bool {
+	if keys == nil {
+		for other := range obj {
+			keys = append(keys, other)
+		}
+	}
+	for _, other := range keys {
 		if other != key && strings.EqualFold(other, key) {
 			return true
 		}

@@ -11,9 +11,11 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"hash"
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/driftguard/driftguard/internal/config"
@@ -22,13 +24,41 @@ import (
 // Sign returns HMAC-SHA256(key, id "." timestamp "." body), the Standard
 // Webhooks v1 signed content.
 func Sign(key []byte, id, timestamp string, body []byte) []byte {
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(id))
-	mac.Write([]byte{'.'})
-	mac.Write([]byte(timestamp))
-	mac.Write([]byte{'.'})
-	mac.Write(body)
-	return mac.Sum(nil)
+	return NewKey(key).SignStandard(nil, id, timestamp, body)
+}
+
+var dot = []byte{'.'}
+
+// Key is a signing key whose keyed HMAC states are pooled: a verifier
+// then pays for hashing the delivery, not for the key schedule and the
+// allocations of hmac.New on every request.
+type Key struct {
+	pool sync.Pool
+}
+
+// NewKey returns key ready to sign.
+func NewKey(key []byte) *Key {
+	k := &Key{}
+	k.pool.New = func() any { return hmac.New(sha256.New, key) }
+	return k
+}
+
+// Sign appends HMAC-SHA256 over the parts, in order, to dst.
+func (k *Key) Sign(dst []byte, parts ...[]byte) []byte {
+	mac := k.pool.Get().(hash.Hash)
+	mac.Reset()
+	for _, p := range parts {
+		mac.Write(p)
+	}
+	dst = mac.Sum(dst)
+	k.pool.Put(mac)
+	return dst
+}
+
+// SignStandard appends the Standard Webhooks v1 signature of the delivery,
+// HMAC-SHA256(key, id "." timestamp "." body), to dst.
+func (k *Key) SignStandard(dst []byte, id, timestamp string, body []byte) []byte {
+	return k.Sign(dst, []byte(id), dot, []byte(timestamp), dot, body)
 }
 
 // SignatureHeader returns the webhook-signature value for one secret.

@@ -97,6 +97,7 @@ var contractColumns = map[string]map[string]string{
 		"stream": "String", "entity_key": "String", "version": "UInt64", "state": "String",
 		"updated_at_ms": "Int64", "expires_at_ms": "Int64",
 	},
+	"ordering_minute": {"stream": "String", "minute": "DateTime", "outcome": "String", "events": "UInt64"},
 }
 
 func TestMigrateCreatesTablesOnceAndIsIdempotent(t *testing.T) {

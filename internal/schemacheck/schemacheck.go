@@ -1,0 +1,426 @@
+// Package schemacheck answers "is this document valid?" for a compiled JSON
+// Schema much faster than the general validator, so the ingest edge can
+// validate every webhook without spending most of its time there.
+//
+// It is an accelerator, not a second validator: santhosh-tekuri/jsonschema
+// parses, resolves and compiles the schema, and the edge still asks it for
+// the errors of any document the checker rejects. The checker reads the
+// compiled keywords and implements the ones webhook schemas use (type,
+// enum, const, properties, required, additionalProperties, min/max
+// properties, items, min/max items, min/max length, pattern, minimum,
+// maximum and their exclusive forms). A schema that uses any other keyword
+// anywhere gets no checker, and is validated by the library alone. Its
+// verdicts are tested against the library's on generated documents.
+package schemacheck
+
+import (
+	"encoding/json"
+	"math"
+	"math/big"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// Checker is a compiled schema's fast validity test.
+type Checker struct {
+	root *node
+}
+
+// Compile returns the checker of sch, or nil when sch uses a keyword the
+// checker does not implement.
+func Compile(sch *jsonschema.Schema) *Checker {
+	n, ok := compile(sch)
+	if !ok {
+		return nil
+	}
+	return &Checker{root: n}
+}
+
+// Valid reports whether doc satisfies the schema. doc is a value as
+// encoding/json with UseNumber builds it (map[string]any, []any, string,
+// json.Number, bool, nil); a value of any other type is not valid.
+func (c *Checker) Valid(doc any) bool { return c.root.valid(doc) }
+
+// jsonType is a bit per JSON type, as in the `type` keyword.
+type jsonType uint8
+
+const (
+	typeNull jsonType = 1 << iota
+	typeBoolean
+	typeNumber
+	typeInteger
+	typeString
+	typeArray
+	typeObject
+)
+
+var typeNames = map[string]jsonType{
+	"null": typeNull, "boolean": typeBoolean, "number": typeNumber, "integer": typeInteger,
+	"string": typeString, "array": typeArray, "object": typeObject,
+}
+
+// node is one schema, reduced to the keywords the checker implements.
+type node struct {
+	// never is the false schema; the true schema is a node with nothing set.
+	never bool
+	types jsonType
+
+	hasConst bool
+	constant any
+	hasEnum  bool
+	enum     []any
+
+	properties map[string]*node
+	// additional validates members not named in properties; nil allows any.
+	additional   *node
+	required     []string
+	minMembers   int
+	maxMembers   int
+	items        *node
+	minItems     int
+	maxItems     int
+	minLength    int
+	maxLength    int
+	pattern      jsonschema.Regexp
+	minimum      *bound
+	maximum      *bound
+	exclusiveMin *bound
+	exclusiveMax *bound
+}
+
+// unlimited marks a max* keyword that is absent.
+const unlimited = math.MaxInt
+
+// bound is a numeric keyword's value, with an int64 copy when it has one,
+// so integer instances compare without big.Rat.
+type bound struct {
+	rat    *big.Rat
+	int    int64
+	hasInt bool
+}
+
+func newBound(r *big.Rat) *bound {
+	if r == nil {
+		return nil
+	}
+	b := &bound{rat: r}
+	if r.IsInt() && r.Num().IsInt64() {
+		b.int, b.hasInt = r.Num().Int64(), true
+	}
+	return b
+}
+
+// boolean is the schema `true` (anything is valid) or `false` (nothing is).
+func boolean(accept bool) *node {
+	return &node{never: !accept, maxMembers: unlimited, maxItems: unlimited, maxLength: unlimited}
+}
+
+// compile reduces sch, or reports false when it uses a keyword outside
+// the implemented set.
+func compile(sch *jsonschema.Schema) (*node, bool) {
+	if sch == nil {
+		return nil, true
+	}
+	if sch.Bool != nil {
+		return boolean(*sch.Bool), true
+	}
+	if !onlyImplemented(sch) {
+		return nil, false
+	}
+	n := &node{
+		minMembers: intOr(sch.MinProperties, 0), maxMembers: intOr(sch.MaxProperties, unlimited),
+		minItems: intOr(sch.MinItems, 0), maxItems: intOr(sch.MaxItems, unlimited),
+		minLength: intOr(sch.MinLength, 0), maxLength: intOr(sch.MaxLength, unlimited),
+		pattern: sch.Pattern, required: sch.Required,
+		minimum: newBound(sch.Minimum), maximum: newBound(sch.Maximum),
+		exclusiveMin: newBound(sch.ExclusiveMinimum), exclusiveMax: newBound(sch.ExclusiveMaximum),
+	}
+	if sch.Types != nil {
+		for _, name := range sch.Types.ToStrings() {
+			n.types |= typeNames[name]
+		}
+	}
+	if sch.Const != nil {
+		if !comparable(*sch.Const) {
+			return nil, false
+		}
+		n.hasConst, n.constant = true, *sch.Const
+	}
+	if sch.Enum != nil {
+		for _, v := range sch.Enum.Values {
+			if !comparable(v) {
+				return nil, false
+			}
+		}
+		n.hasEnum, n.enum = true, sch.Enum.Values
+	}
+	if len(sch.Properties) > 0 {
+		n.properties = make(map[string]*node, len(sch.Properties))
+		for name, sub := range sch.Properties {
+			c, ok := compile(sub)
+			if !ok {
+				return nil, false
+			}
+			n.properties[name] = c
+		}
+	}
+	switch additional := sch.AdditionalProperties.(type) {
+	case nil:
+	case bool:
+		if !additional {
+			n.additional = boolean(false)
+		}
+	case *jsonschema.Schema:
+		c, ok := compile(additional)
+		if !ok {
+			return nil, false
+		}
+		n.additional = c
+	default:
+		return nil, false
+	}
+	items := sch.Items2020
+	switch legacy := sch.Items.(type) {
+	case nil:
+	case *jsonschema.Schema:
+		items = legacy
+	default:
+		return nil, false
+	}
+	if items != nil {
+		c, ok := compile(items)
+		if !ok {
+			return nil, false
+		}
+		n.items = c
+	}
+	return n, true
+}
+
+// onlyImplemented reports whether sch sets no keyword but the implemented
+// ones (annotations such as title are ignored, as validation ignores them).
+func onlyImplemented(s *jsonschema.Schema) bool {
+	return s.Ref == nil && s.RecursiveRef == nil && s.DynamicRef == nil &&
+		s.Not == nil && s.AllOf == nil && s.AnyOf == nil && s.OneOf == nil &&
+		s.If == nil && s.Then == nil && s.Else == nil && s.Format == nil &&
+		s.PropertyNames == nil && len(s.PatternProperties) == 0 &&
+		len(s.Dependencies) == 0 && len(s.DependentRequired) == 0 && len(s.DependentSchemas) == 0 &&
+		s.UnevaluatedProperties == nil && s.UnevaluatedItems == nil &&
+		!s.UniqueItems && s.Contains == nil && s.MinContains == nil && s.MaxContains == nil &&
+		s.AdditionalItems == nil && len(s.PrefixItems) == 0 &&
+		s.ContentEncoding == nil && s.ContentMediaType == nil && s.ContentSchema == nil &&
+		s.MultipleOf == nil && len(s.Extensions) == 0
+}
+
+// comparable reports whether an enum or const value is one the checker
+// compares itself: strings, booleans and null. Numbers compare by value
+// and containers deeply, which is left to the library.
+func comparable(v any) bool {
+	switch v.(type) {
+	case nil, bool, string:
+		return true
+	}
+	return false
+}
+
+func intOr(p *int, def int) int {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+func (n *node) valid(v any) bool {
+	if n.never {
+		return false
+	}
+	var t jsonType
+	switch v := v.(type) {
+	case nil:
+		t = typeNull
+	case bool:
+		t = typeBoolean
+	case string:
+		t = typeString
+		if !n.validString(v) {
+			return false
+		}
+	case json.Number:
+		t = typeNumber
+		if !n.validNumber(string(v)) {
+			return false
+		}
+		if n.types&typeInteger != 0 && n.types&typeNumber == 0 && !isInteger(string(v)) {
+			return false
+		}
+	case []any:
+		t = typeArray
+		if !n.validArray(v) {
+			return false
+		}
+	case map[string]any:
+		t = typeObject
+		if !n.validObject(v) {
+			return false
+		}
+	default:
+		return false
+	}
+	// An integer is a number, so "integer" admits numbers, checked above.
+	if n.types != 0 && n.types&t == 0 && (t != typeNumber || n.types&typeInteger == 0) {
+		return false
+	}
+	if n.hasConst && !sameScalar(v, n.constant) {
+		return false
+	}
+	if n.hasEnum {
+		for _, want := range n.enum {
+			if sameScalar(v, want) {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}
+
+// sameScalar compares v with a string, boolean or null.
+func sameScalar(v, want any) bool {
+	switch want := want.(type) {
+	case nil:
+		return v == nil
+	case bool:
+		b, ok := v.(bool)
+		return ok && b == want
+	case string:
+		s, ok := v.(string)
+		return ok && s == want
+	}
+	return false
+}
+
+func (n *node) validString(s string) bool {
+	if n.minLength > 0 || n.maxLength != unlimited {
+		// JSON Schema counts code points, not bytes.
+		if length := utf8.RuneCountInString(s); length < n.minLength || length > n.maxLength {
+			return false
+		}
+	}
+	return n.pattern == nil || n.pattern.MatchString(s)
+}
+
+func (n *node) validArray(items []any) bool {
+	if len(items) < n.minItems || len(items) > n.maxItems {
+		return false
+	}
+	if n.items != nil {
+		for _, item := range items {
+			if !n.items.valid(item) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (n *node) validObject(obj map[string]any) bool {
+	if len(obj) < n.minMembers || len(obj) > n.maxMembers {
+		return false
+	}
+	for _, name := range n.required {
+		if _, ok := obj[name]; !ok {
+			return false
+		}
+	}
+	if n.additional == nil {
+		// Only the named members have schemas: look them up rather than
+		// walk the document.
+		for name, sub := range n.properties {
+			if member, ok := obj[name]; ok && !sub.valid(member) {
+				return false
+			}
+		}
+		return true
+	}
+	for name, member := range obj {
+		sub, ok := n.properties[name]
+		if !ok {
+			sub = n.additional
+		}
+		if !sub.valid(member) {
+			return false
+		}
+	}
+	return true
+}
+
+func (n *node) validNumber(literal string) bool {
+	if n.minimum == nil && n.maximum == nil && n.exclusiveMin == nil && n.exclusiveMax == nil {
+		return true
+	}
+	num := number{literal: literal}
+	return (n.minimum == nil || num.cmp(n.minimum) >= 0) &&
+		(n.maximum == nil || num.cmp(n.maximum) <= 0) &&
+		(n.exclusiveMin == nil || num.cmp(n.exclusiveMin) > 0) &&
+		(n.exclusiveMax == nil || num.cmp(n.exclusiveMax) < 0)
+}
+
+// number is a JSON number literal, parsed at most once into each form.
+type number struct {
+	literal string
+	int     int64
+	intDone bool
+	intOK   bool
+	rat     *big.Rat
+}
+
+func (x *number) cmp(b *bound) int {
+	if !x.intDone {
+		x.intDone = true
+		if plainInteger(x.literal) {
+			i, err := strconv.ParseInt(x.literal, 10, 64)
+			x.int, x.intOK = i, err == nil
+		}
+	}
+	if x.intOK && b.hasInt {
+		switch {
+		case x.int < b.int:
+			return -1
+		case x.int > b.int:
+			return 1
+		}
+		return 0
+	}
+	if x.rat == nil {
+		x.rat = new(big.Rat)
+		if _, ok := x.rat.SetString(x.literal); !ok {
+			// Not reachable for a literal the strict decoder accepted;
+			// compare as zero rather than panic.
+			x.rat.SetInt64(0)
+		}
+	}
+	return x.rat.Cmp(b.rat)
+}
+
+// plainInteger reports whether a JSON number literal has neither fraction
+// nor exponent.
+func plainInteger(literal string) bool {
+	for i := 0; i < len(literal); i++ {
+		if c := literal[i]; (c < '0' || c > '9') && !(i == 0 && c == '-') {
+			return false
+		}
+	}
+	return literal != "" && literal != "-"
+}
+
+// isInteger reports whether the literal's value is an integer, as the
+// `integer` type means it: 1.0 and 1e2 are integers.
+func isInteger(literal string) bool {
+	if plainInteger(literal) {
+		return true
+	}
+	r, ok := new(big.Rat).SetString(literal)
+	return ok && r.IsInt()
+}

@@ -1,0 +1,431 @@
+package processors
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/driftguard/driftguard/internal/envelope"
+)
+
+// entityCodec stores Entity in the table (LevelDB and the changelog topic)
+// in a compact binary form: the table is written on every event, and JSON
+// with its reflection and quoting was a large part of each decision's cost.
+// The first byte is the format version; values written as JSON by earlier
+// releases (they start with '{') are still read, so a changelog recovered
+// after an upgrade decodes. Policy-specific parts that are rare or
+// structured (gapless buffer, chat conversation, quarantine) stay JSON inside
+// the binary value.
+type entityCodec struct{}
+
+// entityFormat1 is the first binary layout, after the version byte:
+//
+//	flags (applied, terminal, parent seen) · varints version, updated_at_ms,
+//	expires_at_ms, next_revision, deadline_ms, gap_since_ms · state ·
+//	recent ids · devices (count, then per device in id order: id, flags,
+//	varints version, updated_at_ms, expires_at_ms, value, recent ids) ·
+//	JSON of buffer, chat, quarantine (empty when absent)
+//
+// Byte strings are a uvarint length and the bytes; recent ids a uvarint
+// count and that many little-endian 64-bit hashes.
+const entityFormat1 byte = 1
+
+// entityFormat2 is entityFormat1 followed by the redelivery memory
+// (redeliver.go):
+//
+//	varint next_input · uvarint count of decided inputs, oldest first, each:
+//	varint next_input − offset · varint at_ms − the previous input's
+//	at_ms (0 before the first) · varint replay · uvarint count of
+//	decisions, each: outcome (the index in knownOutcomes plus one, or 0
+//	and the outcome as a byte string) · decision flags · varint version ·
+//	then, as flagged, reason, varint gap, uvarint buffer depth, message id,
+//	dead letter reason, JSON of the other event
+//
+// Offsets and clocks are differences, so a remembered input usually takes
+// 6 to 10 bytes. Values of format 1 decode with an empty memory.
+const entityFormat2 byte = 2
+
+const (
+	flagApplied = 1 << iota
+	flagTerminal
+	flagParentSeen
+)
+
+func (entityCodec) Encode(value any) ([]byte, error) {
+	e, ok := value.(*Entity)
+	if !ok {
+		return nil, fmt.Errorf("entity codec: got %T", value)
+	}
+	b := make([]byte, 0, 64+len(e.State)+8*len(e.Recent)+12*len(e.Decided))
+	b = append(b, entityFormat2, flags(e.Applied, e.Terminal, e.ParentSeen))
+	for _, n := range []int64{e.Version, e.UpdatedAtMs, e.ExpiresAtMs, e.NextRevision, e.DeadlineMs, e.GapSinceMs} {
+		b = binary.AppendVarint(b, n)
+	}
+	b = appendBytes(b, e.State)
+	b = appendIDs(b, e.Recent)
+	b = binary.AppendUvarint(b, uint64(len(e.Devices)))
+	for _, id := range slices.Sorted(maps.Keys(e.Devices)) {
+		d := e.Devices[id]
+		b = appendBytes(b, []byte(id))
+		b = append(b, flags(d.Applied, false, false))
+		b = binary.AppendVarint(b, d.Version)
+		b = binary.AppendVarint(b, d.UpdatedAtMs)
+		b = binary.AppendVarint(b, d.ExpiresAtMs)
+		b = appendBytes(b, []byte(d.Value))
+		b = appendIDs(b, d.Recent)
+	}
+	for _, part := range []any{e.Buffer, e.Chat, e.Quarantine} {
+		var err error
+		if b, err = appendJSON(b, part); err != nil {
+			return nil, fmt.Errorf("entity codec: %w", err)
+		}
+	}
+	b, err := appendDecided(b, e.NextInput, e.Decided)
+	if err != nil {
+		return nil, fmt.Errorf("entity codec: %w", err)
+	}
+	return b, nil
+}
+
+// DecodeTableValue reads a value of a `<stream>-table` changelog record,
+// for tools and tests that read the changelog.
+func DecodeTableValue(data []byte) (*Entity, error) {
+	v, err := entityCodec{}.Decode(data)
+	if err != nil {
+		return nil, err
+	}
+	return v.(*Entity), nil
+}
+
+func (entityCodec) Decode(data []byte) (any, error) {
+	var e Entity
+	if len(data) > 0 && data[0] == '{' {
+		if err := json.Unmarshal(data, &e); err != nil {
+			return nil, fmt.Errorf("entity codec: %w", err)
+		}
+		return &e, nil
+	}
+	if len(data) == 0 || data[0] != entityFormat1 && data[0] != entityFormat2 {
+		return nil, fmt.Errorf("entity codec: unknown format %q", data[:min(len(data), 1)])
+	}
+	r := reader{data: data[1:]}
+	e.Applied, e.Terminal, e.ParentSeen = r.flags()
+	for _, n := range []*int64{&e.Version, &e.UpdatedAtMs, &e.ExpiresAtMs, &e.NextRevision, &e.DeadlineMs, &e.GapSinceMs} {
+		*n = r.varint()
+	}
+	e.State = r.bytes()
+	e.Recent = r.ids()
+	if n := r.count(); n > 0 {
+		e.Devices = make(map[string]*Device, n)
+		for range n {
+			id := string(r.bytes())
+			d := &Device{}
+			d.Applied, _, _ = r.flags()
+			d.Version, d.UpdatedAtMs, d.ExpiresAtMs = r.varint(), r.varint(), r.varint()
+			d.Value = string(r.bytes())
+			d.Recent = r.ids()
+			e.Devices[id] = d
+		}
+	}
+	r.json(&e.Buffer)
+	r.json(&e.Chat)
+	r.json(&e.Quarantine)
+	if data[0] == entityFormat2 {
+		e.NextInput, e.Decided = r.decided()
+	}
+	if r.err == nil && len(r.data) > 0 {
+		r.err = errors.New("trailing bytes")
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("entity codec: %w", r.err)
+	}
+	return &e, nil
+}
+
+func flags(applied, terminal, parentSeen bool) byte {
+	var f byte
+	if applied {
+		f |= flagApplied
+	}
+	if terminal {
+		f |= flagTerminal
+	}
+	if parentSeen {
+		f |= flagParentSeen
+	}
+	return f
+}
+
+func appendBytes(b, v []byte) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(v))), v...)
+}
+
+func appendString(b []byte, v string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(v))), v...)
+}
+
+func appendIDs(b []byte, ids idMemory) []byte {
+	b = binary.AppendUvarint(b, uint64(len(ids)))
+	for _, id := range ids {
+		b = binary.LittleEndian.AppendUint64(b, id)
+	}
+	return b
+}
+
+// appendJSON appends v as JSON, or an empty string when v is nil or empty.
+func appendJSON(b []byte, v any) ([]byte, error) {
+	switch v := v.(type) {
+	case []Event:
+		if len(v) == 0 {
+			return appendBytes(b, nil), nil
+		}
+	case *Conversation:
+		if v == nil {
+			return appendBytes(b, nil), nil
+		}
+	}
+	data, err := json.Marshal(v)
+	return appendBytes(b, data), err
+}
+
+// reader consumes a binary entity; the first problem sticks in err and
+// later reads return zero values.
+type reader struct {
+	data []byte
+	err  error
+}
+
+func (r *reader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("truncated %s", what)
+	}
+	r.data = nil
+}
+
+func (r *reader) flags() (applied, terminal, parentSeen bool) {
+	if len(r.data) == 0 {
+		r.fail("flags")
+		return
+	}
+	f := r.data[0]
+	r.data = r.data[1:]
+	return f&flagApplied != 0, f&flagTerminal != 0, f&flagParentSeen != 0
+}
+
+func (r *reader) varint() int64 {
+	n, size := binary.Varint(r.data)
+	if size <= 0 {
+		r.fail("number")
+		return 0
+	}
+	r.data = r.data[size:]
+	return n
+}
+
+// count reads a length and checks it against what is left, so a corrupt
+// value cannot make the decoder allocate more than the value's size.
+func (r *reader) count() int {
+	n, size := binary.Uvarint(r.data)
+	if size <= 0 || n > uint64(len(r.data)-size) {
+		r.fail("length")
+		return 0
+	}
+	r.data = r.data[size:]
+	return int(n)
+}
+
+// str reads a byte string as a string (a copy).
+func (r *reader) str() string {
+	n := r.count()
+	if n == 0 {
+		return ""
+	}
+	v := string(r.data[:n])
+	r.data = r.data[n:]
+	return v
+}
+
+// bytes returns a copy: goka may reuse the buffer it decoded from.
+func (r *reader) bytes() []byte {
+	n := r.count()
+	if n == 0 {
+		return nil
+	}
+	v := slices.Clone(r.data[:n])
+	r.data = r.data[n:]
+	return v
+}
+
+func (r *reader) ids() idMemory {
+	n := r.count()
+	if n == 0 || n > len(r.data)/8 {
+		if n > 0 {
+			r.fail("event ids")
+		}
+		return nil
+	}
+	ids := make(idMemory, n)
+	for i := range ids {
+		ids[i] = binary.LittleEndian.Uint64(r.data[8*i:])
+	}
+	r.data = r.data[8*n:]
+	return ids
+}
+
+func (r *reader) json(v any) {
+	data := r.bytes()
+	if len(data) == 0 || r.err != nil {
+		return
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		r.err = err
+	}
+}
+
+// knownOutcomes are the outcomes the redelivery memory stores as one byte.
+var knownOutcomes = []string{envelope.OutcomeApplied, envelope.OutcomeDuplicate, envelope.OutcomeStale,
+	envelope.OutcomeBuffered, envelope.OutcomeQuarantined, envelope.OutcomeReconciled, envelope.OutcomeExpired,
+	envelope.OutcomeRejected}
+
+// Flags of a remembered decision: which optional parts follow.
+const (
+	pastReason = 1 << iota
+	pastGap
+	pastBufferDepth
+	pastMessageID
+	pastDeadLetter
+	pastOther
+)
+
+// appendDecided appends the redelivery memory in entityFormat2's layout.
+func appendDecided(b []byte, nextInput int64, decided []DecidedInput) ([]byte, error) {
+	b = binary.AppendVarint(b, nextInput)
+	b = binary.AppendUvarint(b, uint64(len(decided)))
+	var at int64
+	for _, in := range decided {
+		b = binary.AppendVarint(b, nextInput-in.Offset)
+		b = binary.AppendVarint(b, in.AtMs-at)
+		at = in.AtMs
+		b = binary.AppendVarint(b, in.Replay)
+		b = binary.AppendUvarint(b, uint64(len(in.Decisions)))
+		for _, p := range in.Decisions {
+			var err error
+			if b, err = appendPastDecision(b, &p); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return b, nil
+}
+
+func appendPastDecision(b []byte, p *PastDecision) ([]byte, error) {
+	outcome := slices.Index(knownOutcomes, p.Outcome) + 1
+	var f byte
+	for bit, set := range []bool{p.Reason != "", p.Gap != 0, p.BufferDepth != 0, p.MessageID != "", p.DeadLetter != "", p.Other != nil} {
+		if set {
+			f |= 1 << bit
+		}
+	}
+	b = append(b, byte(outcome), f)
+	if outcome == 0 {
+		b = appendString(b, p.Outcome)
+	}
+	b = binary.AppendVarint(b, p.Version)
+	if f&pastReason != 0 {
+		b = appendString(b, p.Reason)
+	}
+	if f&pastGap != 0 {
+		b = binary.AppendVarint(b, p.Gap)
+	}
+	if f&pastBufferDepth != 0 {
+		b = binary.AppendVarint(b, int64(p.BufferDepth))
+	}
+	if f&pastMessageID != 0 {
+		b = appendString(b, p.MessageID)
+	}
+	if f&pastDeadLetter != 0 {
+		b = appendString(b, p.DeadLetter)
+	}
+	if f&pastOther != 0 {
+		data, err := json.Marshal(p.Other)
+		if err != nil {
+			return nil, err
+		}
+		b = appendBytes(b, data)
+	}
+	return b, nil
+}
+
+// decided reads the redelivery memory. The decisions of all inputs share
+// one array.
+func (r *reader) decided() (int64, []DecidedInput) {
+	nextInput := r.varint()
+	n := r.count()
+	if n == 0 {
+		return nextInput, nil
+	}
+	decided := make([]DecidedInput, n)
+	all := make([]PastDecision, 0, n)
+	var at int64
+	for i := range decided {
+		in := &decided[i]
+		in.Offset = nextInput - r.varint()
+		at += r.varint()
+		in.AtMs = at
+		in.Replay = r.varint()
+		start := len(all)
+		for range r.count() {
+			all = append(all, r.pastDecision())
+		}
+		if len(all) > start {
+			in.Decisions = all[start:len(all):len(all)]
+		}
+	}
+	return nextInput, decided
+}
+
+func (r *reader) pastDecision() PastDecision {
+	var p PastDecision
+	if len(r.data) < 2 {
+		r.fail("decision")
+		return p
+	}
+	outcome, f := int(r.data[0]), r.data[1]
+	r.data = r.data[2:]
+	switch {
+	case outcome == 0:
+		p.Outcome = r.str()
+	case outcome <= len(knownOutcomes):
+		p.Outcome = knownOutcomes[outcome-1]
+	default:
+		r.fail("outcome")
+	}
+	p.Version = r.varint()
+	if f&pastReason != 0 {
+		p.Reason = r.str()
+	}
+	if f&pastGap != 0 {
+		p.Gap = r.varint()
+	}
+	if f&pastBufferDepth != 0 {
+		p.BufferDepth = int(r.varint())
+	}
+	if f&pastMessageID != 0 {
+		p.MessageID = r.str()
+	}
+	if f&pastDeadLetter != 0 {
+		p.DeadLetter = r.str()
+	}
+	if f&pastOther != 0 {
+		p.Other = &Event{}
+		if data := r.bytes(); r.err == nil {
+			if err := json.Unmarshal(data, p.Other); err != nil {
+				r.err = err
+			}
+		}
+	}
+	return p
+}

@@ -1,0 +1,164 @@
+package processors
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/driftguard/driftguard/internal/envelope"
+)
+
+// drawEntity draws a table value with every part a policy may set.
+func drawEntity(t *rapid.T) *Entity {
+	ids := rapid.SliceOfN(rapid.StringMatching(`[a-z0-9-]{1,12}`), 0, 8)
+	hashes := rapid.SliceOfN(rapid.Uint64(), 0, 8)
+	clock := rapid.Int64Range(-1, 1<<50)
+	row := func() Row {
+		return Row{Applied: rapid.Bool().Draw(t, "applied"), Version: clock.Draw(t, "version"),
+			UpdatedAtMs: clock.Draw(t, "updated"), ExpiresAtMs: clock.Draw(t, "expires"), Recent: hashes.Draw(t, "recent")}
+	}
+	e := &Entity{Row: row(), NextRevision: clock.Draw(t, "next revision"), DeadlineMs: clock.Draw(t, "deadline"),
+		GapSinceMs: clock.Draw(t, "gap since"), Terminal: rapid.Bool().Draw(t, "terminal"), ParentSeen: rapid.Bool().Draw(t, "parent seen")}
+	if rapid.Bool().Draw(t, "has state") {
+		e.State = json.RawMessage(fmt.Sprintf(`{"presence":%q,"n":%d}`, rapid.StringMatching(`[A-Z]{0,8}`).Draw(t, "presence"), clock.Draw(t, "n")))
+	}
+	for _, id := range rapid.SliceOfN(rapid.String(), 0, 4).Draw(t, "devices") {
+		if e.Devices == nil {
+			e.Devices = map[string]*Device{}
+		}
+		e.Devices[id] = &Device{Row: row(), Value: rapid.String().Draw(t, "value")}
+	}
+	event := func() Event {
+		return Event{Fields: envelope.Fields{Key: "k", EventID: rapid.String().Draw(t, "event id"), Version: clock.Draw(t, "event version"), HasVersion: true},
+			Body: json.RawMessage(`{"a":1}`), ReceivedAtMs: clock.Draw(t, "received"), InputOffset: clock.Draw(t, "offset")}
+	}
+	for range rapid.IntRange(0, 3).Draw(t, "buffered") {
+		e.Buffer = append(e.Buffer, event())
+	}
+	for range rapid.IntRange(0, 3).Draw(t, "quarantined") {
+		e.Quarantine = append(e.Quarantine, event())
+	}
+	if rapid.Bool().Draw(t, "chat") {
+		e.Chat = &Conversation{Members: ids.Draw(t, "members"), Cursors: map[string]Cursor{"u": {Read: clock.Draw(t, "read")}}}
+	}
+	e.NextInput, e.Decided = drawDecided(t, clock, event)
+	return e
+}
+
+// drawDecided draws a redelivery memory: any outcome, known or not, with
+// or without each optional part, and offsets and clocks anywhere.
+func drawDecided(t *rapid.T, clock *rapid.Generator[int64], event func() Event) (int64, []DecidedInput) {
+	outcome := rapid.OneOf(rapid.SampledFrom(knownOutcomes), rapid.String())
+	optional := func(name string) string {
+		return rapid.OneOf(rapid.Just(""), rapid.String()).Draw(t, name)
+	}
+	var decided []DecidedInput
+	for range rapid.IntRange(0, 4).Draw(t, "decided inputs") {
+		in := DecidedInput{Offset: rapid.Int64().Draw(t, "input offset"), AtMs: clock.Draw(t, "decided at"),
+			Replay: rapid.Int64Range(0, 3).Draw(t, "replay")}
+		for range rapid.IntRange(0, 3).Draw(t, "decisions") {
+			p := PastDecision{Outcome: outcome.Draw(t, "outcome"), Reason: optional("reason"), Version: clock.Draw(t, "past version"),
+				Gap: rapid.Int64Range(-1, 5).Draw(t, "gap"), BufferDepth: rapid.IntRange(-1, 5).Draw(t, "buffer depth"),
+				MessageID: optional("message id"), DeadLetter: optional("dead letter")}
+			if rapid.Bool().Draw(t, "other event") {
+				other := event()
+				p.Other = &other
+			}
+			in.Decisions = append(in.Decisions, p)
+		}
+		decided = append(decided, in)
+	}
+	return rapid.Int64().Draw(t, "next input"), decided
+}
+
+// sameEntity compares entities by their JSON, which ignores the difference
+// between nil and empty that no policy depends on.
+func sameEntity(t *rapid.T, a, b *Entity) {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	if string(ja) != string(jb) {
+		t.Fatalf("decoded %s\nwant    %s", jb, ja)
+	}
+}
+
+// Every entity survives the binary codec, and values written as JSON by
+// earlier releases still decode.
+func TestEntityCodecRoundTrip(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		e := drawEntity(t)
+		data, err := entityCodec{}.Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if data[0] != entityFormat2 {
+			t.Fatalf("format byte %d", data[0])
+		}
+		got, err := entityCodec{}.Decode(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameEntity(t, e, got.(*Entity))
+		legacy, _ := json.Marshal(e)
+		old, err := entityCodec{}.Decode(legacy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameEntity(t, e, old.(*Entity))
+	})
+}
+
+// Values of the first binary format, without the redelivery memory, still
+// decode, as the same entity with an empty memory.
+func TestEntityCodecReadsFormat1(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		e := drawEntity(t)
+		e.NextInput, e.Decided = 0, nil
+		data, err := entityCodec{}.Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Format 1 is format 2 without its last part, here an empty
+		// memory: next input 0, no inputs.
+		if tail := data[len(data)-2:]; tail[0] != 0 || tail[1] != 0 {
+			t.Fatalf("an empty memory encoded as % x", tail)
+		}
+		format1 := append([]byte{entityFormat1}, data[1:len(data)-2]...)
+		got, err := entityCodec{}.Decode(format1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameEntity(t, e, got.(*Entity))
+	})
+}
+
+// Tables of earlier releases remembered the event ids themselves, in JSON.
+func TestEntityCodecReadsIDsOfEarlierReleases(t *testing.T) {
+	v, err := entityCodec{}.Decode([]byte(`{"applied":true,"version":3,"state":{"presence":"AWAY"},"recent":["e1","e2"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := v.(*Entity)
+	if !e.seen("e1") || !e.seen("e2") || e.seen("e3") || e.Version != 3 || string(e.State) != `{"presence":"AWAY"}` {
+		t.Fatalf("decoded %+v", e)
+	}
+}
+
+// A truncated or unknown value is an error, never a panic or a partial
+// entity.
+func TestEntityCodecRejectsDamagedValues(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		data, err := entityCodec{}.Encode(drawEntity(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cut := rapid.IntRange(0, len(data)-1).Draw(t, "cut")
+		if _, err := (entityCodec{}).Decode(data[:cut]); err == nil {
+			t.Fatalf("a value cut at %d of %d bytes decoded", cut, len(data))
+		}
+	})
+	if _, err := (entityCodec{}).Decode([]byte{9, 0}); err == nil {
+		t.Error("an unknown format decoded")
+	}
+}

@@ -1,0 +1,121 @@
+package processors
+
+import (
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/driftguard/driftguard/internal/envelope"
+)
+
+// The outcome and state records are written for nearly every event, so
+// they are encoded by hand instead of through encoding/json's reflection
+// (which also re-validates the payload the decoder already checked). The
+// output is the JSON encoding/json produces for the same struct, up to
+// escaping; records_test.go holds them to that.
+
+// appendOutcome appends o as JSON, with the field names of envelope.Outcome.
+func appendOutcome(b []byte, o *envelope.Outcome) []byte {
+	b = appendStringField(b, '{', "stream", o.Stream)
+	b = appendStringField(b, ',', "key", o.Key)
+	b = appendStringField(b, ',', "event_id", o.EventID)
+	b = appendStringField(b, ',', "type", o.EventType)
+	b = appendIntField(b, "version", o.Version)
+	b = appendStringField(b, ',', "outcome", o.Outcome)
+	if o.Reason != "" {
+		b = appendStringField(b, ',', "reason", o.Reason)
+	}
+	b = appendIntField(b, "gap", o.Gap)
+	b = appendIntField(b, "buffer_depth", int64(o.BufferDepth))
+	if o.MessageID != "" {
+		b = appendStringField(b, ',', "message_id", o.MessageID)
+	}
+	b = appendIntField(b, "occurred_at_ms", o.OccurredAtMs)
+	b = appendIntField(b, "received_at_ms", o.ReceivedAtMs)
+	b = appendIntField(b, "processed_at_ms", o.ProcessedAtMs)
+	b = appendIntField(b, "input_partition", int64(o.InputPartition))
+	b = appendIntField(b, "input_offset", o.InputOffset)
+	if len(o.Payload) > 0 {
+		b = append(b, `,"payload":`...)
+		b = append(b, o.Payload...)
+	}
+	return append(b, '}')
+}
+
+// appendState appends st as JSON, with the field names of envelope.State.
+func appendState(b []byte, st *envelope.State) []byte {
+	b = appendStringField(b, '{', "stream", st.Stream)
+	b = appendStringField(b, ',', "key", st.Key)
+	b = appendIntField(b, "version", st.Version)
+	b = append(b, `,"state":`...)
+	if len(st.State) == 0 {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, st.State...)
+	}
+	b = appendIntField(b, "updated_at_ms", st.UpdatedAtMs)
+	b = appendIntField(b, "expires_at_ms", st.ExpiresAtMs)
+	return append(b, '}')
+}
+
+func appendStringField(b []byte, sep byte, name, value string) []byte {
+	b = append(b, sep, '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return appendJSONString(b, value)
+}
+
+func appendIntField(b []byte, name string, value int64) []byte {
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return strconv.AppendInt(b, value, 10)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string: quotes, backslashes and
+// control characters escaped, invalid UTF-8 replaced by U+FFFD, and U+2028
+// and U+2029 escaped for JavaScript readers, as encoding/json does.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
+				b = append(b, s[start:i]...)
+				if r == utf8.RuneError {
+					b = append(b, `\ufffd`...)
+				} else {
+					b = append(b, `\u202`...)
+					b = append(b, hexDigits[r&0xf])
+				}
+				start = i + size
+			}
+			i += size
+			continue
+		}
+		if c >= 0x20 && c != '"' && c != '\\' {
+			i++
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		}
+		i++
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

@@ -1,0 +1,252 @@
+package processors
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/lovoo/goka/storage"
+	"github.com/syndtr/goleveldb/leveldb"
+	ldbiter "github.com/syndtr/goleveldb/leveldb/iterator"
+	"github.com/syndtr/goleveldb/leveldb/util"
+)
+
+// tableStorage is a goka table partition's local storage: LevelDB, as with
+// goka's default, with the writes batched. goka writes the table value on
+// every event and the changelog offset on every acknowledgement; with
+// goka's storage each is a LevelDB write with its own journal record and
+// system call. Here they collect in a bounded map (limits below) and reach
+// LevelDB as one batch. Reads see the pending writes first.
+//
+// Losing the pending writes in a crash is safe: a partition that was not
+// closed cleanly is rebuilt from its changelog (see tableStorageBuilder).
+// The offset is written in the same batch as the values set before it, so
+// after a clean close goka replays the changelog after the stored offset.
+// The layout (one directory per topic and partition, goka's offset key) is
+// goka's.
+type tableStorage struct {
+	db   *leveldb.DB
+	path string
+
+	mu      sync.Mutex
+	pending map[string][]byte // a nil value is a pending delete
+	bytes   int
+	offset  int64
+	// offsetPending is set when offset has not been written yet.
+	offsetPending bool
+	flushedAt     time.Time
+	// maxKeys and maxBytes bound the pending writes (pendingKeys,
+	// pendingBytes; tests lower them).
+	maxKeys, maxBytes int
+}
+
+// Bounds of the pending writes of one table partition: memory stays
+// bounded whatever the key count, and LevelDB is never far behind.
+const (
+	pendingKeys  = 1024
+	pendingBytes = 1 << 20
+	pendingAge   = time.Second
+)
+
+// offsetKey is where goka's LevelDB storage keeps the table offset.
+const offsetKey = "__offset"
+
+// tableStorageBuilder opens table storage under dir.
+//
+// A table partition is kept across restarts only when the last process
+// closed it cleanly. goka stores a value before its changelog record is
+// acknowledged, so after a crash LevelDB may hold a value the changelog
+// never got, such as an event's id in the dedup memory while the event's
+// input offset was not committed: the redelivered event would be judged a
+// duplicate and its outcome and state never written. So a partition whose
+// clean marker is missing is wiped and rebuilt from the changelog, which
+// holds only what Kafka accepted.
+func tableStorageBuilder(dir string) storage.Builder {
+	return func(topic string, partition int32) (storage.Storage, error) {
+		path := filepath.Join(dir, fmt.Sprintf("%s.%d", topic, partition))
+		if err := os.Remove(path + cleanSuffix); errors.Is(err, fs.ErrNotExist) {
+			if err := os.RemoveAll(path); err != nil {
+				return nil, fmt.Errorf("wiping table storage after an unclean stop: %w", err)
+			}
+		} else if err != nil {
+			return nil, err
+		}
+		db, err := leveldb.OpenFile(path, nil)
+		if err != nil {
+			return nil, fmt.Errorf("opening table storage: %w", err)
+		}
+		return &tableStorage{db: db, path: path, pending: map[string][]byte{}, flushedAt: time.Now(), maxKeys: pendingKeys, maxBytes: pendingBytes}, nil
+	}
+}
+
+// cleanSuffix names the marker, next to a partition's directory, that its
+// storage was closed cleanly.
+const cleanSuffix = ".clean"
+
+func (s *tableStorage) Open() error { return nil }
+
+// Close writes what is pending and marks the partition clean.
+func (s *tableStorage) Close() error {
+	s.mu.Lock()
+	err := s.flush()
+	s.mu.Unlock()
+	if cerr := s.db.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.WriteFile(s.path+cleanSuffix, nil, 0o600)
+	}
+	return err
+}
+
+func (s *tableStorage) Has(key string) (bool, error) {
+	s.mu.Lock()
+	v, ok := s.pending[key]
+	s.mu.Unlock()
+	if ok {
+		return v != nil, nil
+	}
+	return s.db.Has([]byte(key), nil)
+}
+
+// Get returns the value; the caller must not modify it (goka decodes it
+// right away).
+func (s *tableStorage) Get(key string) ([]byte, error) {
+	s.mu.Lock()
+	v, ok := s.pending[key]
+	s.mu.Unlock()
+	if ok {
+		return v, nil
+	}
+	v, err := s.db.Get([]byte(key), nil)
+	if err == leveldb.ErrNotFound {
+		return nil, nil
+	}
+	return v, err
+}
+
+// Set keeps value until the next flush; goka hands over a value it no
+// longer touches.
+func (s *tableStorage) Set(key string, value []byte) error {
+	if value == nil {
+		value = []byte{}
+	}
+	return s.put(key, value)
+}
+
+func (s *tableStorage) Delete(key string) error { return s.put(key, nil) }
+
+func (s *tableStorage) put(key string, value []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.bytes += len(key) + len(value) - len(s.pending[key])
+	s.pending[key] = value
+	return s.flushIfDue()
+}
+
+func (s *tableStorage) SetOffset(offset int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.offset, s.offsetPending = offset, true
+	return s.flushIfDue()
+}
+
+func (s *tableStorage) GetOffset(def int64) (int64, error) {
+	s.mu.Lock()
+	offset, pending := s.offset, s.offsetPending
+	s.mu.Unlock()
+	if pending {
+		return offset, nil
+	}
+	data, err := s.db.Get([]byte(offsetKey), nil)
+	switch {
+	case err == leveldb.ErrNotFound:
+		return def, nil
+	case err != nil:
+		return 0, err
+	}
+	return strconv.ParseInt(string(data), 10, 64)
+}
+
+// MarkRecovered writes what recovery collected.
+func (s *tableStorage) MarkRecovered() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.flush()
+}
+
+func (s *tableStorage) Iterator() (storage.Iterator, error) {
+	return s.iterator(nil)
+}
+
+func (s *tableStorage) IteratorWithRange(start, limit []byte) (storage.Iterator, error) {
+	if len(limit) == 0 {
+		return s.iterator(util.BytesPrefix(start))
+	}
+	return s.iterator(&util.Range{Start: start, Limit: limit})
+}
+
+// iterator flushes first, so it sees every write.
+func (s *tableStorage) iterator(r *util.Range) (storage.Iterator, error) {
+	s.mu.Lock()
+	err := s.flush()
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return &tableIterator{s.db.NewIterator(r, nil)}, nil
+}
+
+func (s *tableStorage) flushIfDue() error {
+	if len(s.pending) >= s.maxKeys || s.bytes >= s.maxBytes || time.Since(s.flushedAt) >= pendingAge {
+		return s.flush()
+	}
+	return nil
+}
+
+// flush writes the pending values and then the offset in one batch; the
+// caller holds mu.
+func (s *tableStorage) flush() error {
+	s.flushedAt = time.Now()
+	if len(s.pending) == 0 && !s.offsetPending {
+		return nil
+	}
+	var batch leveldb.Batch
+	for k, v := range s.pending {
+		if v == nil {
+			batch.Delete([]byte(k))
+		} else {
+			batch.Put([]byte(k), v)
+		}
+	}
+	if s.offsetPending {
+		batch.Put([]byte(offsetKey), strconv.AppendInt(nil, s.offset, 10))
+	}
+	if err := s.db.Write(&batch, nil); err != nil {
+		return fmt.Errorf("writing table storage: %w", err)
+	}
+	clear(s.pending)
+	s.bytes, s.offsetPending = 0, false
+	return nil
+}
+
+// tableIterator walks LevelDB without the offset key.
+type tableIterator struct{ ldbiter.Iterator }
+
+func (i *tableIterator) Next() bool {
+	for i.Iterator.Next() {
+		if string(i.Key()) != offsetKey {
+			return true
+		}
+	}
+	return false
+}
+
+func (i *tableIterator) Err() error { return i.Error() }
+
+func (i *tableIterator) Value() ([]byte, error) { return i.Iterator.Value(), nil }

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Check the ClickHouse DDL and the analyst queries on a current ClickHouse
+# engine, as well as the 18.16 server the integration tests use:
+#
+#   scripts/chdb-ddl.sh
+#
+# Installs chdb (a current ClickHouse in a Python process) from PyPI into a
+# virtualenv under ~/.cache/driftguard once, then applies every migration
+# as `driftguard migrate --print` prints it and runs scripts/chdb_ddl.py.
+set -euo pipefail
+
+CHDB_VERSION="${CHDB_VERSION:-4.4.0}"
+# The engine chdb 4.4.0 wraps; pinned with it.
+CHDB_CORE_VERSION="${CHDB_CORE_VERSION:-26.9.0}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${XDG_CACHE_HOME:-$HOME/.cache}/driftguard/chdb-$CHDB_VERSION"
+
+log() { echo "chdb-ddl.sh: $*" >&2; }
+
+if ! "$venv/bin/python" -c "import chdb" 2>/dev/null; then
+  log "installing chdb $CHDB_VERSION into $venv"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  # Without pandas and pyarrow (600 MB): they serve DataFrame results only.
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps \
+    "chdb==$CHDB_VERSION" "chdb-core==$CHDB_CORE_VERSION"
+fi
+
+ddl="$(mktemp "${TMPDIR:-/tmp}/driftguard-ddl.XXXXXX")"
+trap 'rm -f "$ddl"' EXIT
+cd "$ROOT"
+# Only the database name matters to --print; no config file, no server.
+env -u DRIFTGUARD_CONFIG DRIFTGUARD_CLICKHOUSE_DATABASE=driftguard \
+  go run ./cmd/driftguard migrate --print >"$ddl"
+"$venv/bin/python" scripts/chdb_ddl.py "$ddl" docs/analyst-queries.md
