@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-
-	"github.com/driftguard/driftguard/internal/envelope"
 )
 
 // entityCodec stores Entity in the table (LevelDB and the changelog topic)
@@ -34,18 +32,8 @@ type entityCodec struct{}
 const entityFormat1 byte = 1
 
 // entityFormat2 is entityFormat1 followed by the redelivery memory
-// (redeliver.go):
-//
-//	varint next_input · uvarint count of decided inputs, oldest first, each:
-//	varint next_input − offset · varint at_ms − the previous input's
-//	at_ms (0 before the first) · varint replay · uvarint count of
-//	decisions, each: outcome (the index in knownOutcomes plus one, or 0
-//	and the outcome as a byte string) · decision flags · varint version ·
-//	then, as flagged, reason, varint gap, uvarint buffer depth, message id,
-//	dead letter reason, JSON of the other event
-//
-// Offsets and clocks are differences, so a remembered input usually takes
-// 6 to 10 bytes. Values of format 1 decode with an empty memory.
+// (redeliver.go): varint next_input · the decided inputs as a byte string
+// in decidedLog's layout. Values of format 1 decode with an empty memory.
 const entityFormat2 byte = 2
 
 const (
@@ -59,7 +47,7 @@ func (entityCodec) Encode(value any) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("entity codec: got %T", value)
 	}
-	b := make([]byte, 0, 64+len(e.State)+8*len(e.Recent)+12*len(e.Decided))
+	b := make([]byte, 0, 64+len(e.State)+8*len(e.Recent)+len(e.Decided.raw))
 	b = append(b, entityFormat2, flags(e.Applied, e.Terminal, e.ParentSeen))
 	for _, n := range []int64{e.Version, e.UpdatedAtMs, e.ExpiresAtMs, e.NextRevision, e.DeadlineMs, e.GapSinceMs} {
 		b = binary.AppendVarint(b, n)
@@ -83,11 +71,8 @@ func (entityCodec) Encode(value any) ([]byte, error) {
 			return nil, fmt.Errorf("entity codec: %w", err)
 		}
 	}
-	b, err := appendDecided(b, e.NextInput, e.Decided)
-	if err != nil {
-		return nil, fmt.Errorf("entity codec: %w", err)
-	}
-	return b, nil
+	b = binary.AppendVarint(b, e.NextInput)
+	return appendBytes(b, e.Decided.raw), nil
 }
 
 // DecodeTableValue reads a value of a `<stream>-table` changelog record,
@@ -134,7 +119,10 @@ func (entityCodec) Decode(data []byte) (any, error) {
 	r.json(&e.Chat)
 	r.json(&e.Quarantine)
 	if data[0] == entityFormat2 {
-		e.NextInput, e.Decided = r.decided()
+		e.NextInput = r.varint()
+		if raw := r.bytes(); r.err == nil {
+			e.Decided, r.err = readDecidedLog(raw)
+		}
 	}
 	if r.err == nil && len(r.data) > 0 {
 		r.err = errors.New("trailing bytes")
@@ -283,149 +271,4 @@ func (r *reader) json(v any) {
 	if err := json.Unmarshal(data, v); err != nil {
 		r.err = err
 	}
-}
-
-// knownOutcomes are the outcomes the redelivery memory stores as one byte.
-var knownOutcomes = []string{envelope.OutcomeApplied, envelope.OutcomeDuplicate, envelope.OutcomeStale,
-	envelope.OutcomeBuffered, envelope.OutcomeQuarantined, envelope.OutcomeReconciled, envelope.OutcomeExpired,
-	envelope.OutcomeRejected}
-
-// Flags of a remembered decision: which optional parts follow.
-const (
-	pastReason = 1 << iota
-	pastGap
-	pastBufferDepth
-	pastMessageID
-	pastDeadLetter
-	pastOther
-)
-
-// appendDecided appends the redelivery memory in entityFormat2's layout.
-func appendDecided(b []byte, nextInput int64, decided []DecidedInput) ([]byte, error) {
-	b = binary.AppendVarint(b, nextInput)
-	b = binary.AppendUvarint(b, uint64(len(decided)))
-	var at int64
-	for _, in := range decided {
-		b = binary.AppendVarint(b, nextInput-in.Offset)
-		b = binary.AppendVarint(b, in.AtMs-at)
-		at = in.AtMs
-		b = binary.AppendVarint(b, in.Replay)
-		b = binary.AppendUvarint(b, uint64(len(in.Decisions)))
-		for _, p := range in.Decisions {
-			var err error
-			if b, err = appendPastDecision(b, &p); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return b, nil
-}
-
-func appendPastDecision(b []byte, p *PastDecision) ([]byte, error) {
-	outcome := slices.Index(knownOutcomes, p.Outcome) + 1
-	var f byte
-	for bit, set := range []bool{p.Reason != "", p.Gap != 0, p.BufferDepth != 0, p.MessageID != "", p.DeadLetter != "", p.Other != nil} {
-		if set {
-			f |= 1 << bit
-		}
-	}
-	b = append(b, byte(outcome), f)
-	if outcome == 0 {
-		b = appendString(b, p.Outcome)
-	}
-	b = binary.AppendVarint(b, p.Version)
-	if f&pastReason != 0 {
-		b = appendString(b, p.Reason)
-	}
-	if f&pastGap != 0 {
-		b = binary.AppendVarint(b, p.Gap)
-	}
-	if f&pastBufferDepth != 0 {
-		b = binary.AppendVarint(b, int64(p.BufferDepth))
-	}
-	if f&pastMessageID != 0 {
-		b = appendString(b, p.MessageID)
-	}
-	if f&pastDeadLetter != 0 {
-		b = appendString(b, p.DeadLetter)
-	}
-	if f&pastOther != 0 {
-		data, err := json.Marshal(p.Other)
-		if err != nil {
-			return nil, err
-		}
-		b = appendBytes(b, data)
-	}
-	return b, nil
-}
-
-// decided reads the redelivery memory. The decisions of all inputs share
-// one array.
-func (r *reader) decided() (int64, []DecidedInput) {
-	nextInput := r.varint()
-	n := r.count()
-	if n == 0 {
-		return nextInput, nil
-	}
-	decided := make([]DecidedInput, n)
-	all := make([]PastDecision, 0, n)
-	var at int64
-	for i := range decided {
-		in := &decided[i]
-		in.Offset = nextInput - r.varint()
-		at += r.varint()
-		in.AtMs = at
-		in.Replay = r.varint()
-		start := len(all)
-		for range r.count() {
-			all = append(all, r.pastDecision())
-		}
-		if len(all) > start {
-			in.Decisions = all[start:len(all):len(all)]
-		}
-	}
-	return nextInput, decided
-}
-
-func (r *reader) pastDecision() PastDecision {
-	var p PastDecision
-	if len(r.data) < 2 {
-		r.fail("decision")
-		return p
-	}
-	outcome, f := int(r.data[0]), r.data[1]
-	r.data = r.data[2:]
-	switch {
-	case outcome == 0:
-		p.Outcome = r.str()
-	case outcome <= len(knownOutcomes):
-		p.Outcome = knownOutcomes[outcome-1]
-	default:
-		r.fail("outcome")
-	}
-	p.Version = r.varint()
-	if f&pastReason != 0 {
-		p.Reason = r.str()
-	}
-	if f&pastGap != 0 {
-		p.Gap = r.varint()
-	}
-	if f&pastBufferDepth != 0 {
-		p.BufferDepth = int(r.varint())
-	}
-	if f&pastMessageID != 0 {
-		p.MessageID = r.str()
-	}
-	if f&pastDeadLetter != 0 {
-		p.DeadLetter = r.str()
-	}
-	if f&pastOther != 0 {
-		p.Other = &Event{}
-		if data := r.bytes(); r.err == nil {
-			if err := json.Unmarshal(data, p.Other); err != nil {
-				r.err = err
-			}
-		}
-	}
-	return p
 }

@@ -3,6 +3,7 @@ package processors
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -43,7 +44,13 @@ func drawEntity(t *rapid.T) *Entity {
 	if rapid.Bool().Draw(t, "chat") {
 		e.Chat = &Conversation{Members: ids.Draw(t, "members"), Cursors: map[string]Cursor{"u": {Read: clock.Draw(t, "read")}}}
 	}
-	e.NextInput, e.Decided = drawDecided(t, clock, event)
+	var inputs []DecidedInput
+	e.NextInput, inputs = drawDecided(t, clock, event)
+	for i := range inputs {
+		if err := e.Decided.add(&inputs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return e
 }
 
@@ -114,7 +121,7 @@ func TestEntityCodecRoundTrip(t *testing.T) {
 func TestEntityCodecReadsFormat1(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		e := drawEntity(t)
-		e.NextInput, e.Decided = 0, nil
+		e.NextInput, e.Decided = 0, decidedLog{}
 		data, err := entityCodec{}.Encode(e)
 		if err != nil {
 			t.Fatal(err)
@@ -161,4 +168,54 @@ func TestEntityCodecRejectsDamagedValues(t *testing.T) {
 	if _, err := (entityCodec{}).Decode([]byte{9, 0}); err == nil {
 		t.Error("an unknown format decoded")
 	}
+}
+
+// The redelivery memory keeps every part of every input through the
+// table codec, and cutting its front (the first input left is rewritten)
+// leaves exactly the inputs a list would keep.
+func TestDecidedLogRoundTrip(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		clock := rapid.Int64Range(-1, 1<<50)
+		event := func() Event {
+			return Event{Fields: envelope.Fields{Key: "k", EventID: rapid.String().Draw(t, "event id")},
+				Body: json.RawMessage(`{"a":1}`), InputOffset: clock.Draw(t, "offset")}
+		}
+		_, inputs := drawDecided(t, clock, event)
+		var e Entity
+		for i := range inputs {
+			if err := e.Decided.add(&inputs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		committed := rapid.Int64().Draw(t, "committed")
+		keep := rapid.IntRange(0, 5).Draw(t, "keep")
+		if rapid.Bool().Draw(t, "forget") {
+			e.Decided.forget(committed, keep)
+			drop := 0
+			for drop < len(inputs) && (inputs[drop].Offset < committed || len(inputs)-drop > keep) {
+				drop++
+			}
+			inputs = slices.Clip(inputs[drop:])
+			if len(inputs) == 0 {
+				inputs = nil
+			}
+		}
+		data, err := entityCodec{}.Encode(&e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeTableValue(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		decoded, err := got.Decided.inputs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ := json.Marshal(inputs)
+		b, _ := json.Marshal(decoded)
+		if string(a) != string(b) || got.Decided.n != len(inputs) {
+			t.Fatalf("%d inputs decoded as %s\nwant %s", got.Decided.n, b, a)
+		}
+	})
 }

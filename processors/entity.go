@@ -87,7 +87,7 @@ type Entity struct {
 	NextInput int64 `json:"next_input,omitempty"`
 	// Decided is what the key's recent inputs decided, oldest first, to
 	// answer their redelivery after a crash (redeliver.go).
-	Decided []DecidedInput `json:"decided,omitempty"`
+	Decided decidedLog `json:"decided,omitzero"`
 }
 
 // bodiesSize is the size of the events' bodies, what a buffer adds to the

@@ -144,7 +144,10 @@ func (h *handler) process(ctx goka.Context, msg any) {
 	}
 	atMs := h.opts.Now().UnixMilli()
 	effects := h.policy.decide(entity, ev)
-	entity.rememberDecided(ev, effects, atMs, h.committedOffset(ev.InputPartition))
+	if err := entity.rememberDecided(ev, effects, atMs, h.committedOffset(ev.InputPartition)); err != nil {
+		ctx.Fail(fmt.Errorf("remembering the decision of %s: %w", ctx.Key(), err))
+		return
+	}
 	// The table is written on every decision, duplicates included: the
 	// dedup memory is part of the state.
 	h.store(ctx, entity, effects, atMs)

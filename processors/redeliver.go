@@ -1,6 +1,7 @@
 package processors
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/lovoo/goka"
@@ -54,7 +55,7 @@ const decidedMemory = 128
 // rememberDecided records what input ev decided at atMs, and forgets the
 // inputs before committed, the committed offset of ev's partition as last
 // read (0 when unknown), which are never redelivered.
-func (e *Entity) rememberDecided(ev Event, effects Effects, atMs, committed int64) {
+func (e *Entity) rememberDecided(ev Event, effects Effects, atMs, committed int64) error {
 	past := DecidedInput{Offset: ev.InputOffset, AtMs: atMs, Replay: effects.Replay,
 		Decisions: make([]PastDecision, 0, len(effects.Decisions))}
 	for _, d := range effects.Decisions {
@@ -66,12 +67,12 @@ func (e *Entity) rememberDecided(ev Event, effects Effects, atMs, committed int6
 		}
 		past.Decisions = append(past.Decisions, p)
 	}
-	forget := 0
-	for forget < len(e.Decided) && (e.Decided[forget].Offset < committed || len(e.Decided)-forget >= decidedMemory) {
-		forget++
+	e.Decided.forget(committed, decidedMemory-1)
+	if err := e.Decided.add(&past); err != nil {
+		return err
 	}
-	e.Decided = append(slices.Delete(e.Decided, 0, forget), past)
 	e.NextInput = ev.InputOffset + 1
+	return nil
 }
 
 // effects are the effects input ev had when it was first decided.
@@ -98,14 +99,17 @@ func (past *DecidedInput) effects(ev Event) Effects {
 // record's version and body are those of the table value, whatever the
 // redelivery.
 func (h *handler) redeliver(ctx goka.Context, entity *Entity, ev Event) {
-	i := slices.IndexFunc(entity.Decided, func(d DecidedInput) bool { return d.Offset == ev.InputOffset })
-	if i < 0 {
+	past, ok, err := entity.Decided.find(ev.InputOffset)
+	if err != nil {
+		ctx.Fail(fmt.Errorf("redelivery memory of %s: %w", ctx.Key(), err))
+		return
+	}
+	if !ok {
 		h.opts.Logger.Warn("redelivered input too old to repeat its outcome", "stream", h.stream.Name,
 			"partition", ev.InputPartition, "offset", ev.InputOffset, "decided_up_to", entity.NextInput-1)
 		h.count("redelivered_forgotten")
 		return
 	}
-	past := &entity.Decided[i]
 	effects := past.effects(ev)
 	h.emitEffects(ctx, effects, past.AtMs)
 	h.writeBack(ctx, entity, slices.ContainsFunc(effects.Decisions, Decision.changesState))

@@ -83,23 +83,35 @@ func TestDecidedMemoryIsBounded(t *testing.T) {
 	var e Entity
 	decide := func(offset, committed int64) {
 		ev := Event{InputOffset: offset}
-		e.rememberDecided(ev, one(ev, envelope.OutcomeApplied, "", offset), 1000+offset, committed)
+		if err := e.rememberDecided(ev, one(ev, envelope.OutcomeApplied, "", offset), 1000+offset, committed); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for offset := range int64(decidedMemory + 10) {
 		decide(offset, 0)
 	}
-	if len(e.Decided) != decidedMemory || e.Decided[0].Offset != 10 || e.NextInput != decidedMemory+10 {
-		t.Fatalf("%d inputs remembered from offset %d, next input %d", len(e.Decided), e.Decided[0].Offset, e.NextInput)
+	if d := remembered(t, &e); len(d) != decidedMemory || d[0].Offset != 10 || e.NextInput != decidedMemory+10 {
+		t.Fatalf("%d inputs remembered from offset %d, next input %d", len(d), d[0].Offset, e.NextInput)
 	}
 	// Committed up to 100: inputs 100 onwards may still come again.
 	decide(500, 100)
-	if first, last := e.Decided[0], e.Decided[len(e.Decided)-1]; len(e.Decided) != decidedMemory-100+10+1 || first.Offset != 100 || last.Offset != 500 {
-		t.Fatalf("after a commit at 100: %d inputs from %d to %d", len(e.Decided), first.Offset, last.Offset)
+	if d := remembered(t, &e); len(d) != decidedMemory-100+10+1 || d[0].Offset != 100 || d[len(d)-1].Offset != 500 || d[len(d)-1].AtMs != 1500 {
+		t.Fatalf("after a commit at 100: %d inputs from %+v to %+v", len(d), d[0], d[len(d)-1])
 	}
 	decide(501, 501)
-	if len(e.Decided) != 1 || e.Decided[0].Offset != 501 || e.NextInput != 502 {
-		t.Fatalf("after a commit at 501: %+v, next input %d", e.Decided, e.NextInput)
+	if d := remembered(t, &e); len(d) != 1 || d[0].Offset != 501 || d[0].AtMs != 1501 || e.NextInput != 502 {
+		t.Fatalf("after a commit at 501: %+v, next input %d", d, e.NextInput)
 	}
+}
+
+// remembered is the entity's redelivery memory, decoded.
+func remembered(t *testing.T, e *Entity) []DecidedInput {
+	t.Helper()
+	inputs, err := e.Decided.inputs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inputs
 }
 
 // crashOutputs are the records one input caused, per output topic.
@@ -311,13 +323,13 @@ func TestRedeliveryMemoryForgetsCommittedInputs(t *testing.T) {
 		}
 	}
 	wait("five inputs decided", func() bool { return alice().NextInput == 5 })
-	if n := len(alice().Decided); n != 5 {
+	if n := len(remembered(t, alice())); n != 5 {
 		t.Fatalf("%d inputs remembered before any commit was read", n)
 	}
 	wait("the commit read", func() bool { return proc.h.committedOffset(0) == 5 })
 	produce(6)
 	wait("the sixth input decided", func() bool { return alice().NextInput == 6 })
-	if d := alice().Decided; len(d) != 1 || d[0].Offset != 5 {
+	if d := remembered(t, alice()); len(d) != 1 || d[0].Offset != 5 {
 		t.Fatalf("after a commit at 5 the memory holds %+v", d)
 	}
 }
