@@ -31,6 +31,11 @@ type entityCodec struct{}
 // count and that many little-endian 64-bit hashes.
 const entityFormat1 byte = 1
 
+// entityFormat2 is entityFormat1 followed by the redelivery memory
+// (redeliver.go): varint next_input · the decided inputs as a byte string
+// in decidedLog's layout. Values of format 1 decode with an empty memory.
+const entityFormat2 byte = 2
+
 const (
 	flagApplied = 1 << iota
 	flagTerminal
@@ -42,8 +47,8 @@ func (entityCodec) Encode(value any) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("entity codec: got %T", value)
 	}
-	b := make([]byte, 0, 64+len(e.State)+8*len(e.Recent))
-	b = append(b, entityFormat1, flags(e.Applied, e.Terminal, e.ParentSeen))
+	b := make([]byte, 0, 64+len(e.State)+8*len(e.Recent)+len(e.Decided.raw))
+	b = append(b, entityFormat2, flags(e.Applied, e.Terminal, e.ParentSeen))
 	for _, n := range []int64{e.Version, e.UpdatedAtMs, e.ExpiresAtMs, e.NextRevision, e.DeadlineMs, e.GapSinceMs} {
 		b = binary.AppendVarint(b, n)
 	}
@@ -66,7 +71,18 @@ func (entityCodec) Encode(value any) ([]byte, error) {
 			return nil, fmt.Errorf("entity codec: %w", err)
 		}
 	}
-	return b, nil
+	b = binary.AppendVarint(b, e.NextInput)
+	return appendBytes(b, e.Decided.raw), nil
+}
+
+// DecodeTableValue reads a value of a `<stream>-table` changelog record,
+// for tools and tests that read the changelog.
+func DecodeTableValue(data []byte) (*Entity, error) {
+	v, err := entityCodec{}.Decode(data)
+	if err != nil {
+		return nil, err
+	}
+	return v.(*Entity), nil
 }
 
 func (entityCodec) Decode(data []byte) (any, error) {
@@ -77,7 +93,7 @@ func (entityCodec) Decode(data []byte) (any, error) {
 		}
 		return &e, nil
 	}
-	if len(data) == 0 || data[0] != entityFormat1 {
+	if len(data) == 0 || data[0] != entityFormat1 && data[0] != entityFormat2 {
 		return nil, fmt.Errorf("entity codec: unknown format %q", data[:min(len(data), 1)])
 	}
 	r := reader{data: data[1:]}
@@ -102,6 +118,12 @@ func (entityCodec) Decode(data []byte) (any, error) {
 	r.json(&e.Buffer)
 	r.json(&e.Chat)
 	r.json(&e.Quarantine)
+	if data[0] == entityFormat2 {
+		e.NextInput = r.varint()
+		if raw := r.bytes(); r.err == nil {
+			e.Decided, r.err = readDecidedLog(raw)
+		}
+	}
 	if r.err == nil && len(r.data) > 0 {
 		r.err = errors.New("trailing bytes")
 	}
@@ -126,6 +148,10 @@ func flags(applied, terminal, parentSeen bool) byte {
 }
 
 func appendBytes(b, v []byte) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(v))), v...)
+}
+
+func appendString(b []byte, v string) []byte {
 	return append(binary.AppendUvarint(b, uint64(len(v))), v...)
 }
 
@@ -197,6 +223,17 @@ func (r *reader) count() int {
 	}
 	r.data = r.data[size:]
 	return int(n)
+}
+
+// str reads a byte string as a string (a copy).
+func (r *reader) str() string {
+	n := r.count()
+	if n == 0 {
+		return ""
+	}
+	v := string(r.data[:n])
+	r.data = r.data[n:]
+	return v
 }
 
 // bytes returns a copy: goka may reuse the buffer it decoded from.

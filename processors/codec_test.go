@@ -3,6 +3,7 @@ package processors
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -43,7 +44,40 @@ func drawEntity(t *rapid.T) *Entity {
 	if rapid.Bool().Draw(t, "chat") {
 		e.Chat = &Conversation{Members: ids.Draw(t, "members"), Cursors: map[string]Cursor{"u": {Read: clock.Draw(t, "read")}}}
 	}
+	var inputs []DecidedInput
+	e.NextInput, inputs = drawDecided(t, clock, event)
+	for i := range inputs {
+		if err := e.Decided.add(&inputs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return e
+}
+
+// drawDecided draws a redelivery memory: any outcome, known or not, with
+// or without each optional part, and offsets and clocks anywhere.
+func drawDecided(t *rapid.T, clock *rapid.Generator[int64], event func() Event) (int64, []DecidedInput) {
+	outcome := rapid.OneOf(rapid.SampledFrom(knownOutcomes), rapid.String())
+	optional := func(name string) string {
+		return rapid.OneOf(rapid.Just(""), rapid.String()).Draw(t, name)
+	}
+	var decided []DecidedInput
+	for range rapid.IntRange(0, 4).Draw(t, "decided inputs") {
+		in := DecidedInput{Offset: rapid.Int64().Draw(t, "input offset"), AtMs: clock.Draw(t, "decided at"),
+			Replay: rapid.Int64Range(0, 3).Draw(t, "replay")}
+		for range rapid.IntRange(0, 3).Draw(t, "decisions") {
+			p := PastDecision{Outcome: outcome.Draw(t, "outcome"), Reason: optional("reason"), Version: clock.Draw(t, "past version"),
+				Gap: rapid.Int64Range(-1, 5).Draw(t, "gap"), BufferDepth: rapid.IntRange(-1, 5).Draw(t, "buffer depth"),
+				MessageID: optional("message id"), DeadLetter: optional("dead letter")}
+			if rapid.Bool().Draw(t, "other event") {
+				other := event()
+				p.Other = &other
+			}
+			in.Decisions = append(in.Decisions, p)
+		}
+		decided = append(decided, in)
+	}
+	return rapid.Int64().Draw(t, "next input"), decided
 }
 
 // sameEntity compares entities by their JSON, which ignores the difference
@@ -65,7 +99,7 @@ func TestEntityCodecRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if data[0] != entityFormat1 {
+		if data[0] != entityFormat2 {
 			t.Fatalf("format byte %d", data[0])
 		}
 		got, err := entityCodec{}.Decode(data)
@@ -79,6 +113,30 @@ func TestEntityCodecRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		sameEntity(t, e, old.(*Entity))
+	})
+}
+
+// Values of the first binary format, without the redelivery memory, still
+// decode, as the same entity with an empty memory.
+func TestEntityCodecReadsFormat1(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		e := drawEntity(t)
+		e.NextInput, e.Decided = 0, decidedLog{}
+		data, err := entityCodec{}.Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Format 1 is format 2 without its last part, here an empty
+		// memory: next input 0, no inputs.
+		if tail := data[len(data)-2:]; tail[0] != 0 || tail[1] != 0 {
+			t.Fatalf("an empty memory encoded as % x", tail)
+		}
+		format1 := append([]byte{entityFormat1}, data[1:len(data)-2]...)
+		got, err := entityCodec{}.Decode(format1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameEntity(t, e, got.(*Entity))
 	})
 }
 
@@ -110,4 +168,54 @@ func TestEntityCodecRejectsDamagedValues(t *testing.T) {
 	if _, err := (entityCodec{}).Decode([]byte{9, 0}); err == nil {
 		t.Error("an unknown format decoded")
 	}
+}
+
+// The redelivery memory keeps every part of every input through the
+// table codec, and cutting its front (the first input left is rewritten)
+// leaves exactly the inputs a list would keep.
+func TestDecidedLogRoundTrip(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		clock := rapid.Int64Range(-1, 1<<50)
+		event := func() Event {
+			return Event{Fields: envelope.Fields{Key: "k", EventID: rapid.String().Draw(t, "event id")},
+				Body: json.RawMessage(`{"a":1}`), InputOffset: clock.Draw(t, "offset")}
+		}
+		_, inputs := drawDecided(t, clock, event)
+		var e Entity
+		for i := range inputs {
+			if err := e.Decided.add(&inputs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		committed := rapid.Int64().Draw(t, "committed")
+		keep := rapid.IntRange(0, 5).Draw(t, "keep")
+		if rapid.Bool().Draw(t, "forget") {
+			e.Decided.forget(committed, keep)
+			drop := 0
+			for drop < len(inputs) && (inputs[drop].Offset < committed || len(inputs)-drop > keep) {
+				drop++
+			}
+			inputs = slices.Clip(inputs[drop:])
+			if len(inputs) == 0 {
+				inputs = nil
+			}
+		}
+		data, err := entityCodec{}.Encode(&e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeTableValue(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		decoded, err := got.Decided.inputs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ := json.Marshal(inputs)
+		b, _ := json.Marshal(decoded)
+		if string(a) != string(b) || got.Decided.n != len(inputs) {
+			t.Fatalf("%d inputs decoded as %s\nwant %s", got.Decided.n, b, a)
+		}
+	})
 }

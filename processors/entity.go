@@ -82,6 +82,12 @@ type Entity struct {
 	// Quarantine holds children waiting for their parent, in arrival order,
 	// bounded by parent.buffer and limits.buffer_bytes.
 	Quarantine []Event `json:"quarantine,omitempty"`
+	// NextInput is one past the input offset of the last record decided for
+	// this key (a key's records share one partition), 0 before any.
+	NextInput int64 `json:"next_input,omitempty"`
+	// Decided is what the key's recent inputs decided, oldest first, to
+	// answer their redelivery after a crash (redeliver.go).
+	Decided decidedLog `json:"decided,omitzero"`
 }
 
 // bodiesSize is the size of the events' bodies, what a buffer adds to the

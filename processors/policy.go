@@ -48,6 +48,14 @@ type Decision struct {
 // Applied reports whether the decision changed the entity's state.
 func (d Decision) Applied() bool { return d.Outcome == envelope.OutcomeApplied }
 
+// changesState reports whether the decision changed the entity's public
+// state: an applied event, or a quarantined child applied when its parent
+// came. Each such decision takes a revision and the input writes a state
+// record.
+func (d Decision) changesState() bool {
+	return d.Applied() || d.Outcome == envelope.OutcomeReconciled
+}
+
 // Effects are everything one input causes besides the table write.
 type Effects struct {
 	Decisions []Decision

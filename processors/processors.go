@@ -106,6 +106,10 @@ type handler struct {
 	// visitedQuarantine sums the quarantined children seen by one timer
 	// visit.
 	visitedQuarantine atomic.Int64
+	// committed is the group's committed offset per input partition, as the
+	// timer loop last read it; nil until then. It bounds the redelivery
+	// memory (redeliver.go).
+	committed atomic.Pointer[map[int32]int64]
 }
 
 // process is goka's callback: goka serializes calls per partition, so
@@ -134,68 +138,83 @@ func (h *handler) process(ctx goka.Context, msg any) {
 		entity = &Entity{}
 	}
 	entity.startRevisions()
+	if ev.InputOffset < entity.NextInput {
+		h.redeliver(ctx, entity, ev)
+		return
+	}
+	atMs := h.opts.Now().UnixMilli()
+	effects := h.policy.decide(entity, ev)
+	if err := entity.rememberDecided(ev, effects, atMs, h.committedOffset(ev.InputPartition)); err != nil {
+		ctx.Fail(fmt.Errorf("remembering the decision of %s: %w", ctx.Key(), err))
+		return
+	}
 	// The table is written on every decision, duplicates included: the
 	// dedup memory is part of the state.
-	h.store(ctx, entity, h.policy.decide(entity, ev))
+	h.store(ctx, entity, effects, atMs)
 }
 
-// store emits the effects, writes the entity to the table and then the
-// state record: emitEffects revises the entity, so the table holds the
-// revision the state record carries.
-func (h *handler) store(ctx goka.Context, entity *Entity, effects Effects) {
-	state, err := h.emitEffects(ctx, entity, effects)
-	if err != nil {
-		ctx.Fail(err)
+// store emits the effects decided at atMs, revising the entity once per
+// decision that changed its state, writes the entity to the table and then
+// the state record, so the table holds the revision the state record
+// carries.
+func (h *handler) store(ctx goka.Context, entity *Entity, effects Effects, atMs int64) {
+	changed := false
+	for _, d := range effects.Decisions {
+		if d.changesState() {
+			changed = true
+			entity.revise(d.Version)
+		}
+		h.count(d.Outcome)
+		if d.Reason == ReasonOrphanTTL && h.opts.Metrics != nil {
+			h.opts.Metrics.expired.WithLabelValues(h.stream.Name).Inc()
+		}
+	}
+	h.emitEffects(ctx, effects, atMs)
+	h.writeBack(ctx, entity, changed)
+}
+
+// emitEffects writes the outcome of every decision made at atMs, the dead
+// letters and the replay request, for the key being processed.
+func (h *handler) emitEffects(ctx goka.Context, effects Effects, atMs int64) {
+	for _, d := range effects.Decisions {
+		h.emit(ctx, h.names.Outcomes, &envelope.Outcome{
+			Stream: h.stream.Name, Key: ctx.Key(), EventID: d.Event.EventID, EventType: d.Event.Type,
+			Version: d.Version, Outcome: d.Outcome, Reason: d.Reason, Gap: d.Gap, BufferDepth: d.BufferDepth, MessageID: d.MessageID,
+			OccurredAtMs: d.Event.OccurredAtMs, ReceivedAtMs: d.Event.ReceivedAtMs, ProcessedAtMs: atMs,
+			InputPartition: d.Event.InputPartition, InputOffset: d.Event.InputOffset,
+			Payload: d.Event.Body,
+		})
+		if d.DeadLetter != "" {
+			h.emitDeadLetter(ctx, d.Event, d.DeadLetter, fmt.Sprintf("event %s at version %d", d.Event.EventID, d.Version), atMs)
+		}
+	}
+	if effects.Replay > 0 {
+		h.emit(ctx, h.names.Replay, envelope.ReplayRequest{
+			Stream: h.stream.Name, Key: ctx.Key(), FirstMissing: effects.Replay, RequestedAtMs: atMs,
+		})
+	}
+}
+
+// writeBack writes the entity to the table and then, when its state
+// changed, its state record at its current revision. The record is built
+// first: a failure stops before the table write.
+func (h *handler) writeBack(ctx goka.Context, entity *Entity, changed bool) {
+	var state *envelope.State
+	if changed {
+		public, expiresAt, err := publicState(h.stream, entity, ctx.Key())
+		if err != nil {
+			ctx.Fail(fmt.Errorf("public state of %s: %w", ctx.Key(), err))
+			return
+		}
+		state = &envelope.State{
+			Stream: h.stream.Name, Key: ctx.Key(), Version: entity.NextRevision - 1, State: public,
+			UpdatedAtMs: entity.lastUpdate(), ExpiresAtMs: expiresAt,
+		}
 	}
 	ctx.SetValue(entity)
 	if state != nil {
 		h.emit(ctx, h.names.State, state)
 	}
-}
-
-// emitEffects writes the outcome of every decision and the replay
-// request, for the key being processed, revises the entity once per applied
-// decision, and returns the state record to emit (nil when nothing
-// applied) after the table write.
-func (h *handler) emitEffects(ctx goka.Context, entity *Entity, effects Effects) (*envelope.State, error) {
-	applied := false
-	processedAt := h.opts.Now().UnixMilli()
-	for _, d := range effects.Decisions {
-		if d.Applied() || d.Outcome == envelope.OutcomeReconciled {
-			applied = true
-			entity.revise(d.Version)
-		}
-		h.emit(ctx, h.names.Outcomes, &envelope.Outcome{
-			Stream: h.stream.Name, Key: ctx.Key(), EventID: d.Event.EventID, EventType: d.Event.Type,
-			Version: d.Version, Outcome: d.Outcome, Reason: d.Reason, Gap: d.Gap, BufferDepth: d.BufferDepth, MessageID: d.MessageID,
-			OccurredAtMs: d.Event.OccurredAtMs, ReceivedAtMs: d.Event.ReceivedAtMs, ProcessedAtMs: processedAt,
-			InputPartition: d.Event.InputPartition, InputOffset: d.Event.InputOffset,
-			Payload: d.Event.Body,
-		})
-		h.count(d.Outcome)
-		if d.Reason == ReasonOrphanTTL && h.opts.Metrics != nil {
-			h.opts.Metrics.expired.WithLabelValues(h.stream.Name).Inc()
-		}
-		if d.DeadLetter != "" {
-			h.emitDeadLetter(ctx, d.Event, d.DeadLetter, fmt.Sprintf("event %s at version %d", d.Event.EventID, d.Version))
-		}
-	}
-	if effects.Replay > 0 {
-		h.emit(ctx, h.names.Replay, envelope.ReplayRequest{
-			Stream: h.stream.Name, Key: ctx.Key(), FirstMissing: effects.Replay, RequestedAtMs: processedAt,
-		})
-	}
-	if !applied {
-		return nil, nil
-	}
-	state, expiresAt, err := publicState(h.stream, entity, ctx.Key())
-	if err != nil {
-		return nil, fmt.Errorf("public state of %s: %w", ctx.Key(), err)
-	}
-	return &envelope.State{
-		Stream: h.stream.Name, Key: ctx.Key(), Version: entity.NextRevision - 1, State: state,
-		UpdatedAtMs: entity.lastUpdate(), ExpiresAtMs: expiresAt,
-	}, nil
 }
 
 // decode reads an input record: the body through the catalogue, the
@@ -235,16 +254,17 @@ func (h *handler) decode(ctx goka.Context, body []byte) (Event, error) {
 func (h *handler) deadLetter(ctx goka.Context, body []byte, reason string, cause error) {
 	h.opts.Logger.Warn("record sent to the DLQ", "stream", h.stream.Name, "reason", reason,
 		"partition", ctx.Partition(), "offset", ctx.Offset(), "err", cause)
-	h.emitDeadLetter(ctx, Event{Body: body, InputPartition: ctx.Partition(), InputOffset: ctx.Offset()}, reason, cause.Error())
+	h.emitDeadLetter(ctx, Event{Body: body, InputPartition: ctx.Partition(), InputOffset: ctx.Offset()}, reason, cause.Error(), h.opts.Now().UnixMilli())
 	h.count("dead_letter")
 }
 
-// emitDeadLetter writes an input event, located in <stream>.in, to the DLQ.
-func (h *handler) emitDeadLetter(ctx goka.Context, ev Event, reason, detail string) {
+// emitDeadLetter writes an input event, located in <stream>.in, to the DLQ,
+// dead-lettered at atMs.
+func (h *handler) emitDeadLetter(ctx goka.Context, ev Event, reason, detail string, atMs int64) {
 	h.emit(ctx, h.names.DLQ, envelope.DeadLetter{
 		Stream: h.stream.Name, Topic: h.names.In, Partition: ev.InputPartition, Offset: ev.InputOffset,
 		Key: ctx.Key(), Reason: reason, Detail: detail,
-		EventID: ev.EventID, EventType: ev.Type, ReceivedAtMs: ev.ReceivedAtMs, AtMs: h.opts.Now().UnixMilli(),
+		EventID: ev.EventID, EventType: ev.Type, ReceivedAtMs: ev.ReceivedAtMs, AtMs: atMs,
 		Payload: ev.Body,
 	})
 }

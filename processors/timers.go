@@ -3,6 +3,7 @@ package processors
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/lovoo/goka"
@@ -57,7 +58,7 @@ func (h *handler) tick(ctx goka.Context, meta any) {
 		return
 	}
 	entity.startRevisions()
-	h.store(ctx, entity, t.expire(entity, now))
+	h.store(ctx, entity, t.expire(entity, now), h.opts.Now().UnixMilli())
 }
 
 // RunTimers visits the processor's keys every tick until ctx ends. A visit
@@ -68,7 +69,7 @@ func (h *handler) tick(ctx goka.Context, meta any) {
 func (p *Processor) RunTimers(ctx context.Context, tick time.Duration, adm *kadm.Client) error {
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	w := &watermark{adm: adm, topic: p.h.names.In, group: topics.Group(p.h.stream.Name)}
+	w := &watermark{adm: adm, topic: p.h.names.In, group: topics.Group(p.h.stream.Name), committed: &p.h.committed}
 	for {
 		select {
 		case <-ctx.Done():
@@ -105,6 +106,8 @@ type watermark struct {
 	// yet known to be consumed.
 	samples []endSample
 	safe    time.Time
+	// committed receives the committed offsets read, per partition.
+	committed *atomic.Pointer[map[int32]int64]
 }
 
 type endSample struct {
@@ -128,6 +131,15 @@ func (w *watermark) advance(ctx context.Context, now time.Time) (time.Time, erro
 	committed, err := w.adm.FetchOffsetsForTopics(ctx, w.group, w.topic)
 	if err != nil {
 		return w.safe, err
+	}
+	if w.committed != nil {
+		read := map[int32]int64{}
+		committed.Each(func(o kadm.OffsetResponse) {
+			if o.Err == nil && o.Topic == w.topic && o.At > 0 {
+				read[o.Partition] = o.At
+			}
+		})
+		w.committed.Store(&read)
 	}
 	for len(w.samples) > 0 && consumed(w.samples[0], committed, w.topic) {
 		w.safe = w.samples[0].at

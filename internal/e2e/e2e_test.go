@@ -117,6 +117,13 @@ func prepare(t testing.TB, ctx context.Context, cfg *config.Config, brokers []st
 	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse.Database, nil); err != nil {
 		t.Fatal(err)
 	}
+	return conn, ensureTopics(t, ctx, cfg, brokers)
+}
+
+// ensureTopics creates the configured streams' topics and returns a client
+// of the broker.
+func ensureTopics(t *testing.T, ctx context.Context, cfg *config.Config, brokers []string) *kgo.Client {
+	t.Helper()
 	cl, err := kafka.NewClient(brokers)
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +132,7 @@ func prepare(t testing.TB, ctx context.Context, cfg *config.Config, brokers []st
 		cl.Close()
 		t.Fatal(err)
 	}
-	return conn, cl
+	return cl
 }
 
 func (p *pipeline) waitReady(t *testing.T, ctx context.Context) {

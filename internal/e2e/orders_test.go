@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -45,10 +44,7 @@ func TestOrdersLostAndFoundSurvivesSIGKILL(t *testing.T) {
 	})
 
 	// Killed while the children wait; the order arrives while it is down.
-	if err := proc.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_, _ = proc.Process.Wait()
+	h.kill(proc)
 	h.produce("o1", []byte(`{"event_id":"order-1","event_type":"order.created","order_id":"o1","payload":{"total":12}}`))
 	h.start("state")
 

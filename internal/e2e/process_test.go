@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,16 +27,29 @@ import (
 // decided by real `driftguard process` binaries that a test can kill, with
 // the ClickHouse sink running in the test, on the real broker and server.
 type processHarness struct {
+	*processRunner
+	ctx    context.Context
+	cfg    *config.Config
+	stream string
+	conn   driver.Conn
+	cl     *kgo.Client
+}
+
+// processRunner runs real `driftguard process` binaries for the streams of
+// a config file, so a test can kill them.
+type processRunner struct {
 	t          *testing.T
-	ctx        context.Context
-	cfg        *config.Config
-	stream     string
 	configFile string
+	streams    []string
 	brokers    []string
 	bin        string
 	dir        string
-	conn       driver.Conn
-	cl         *kgo.Client
+}
+
+// newProcessRunner builds the binary into dir.
+func newProcessRunner(t *testing.T, dir, configFile string, brokers []string, streams ...string) *processRunner {
+	t.Helper()
+	return &processRunner{t: t, configFile: configFile, streams: streams, brokers: brokers, bin: buildDriftguard(t, dir), dir: dir}
 }
 
 func newProcessHarness(t *testing.T, ctx context.Context, dir, configFile, stream string) *processHarness {
@@ -51,7 +65,7 @@ func newProcessHarness(t *testing.T, ctx context.Context, dir, configFile, strea
 	cfg.ClickHouse.Addr = chAddr
 	cfg.ClickHouse.Database = testenv.UniqueName("dg_" + strings.Split(stream, "_")[0])
 	cfg.ClickHouse.BatchPeriod = 100 * time.Millisecond
-	h := &processHarness{t: t, ctx: ctx, cfg: cfg, stream: stream, configFile: configFile, brokers: brokers, dir: dir}
+	h := &processHarness{ctx: ctx, cfg: cfg, stream: stream}
 	h.conn, h.cl = prepare(t, ctx, cfg, brokers)
 	t.Cleanup(h.cl.Close)
 
@@ -59,15 +73,15 @@ func newProcessHarness(t *testing.T, ctx context.Context, dir, configFile, strea
 	sinkDone := make(chan error, 1)
 	go func() { sinkDone <- service.RunAll(sinkCtx, sinkch.New(cfg, brokers, h.conn, testenv.Logger(t), nil)) }()
 	t.Cleanup(func() { stopSink(); <-sinkDone })
-	h.bin = buildDriftguard(t, dir)
+	h.processRunner = newProcessRunner(t, dir, configFile, brokers, stream)
 	return h
 }
 
-// start runs `driftguard process` for the stream with its table storage in
+// start runs `driftguard process` for the streams with its table storage in
 // the named folder (the same name after a kill reuses the storage).
-func (h *processHarness) start(name string) *exec.Cmd {
+func (h *processRunner) start(name string) *exec.Cmd {
 	h.t.Helper()
-	cmd := exec.Command(h.bin, "process", "--config", h.configFile, "--streams", h.stream)
+	cmd := exec.Command(h.bin, "process", "--config", h.configFile, "--streams", strings.Join(h.streams, ","))
 	cmd.Env = append(os.Environ(),
 		"DRIFTGUARD_KAFKA_BROKERS="+strings.Join(h.brokers, ","),
 		"DRIFTGUARD_DATA_DIR="+filepath.Join(h.dir, name),
@@ -81,15 +95,29 @@ func (h *processHarness) start(name string) *exec.Cmd {
 	return cmd
 }
 
+// kill ends a process with SIGKILL, as a crash would.
+func (h *processRunner) kill(cmd *exec.Cmd) {
+	h.t.Helper()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		h.t.Fatal(err)
+	}
+	_, _ = cmd.Process.Wait()
+}
+
 // produce writes a body to the stream's input as ingest would, received now.
 func (h *processHarness) produce(key string, body []byte) {
 	h.t.Helper()
-	rec := &kgo.Record{Topic: topics.For(h.stream).In, Key: []byte(key), Value: body, Headers: []kgo.RecordHeader{
-		{Key: envelope.HeaderReceivedAt, Value: []byte(strconv.FormatInt(time.Now().UnixMilli(), 10))},
-	}}
-	if err := h.cl.ProduceSync(h.ctx, rec).FirstErr(); err != nil {
+	if err := h.cl.ProduceSync(h.ctx, inputRecord(h.stream, key, body)).FirstErr(); err != nil {
 		h.t.Fatal(err)
 	}
+}
+
+// inputRecord is a body for the stream's input as ingest writes it,
+// received now.
+func inputRecord(stream, key string, body []byte) *kgo.Record {
+	return &kgo.Record{Topic: topics.For(stream).In, Key: []byte(key), Value: body, Headers: []kgo.RecordHeader{
+		{Key: envelope.HeaderReceivedAt, Value: []byte(strconv.FormatInt(time.Now().UnixMilli(), 10))},
+	}}
 }
 
 // count runs a count query whose two %s are the database and the stream.
