@@ -122,7 +122,7 @@ func prepare(t testing.TB, ctx context.Context, cfg *config.Config, brokers []st
 
 // ensureTopics creates the configured streams' topics and returns a client
 // of the broker.
-func ensureTopics(t *testing.T, ctx context.Context, cfg *config.Config, brokers []string) *kgo.Client {
+func ensureTopics(t testing.TB, ctx context.Context, cfg *config.Config, brokers []string) *kgo.Client {
 	t.Helper()
 	cl, err := kafka.NewClient(brokers)
 	if err != nil {
