@@ -60,6 +60,7 @@ func TestAnalystQueriesOnPipelineData(t *testing.T) {
 		"orphans_expired":               h.checkOrphansExpired,
 		"workflows_stuck":               h.checkWorkflowsStuck,
 		"chat_messages":                 h.checkChatMessages,
+		"decisions_by_input":            h.checkDecisionsByInput,
 	}
 	for name := range checks {
 		if _, ok := queries[name]; !ok {
@@ -550,6 +551,22 @@ func (h *history) checkOrphanCounts(got [][]any) {
 		}
 		if quarantined > 0 {
 			want = append(want, []any{h.streams[name], quarantined, reconciled, expired, quarantined - reconciled - expired})
+		}
+	}
+	h.expect(got, want)
+}
+
+// checkDecisionsByInput: with no crash in the history, counting decisions
+// by input position gives every decision, by stream and outcome.
+func (h *history) checkDecisionsByInput(got [][]any) {
+	var want [][]any
+	for _, name := range h.catalogueOrder() {
+		counts := map[string]int64{}
+		for _, d := range h.decisionsOf(name) {
+			counts[d.outcome]++
+		}
+		for _, outcome := range slices.Sorted(maps.Keys(counts)) {
+			want = append(want, []any{h.streams[name], outcome, counts[outcome]})
 		}
 	}
 	h.expect(got, want)
