@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -49,6 +50,62 @@ func (c *values[T]) reset() {
 	c.v = c.v[:0]
 }
 
+// texts is a String column as one buffer of its values' bytes and where
+// each value ends. A value is copied in right after the scanner read it,
+// while its record is still in the CPU's caches, and the column is sent in
+// one sequential pass over the buffer, instead of gathering strings from
+// tens of MiB of records once per column. The buffers are reused batch
+// after batch and hold no pointers for the garbage collector to scan.
+type texts struct {
+	col  string
+	buf  []byte
+	ends []int
+	// view holds the values as strings over buf while they are sent.
+	view []string
+}
+
+func (c *texts) name() string { return c.col }
+
+func (c *texts) add(s string) {
+	c.buf = append(c.buf, s...)
+	c.ends = append(c.ends, len(c.buf))
+}
+
+func (c *texts) value(i int) string {
+	start := 0
+	if i > 0 {
+		start = c.ends[i-1]
+	}
+	return unsafe.String(unsafe.SliceData(c.buf[start:]), c.ends[i]-start)
+}
+
+func (c *texts) send(bc driver.BatchColumn) error {
+	c.view = c.view[:0]
+	for i := range c.ends {
+		c.view = append(c.view, c.value(i))
+	}
+	err := bc.Append(c.view)
+	clear(c.view) // no strings over buf outlive the send
+	return err
+}
+
+func (c *texts) keep(mask []bool) {
+	n, end := 0, 0
+	for i := range c.ends {
+		if mask[i] {
+			v := c.value(i)
+			end += copy(c.buf[end:], v) // never ahead of v: rows only drop
+			c.ends[n] = end
+			n++
+		}
+	}
+	c.buf, c.ends = c.buf[:end], c.ends[:n]
+}
+
+func (c *texts) reset() {
+	c.buf, c.ends = c.buf[:0], c.ends[:0]
+}
+
 // source is where a row was read: a record of a topic partition.
 type source struct {
 	topic     string
@@ -67,6 +124,12 @@ type block struct {
 
 func newColumn[T any](b *block, name string) *values[T] {
 	c := &values[T]{col: name}
+	b.cols = append(b.cols, c)
+	return c
+}
+
+func newTexts(b *block, name string) *texts {
+	c := &texts{col: name}
 	b.cols = append(b.cols, c)
 	return c
 }
@@ -164,8 +227,18 @@ type valuesOf[R, T any] struct {
 
 func (c *valuesOf[R, T]) add(r *kgo.Record, row *R) { c.v = append(c.v, c.get(r, row)) }
 
+type textsOf[R any] struct {
+	texts
+	get func(*kgo.Record, *R) string
+}
+
+func (c *textsOf[R]) add(r *kgo.Record, row *R) { c.texts.add(c.get(r, row)) }
+
 // col is a column named as in the table, with how to get its value.
 func col[R, T any](name string, get func(r *kgo.Record, row *R) T) rowColumn[R] {
+	if get, ok := any(get).(func(*kgo.Record, *R) string); ok {
+		return &textsOf[R]{texts: texts{col: name}, get: get}
+	}
 	return &valuesOf[R, T]{values: values[T]{col: name}, get: get}
 }
 
@@ -205,31 +278,57 @@ func (b *tableBlock[R]) add(r *kgo.Record, row *R) {
 }
 
 type (
-	outcome    = outcomeRow
 	state      = envelope.State
 	deadLetter = envelope.DeadLetter
 )
 
-func newEventsBlock() *tableBlock[outcome] {
-	return newTableBlock("events",
-		col("stream", func(_ *kgo.Record, o *outcome) string { return o.Stream }),
-		col("entity_key", func(_ *kgo.Record, o *outcome) string { return o.Key }),
-		col("event_id", func(_ *kgo.Record, o *outcome) string { return o.EventID }),
-		col("event_type", func(_ *kgo.Record, o *outcome) string { return o.EventType }),
-		col("version", func(_ *kgo.Record, o *outcome) int64 { return o.Version }),
-		col("outcome", func(_ *kgo.Record, o *outcome) string { return o.Outcome.Outcome }),
-		col("reason", func(_ *kgo.Record, o *outcome) string { return o.Reason }),
-		col("gap", func(_ *kgo.Record, o *outcome) int64 { return o.Gap }),
-		col("buffer_depth", func(_ *kgo.Record, o *outcome) int64 { return int64(o.BufferDepth) }),
-		col("occurred_at_ms", func(_ *kgo.Record, o *outcome) int64 { return o.OccurredAtMs }),
-		col("received_at_ms", func(_ *kgo.Record, o *outcome) int64 { return o.ReceivedAtMs }),
-		col("processed_at_ms", func(_ *kgo.Record, o *outcome) int64 { return o.ProcessedAtMs }),
-		col("processed_at", func(_ *kgo.Record, o *outcome) int64 { return seconds(o.ProcessedAtMs) }),
-		topicCol[outcome]("topic"), partitionCol[outcome]("partition"), offsetCol[outcome]("offset"),
-		col("input_partition", func(_ *kgo.Record, o *outcome) int32 { return o.InputPartition }),
-		col("input_offset", func(_ *kgo.Record, o *outcome) int64 { return o.InputOffset }),
-		col("payload", func(_ *kgo.Record, o *outcome) string { return o.payload }),
-	)
+// eventsBlock is the block of events, filled field by field: outcomes are
+// most of what the sink writes, and calling a getter per column cost more
+// than copying the values.
+type eventsBlock struct {
+	block
+	stream, key, eventID, eventType, outcome, reason, topic, payload     *texts
+	version, gap, bufferDepth, occurredAtMs, receivedAtMs, processedAtMs *values[int64]
+	processedAt, offset, inputOffset                                     *values[int64]
+	partition, inputPartition                                            *values[int32]
+}
+
+func newEventsBlock() *eventsBlock {
+	b := &eventsBlock{block: block{table: "events"}}
+	b.stream, b.key, b.eventID = newTexts(&b.block, "stream"), newTexts(&b.block, "entity_key"), newTexts(&b.block, "event_id")
+	b.eventType = newTexts(&b.block, "event_type")
+	b.version = newColumn[int64](&b.block, "version")
+	b.outcome, b.reason = newTexts(&b.block, "outcome"), newTexts(&b.block, "reason")
+	b.gap, b.bufferDepth = newColumn[int64](&b.block, "gap"), newColumn[int64](&b.block, "buffer_depth")
+	b.occurredAtMs, b.receivedAtMs = newColumn[int64](&b.block, "occurred_at_ms"), newColumn[int64](&b.block, "received_at_ms")
+	b.processedAtMs, b.processedAt = newColumn[int64](&b.block, "processed_at_ms"), newColumn[int64](&b.block, "processed_at")
+	b.topic, b.partition, b.offset = newTexts(&b.block, "topic"), newColumn[int32](&b.block, "partition"), newColumn[int64](&b.block, "offset")
+	b.inputPartition, b.inputOffset = newColumn[int32](&b.block, "input_partition"), newColumn[int64](&b.block, "input_offset")
+	b.payload = newTexts(&b.block, "payload")
+	return b
+}
+
+func (b *eventsBlock) add(r *kgo.Record, o *outcomeRow) {
+	b.stream.add(o.Stream)
+	b.key.add(o.Key)
+	b.eventID.add(o.EventID)
+	b.eventType.add(o.EventType)
+	b.version.add(o.Version)
+	b.outcome.add(o.Outcome.Outcome)
+	b.reason.add(o.Reason)
+	b.gap.add(o.Gap)
+	b.bufferDepth.add(int64(o.BufferDepth))
+	b.occurredAtMs.add(o.OccurredAtMs)
+	b.receivedAtMs.add(o.ReceivedAtMs)
+	b.processedAtMs.add(o.ProcessedAtMs)
+	b.processedAt.add(seconds(o.ProcessedAtMs))
+	b.topic.add(r.Topic)
+	b.partition.add(r.Partition)
+	b.offset.add(r.Offset)
+	b.inputPartition.add(o.InputPartition)
+	b.inputOffset.add(o.InputOffset)
+	b.payload.add(o.payload)
+	b.from(r)
 }
 
 func newStateBlock() *tableBlock[state] {

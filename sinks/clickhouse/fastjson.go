@@ -1,6 +1,7 @@
 package clickhouse
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -19,22 +20,20 @@ import (
 //
 // The fast path reads data as a string without copying it, and every
 // string field, payload included, is a part of that string: no allocation
-// but the row. That holds only while nothing writes to data again, which
-// is so for a record value: franz-go allocates a fresh buffer for every
-// fetch response and every decompressed batch unless the client is given
-// pools (kgo.WithPools), which the sink's client is not.
-func decodeOutcome(data []byte) (*outcomeRow, error) {
-	row := new(outcomeRow)
+// at all (row is the caller's, reused record after record). The strings
+// are copied into the block's columns right after.
+func decodeOutcome(data []byte, row *outcomeRow) error {
+	*row = outcomeRow{}
 	var ok bool
 	if row.payload, ok = scanOutcome(data, &row.Outcome); ok {
-		return row, nil
+		return nil
 	}
-	row = new(outcomeRow)
+	*row = outcomeRow{}
 	if err := json.Unmarshal(data, &row.Outcome); err != nil {
-		return nil, err
+		return err
 	}
 	row.payload, row.Payload = string(row.Payload), nil
-	return row, nil
+	return nil
 }
 
 // outcomeRow is a decoded outcome with its payload as the string the
@@ -47,33 +46,6 @@ type outcomeRow struct {
 // outcomeKeys are the JSON names of envelope.Outcome's fields.
 var outcomeKeys = []string{"stream", "key", "event_id", "type", "version", "outcome", "reason", "gap", "buffer_depth",
 	"message_id", "occurred_at_ms", "received_at_ms", "processed_at_ms", "input_partition", "input_offset", "payload"}
-
-// The string and integer fields of envelope.Outcome by JSON name.
-var outcomeStrings = map[string]func(*envelope.Outcome) *string{
-	"stream":     func(o *envelope.Outcome) *string { return &o.Stream },
-	"key":        func(o *envelope.Outcome) *string { return &o.Key },
-	"event_id":   func(o *envelope.Outcome) *string { return &o.EventID },
-	"type":       func(o *envelope.Outcome) *string { return &o.EventType },
-	"outcome":    func(o *envelope.Outcome) *string { return &o.Outcome },
-	"reason":     func(o *envelope.Outcome) *string { return &o.Reason },
-	"message_id": func(o *envelope.Outcome) *string { return &o.MessageID },
-}
-
-type intField struct {
-	bits int
-	set  func(*envelope.Outcome, int64)
-}
-
-var outcomeInts = map[string]intField{
-	"version":         {64, func(o *envelope.Outcome, n int64) { o.Version = n }},
-	"gap":             {64, func(o *envelope.Outcome, n int64) { o.Gap = n }},
-	"buffer_depth":    {strconv.IntSize, func(o *envelope.Outcome, n int64) { o.BufferDepth = int(n) }},
-	"occurred_at_ms":  {64, func(o *envelope.Outcome, n int64) { o.OccurredAtMs = n }},
-	"received_at_ms":  {64, func(o *envelope.Outcome, n int64) { o.ReceivedAtMs = n }},
-	"processed_at_ms": {64, func(o *envelope.Outcome, n int64) { o.ProcessedAtMs = n }},
-	"input_partition": {32, func(o *envelope.Outcome, n int64) { o.InputPartition = int32(n) }},
-	"input_offset":    {64, func(o *envelope.Outcome, n int64) { o.InputOffset = n }},
-}
 
 // scanOutcome fills o but its Payload, which it returns as a string, from
 // a flat JSON object; or reports false when the input needs encoding/json
@@ -91,15 +63,46 @@ func scanOutcome(data []byte, o *envelope.Outcome) (payload string, _ bool) {
 		if !ok || !s.skip(':') {
 			return "", false
 		}
-		if field, isString := outcomeStrings[key]; isString {
-			*field(o), ok = s.str()
-		} else if field, isInt := outcomeInts[key]; isInt {
+		// A switch, not a map: the field names cost a few comparisons of
+		// lengths and words.
+		switch key {
+		case "stream":
+			o.Stream, ok = s.str()
+		case "key":
+			o.Key, ok = s.str()
+		case "event_id":
+			o.EventID, ok = s.str()
+		case "type":
+			o.EventType, ok = s.str()
+		case "outcome":
+			o.Outcome, ok = s.str()
+		case "reason":
+			o.Reason, ok = s.str()
+		case "message_id":
+			o.MessageID, ok = s.str()
+		case "version":
+			o.Version, ok = s.int(64)
+		case "gap":
+			o.Gap, ok = s.int(64)
+		case "buffer_depth":
 			var n int64
-			n, ok = s.int(field.bits)
-			field.set(o, n)
-		} else if key == "payload" {
+			n, ok = s.int(strconv.IntSize)
+			o.BufferDepth = int(n)
+		case "occurred_at_ms":
+			o.OccurredAtMs, ok = s.int(64)
+		case "received_at_ms":
+			o.ReceivedAtMs, ok = s.int(64)
+		case "processed_at_ms":
+			o.ProcessedAtMs, ok = s.int(64)
+		case "input_partition":
+			var n int64
+			n, ok = s.int(32)
+			o.InputPartition = int32(n)
+		case "input_offset":
+			o.InputOffset, ok = s.int(64)
+		case "payload":
 			payload, ok = s.value()
-		} else {
+		default:
 			// encoding/json matches keys case-insensitively.
 			for _, k := range outcomeKeys {
 				if strings.EqualFold(k, key) {
@@ -169,39 +172,85 @@ func (s *scanner) rawString() (int, bool) {
 	if !s.skip('"') {
 		return 0, false
 	}
-	start, ascii := s.i-1, true
-	for ; s.i < len(s.b); s.i++ {
-		switch c := s.b[s.i]; {
-		case c == '"':
-			s.i++
-			return start, ascii || utf8.Valid(s.b[start:s.i])
-		case c == '\\' || c < 0x20:
-			return 0, false
-		case c >= utf8.RuneSelf:
-			ascii = false
-		}
+	start := s.i - 1
+	nonASCII := s.plain()
+	if s.i < len(s.b) && s.b[s.i] == '"' {
+		s.i++
+		return start, !nonASCII || utf8.Valid(s.b[start:s.i])
 	}
-	return 0, false
+	return 0, false // an escape, a control character or the end
+}
+
+// Eight bytes at a time: a byte of each, and their high bits.
+const (
+	eachByte  = 0x0101010101010101
+	highBits  = 0x8080808080808080
+	quotes    = '"' * eachByte
+	backslash = '\\' * eachByte
+	controls  = 0x20 * eachByte
+)
+
+// plain passes over the part of a string that needs no second look: up to
+// a quote, a backslash, a control character or the end. It reads eight
+// bytes at a time, and reports whether any byte it passed is not ASCII.
+func (s *scanner) plain() (nonASCII bool) {
+	b, i := s.b, s.i
+	var seen uint64
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		q, bs := x^quotes, x^backslash
+		// Nonzero when a byte of q or bs is zero or a byte of x is below
+		// 0x20 (the high bit of (v - 0x01…) &^ v marks a byte of v below
+		// 1; exact as to whether there is one, if not which).
+		if ((q-eachByte)&^q|(bs-eachByte)&^bs|(x-controls)&^x)&highBits != 0 {
+			break
+		}
+		seen |= x
+	}
+	for ; i < len(b); i++ {
+		c := b[i]
+		if c == '"' || c == '\\' || c < 0x20 {
+			break
+		}
+		seen |= uint64(c)
+	}
+	s.i = i
+	return seen&highBits != 0
 }
 
 // int reads an integer in JSON's grammar (no fraction or exponent) that
-// fits bits.
+// fits bits, reading its digits once.
 func (s *scanner) int(bits int) (int64, bool) {
-	raw, ok := s.number()
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(raw, 10, bits)
-	return n, err == nil
-}
-
-func (s *scanner) number() (string, bool) {
 	s.space()
 	start := s.i
-	if !s.integer() || (s.i < len(s.b) && (s.b[s.i] == '.' || s.b[s.i] == 'e' || s.b[s.i] == 'E')) {
-		return "", false
+	negative := s.i < len(s.b) && s.b[s.i] == '-'
+	if negative {
+		s.i++
 	}
-	return s.s[start:s.i], true
+	first := s.i
+	var n uint64 // wraps past 19 digits, which strconv reads instead
+	for s.i < len(s.b) && s.b[s.i]-'0' < 10 {
+		n = n*10 + uint64(s.b[s.i]-'0')
+		s.i++
+	}
+	digits := s.i - first
+	if digits == 0 || (digits > 1 && s.b[first] == '0') ||
+		(s.i < len(s.b) && (s.b[s.i] == '.' || s.b[s.i] == 'e' || s.b[s.i] == 'E')) {
+		return 0, false
+	}
+	if digits > 18 {
+		// Might not fit in 63 bits: strconv decides.
+		v, err := strconv.ParseInt(s.s[start:s.i], 10, bits)
+		return v, err == nil
+	}
+	v := int64(n)
+	if negative {
+		v = -v
+	}
+	if bits < 64 && v != v<<(64-bits)>>(64-bits) {
+		return 0, false
+	}
+	return v, true
 }
 
 // integer passes over JSON's integer part: -?(0|[1-9][0-9]*).
@@ -290,36 +339,38 @@ func (s *scanner) skipString() bool {
 	if s.i >= len(s.b) || s.b[s.i] != '"' {
 		return false
 	}
-	for s.i++; s.i < len(s.b); s.i++ {
-		switch c := s.b[s.i]; {
-		case c == '"':
+	s.i++
+	for {
+		s.plain()
+		if s.i >= len(s.b) || s.b[s.i] < 0x20 {
+			return false
+		}
+		if s.b[s.i] == '"' {
 			s.i++
 			return true
-		case c < 0x20:
+		}
+		// A backslash.
+		s.i++
+		if s.i >= len(s.b) {
 			return false
-		case c == '\\':
-			s.i++
-			if s.i >= len(s.b) {
+		}
+		switch s.b[s.i] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		case 'u':
+			if s.i+4 >= len(s.b) {
 				return false
 			}
-			switch s.b[s.i] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			case 'u':
-				if s.i+4 >= len(s.b) {
+			for _, h := range s.b[s.i+1 : s.i+5] {
+				if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
 					return false
 				}
-				for _, h := range s.b[s.i+1 : s.i+5] {
-					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
-						return false
-					}
-				}
-				s.i += 4
-			default:
-				return false
 			}
+			s.i += 4
+		default:
+			return false
 		}
+		s.i++
 	}
-	return false
 }
 
 // skipNumber passes over a number in JSON's full grammar.

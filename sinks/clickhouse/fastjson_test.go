@@ -24,6 +24,12 @@ func FuzzDecodeOutcome(f *testing.F) {
 		`{"stream":"a\tb"}`, `{"stream":null}`, `{"gap":"1"}`, `{"a":1}x`, `[1]`, `{"a":1,}`, `{"extra":{"k":"\u212a"}}`, "{\"\u212aey\":\"k\"}",
 		`{"payload":-.5}`, `{"payload":1.5e+3}`, `{"payload":1.e3}`, `{"payload":"\u00zz"}`, `{"payload":"\u00e9\n"}`, `{"payload":[1,]}`,
 		`{"payload":{"a":01}}`, `{"payload":{"a" 1}}`, `{"payload":[[[[[]]]]]}`, `{"payload":nul}`, "{\"payload\":\"\xff\"}",
+		// Strings long enough to be read eight bytes at a time, with what
+		// stops that at each place of a word.
+		`{"stream":"abcdefghijklmnopqrstuvwxyz0123456789"}`, "{\"stream\":\"abcdefghijklmn\xc3\xa9opqrstuvwxyz\"}",
+		"{\"stream\":\"abcdefghijklm\xc3opqrstuvwxyz\"}", "{\"key\":\"abcdefghijk\x01lmnopqrstuvwxyz\"}",
+		`{"key":"abcdefghij\"klmnopqrstuvwxyz"}`, `{"payload":"abcdefghijklmnop\"qrstuvw\u00e9xyz\\0123456789"}`,
+		"{\"payload\":\"abcdefghijklmnopqrs\x1ftuvwxyz\"}", `{"payload":"abcdefghijklmnopqrstuvw\q"}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -42,7 +48,8 @@ func FuzzDecodeOutcome(f *testing.F) {
 				t.Fatalf("%q: scanner read\n%+v\nencoding/json\n%+v", data, got, want)
 			}
 		}
-		row, err := decodeOutcome(data)
+		var row outcomeRow
+		err := decodeOutcome(data, &row)
 		if (err == nil) != (stdErr == nil) {
 			t.Fatalf("%q: decodeOutcome %v; encoding/json %v", data, err, stdErr)
 		}

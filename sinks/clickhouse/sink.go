@@ -98,8 +98,9 @@ func (s *Sink) Run(ctx context.Context) error {
 		names = append(names, topic)
 	}
 	ch := s.cfg.ClickHouse
-	// No kgo.WithPools: decodeOutcome keeps strings over record values,
-	// which pooled buffers would overwrite.
+	// No kgo.WithPools: decodeOutcome reads strings over record values
+	// until they are copied into the columns, which pooled buffers could
+	// overwrite.
 	cl, err := kafka.NewClient(s.brokers,
 		kgo.ConsumerGroup(ch.ConsumerGroup),
 		kgo.SessionTimeout(ch.SessionTimeout),
@@ -218,7 +219,7 @@ func (s *Sink) Insert(ctx context.Context, records []*kgo.Record) error {
 
 // batch is the rows gathered for the next flush, one block per table.
 type batch struct {
-	events  *tableBlock[outcome]
+	events  *eventsBlock
 	state   *tableBlock[state]
 	dlq     *tableBlock[deadLetter]
 	orphans *tableBlock[deadLetter]
@@ -294,6 +295,7 @@ func (s *Sink) addRun(b *batch, run []*kgo.Record) {
 	for i, table := range tables {
 		held[i] = s.heldOffset(heldKey{table, first.Topic, first.Partition})
 	}
+	var o outcomeRow
 	for _, r := range run {
 		b.records++
 		b.bytes += len(r.Key) + len(r.Value)
@@ -303,11 +305,10 @@ func (s *Sink) addRun(b *batch, run []*kgo.Record) {
 		var err error
 		switch kind {
 		case outcomesTopic:
-			var o *outcomeRow
-			if o, err = decodeOutcome(r.Value); err != nil {
+			if err = decodeOutcome(r.Value, &o); err != nil {
 				err = fmt.Errorf("outcome record %s/%d/%d: %w", r.Topic, r.Partition, r.Offset, err)
 			} else {
-				b.events.add(r, o)
+				b.events.add(r, &o)
 			}
 		case stateTopic:
 			var st *state
