@@ -120,6 +120,9 @@ type block struct {
 	cols  []column
 	// src is each row's source record, for the positions.
 	src []source
+	// prepared, when set, is the block's INSERT with every column
+	// appended, built by prepare ahead of send.
+	prepared driver.Batch
 }
 
 func newColumn[T any](b *block, name string) *values[T] {
@@ -144,20 +147,48 @@ func (b *block) insertQuery(database string) string {
 	return "INSERT INTO " + database + "." + b.table + " (" + strings.Join(names, ", ") + ")"
 }
 
-// send runs one INSERT of the whole block: clickhouse-go sends the block as
-// one Data packet, which the server writes as it is (max_insert_block_size
-// only splits text formats it parses itself).
-func (b *block) send(ctx context.Context, conn driver.Conn, database string) error {
+// prepare opens the block's INSERT and appends every column to it, for a
+// later send: the writer does it for the next batch while the batch before
+// is being written, so the server's share of one INSERT and the driver's
+// copying of the next overlap. On failure nothing is kept and send
+// prepares again.
+func (b *block) prepare(ctx context.Context, conn driver.Conn, database string) error {
+	b.discard()
 	batch, err := conn.PrepareBatch(ctx, b.insertQuery(database))
 	if err != nil {
 		return err
 	}
-	defer batch.Close()
 	for i, c := range b.cols {
 		if err := c.send(batch.Column(i)); err != nil {
+			batch.Close()
 			return fmt.Errorf("column %s: %w", c.name(), err)
 		}
 	}
+	b.prepared = batch
+	return nil
+}
+
+// discard closes a prepared INSERT without sending its rows.
+func (b *block) discard() {
+	if b.prepared != nil {
+		b.prepared.Close()
+		b.prepared = nil
+	}
+}
+
+// send runs one INSERT of the whole block, the prepared one if there is
+// one: clickhouse-go sends the block as one Data packet, which the server
+// writes as it is (max_insert_block_size only splits text formats it
+// parses itself).
+func (b *block) send(ctx context.Context, conn driver.Conn, database string) error {
+	if b.prepared == nil {
+		if err := b.prepare(ctx, conn, database); err != nil {
+			return err
+		}
+	}
+	batch := b.prepared
+	b.prepared = nil
+	defer batch.Close()
 	return batch.Send()
 }
 
@@ -201,6 +232,7 @@ func (b *block) keepAfter(held func(heldKey) int64) (dropped int) {
 }
 
 func (b *block) reset() {
+	b.discard()
 	for _, c := range b.cols {
 		c.reset()
 	}

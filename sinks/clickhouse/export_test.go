@@ -33,3 +33,7 @@ func (s *Sink) Gather(ctx context.Context, records []*kgo.Record) (*Batch, error
 
 // Flush inserts a gathered batch; retry says an earlier try failed.
 func (s *Sink) Flush(ctx context.Context, b *Batch, retry bool) error { return s.flush(ctx, b, retry) }
+
+// Prepare builds a gathered batch's INSERTs ahead, as Run does while the
+// batch before is being written.
+func (s *Sink) Prepare(ctx context.Context, b *Batch) { s.prepare(ctx, b) }

@@ -185,32 +185,18 @@ func TestPositionsMigrationHonoursEarlierRows(t *testing.T) {
 // connection dropped after the server wrote the block). The retry reads the
 // positions again, finds the block there, and does not send it twice.
 func TestRetryDoesNotResendABlockThatLanded(t *testing.T) {
-	ctx := testenv.Context(t, time.Minute)
-	conn, cfg := migratedDatabase(t, ctx)
-	log := slog.New(slog.DiscardHandler)
-	outcomes := topics.For("presence").Outcomes
-	var records []*kgo.Record
-	for offset := int64(10); offset < 20; offset++ {
-		records = append(records, record(t, outcomes, 2, offset, envelope.Outcome{Stream: "presence", Key: "bob",
-			EventID: fmt.Sprintf("e%d", offset), Outcome: envelope.OutcomeApplied, ProcessedAtMs: 1_700_000_000_000}))
-	}
-	count := func() uint64 {
-		var n uint64
-		if err := conn.QueryRow(ctx, "SELECT count() FROM "+cfg.ClickHouse.Database+".events").Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	ctx, newSink, count := sinkOverDatabase(t)
+	records := presenceOutcomes(t, "bob", 2, 10, 20)
 
 	// The retrying sink gathered its batch before the block landed; the
 	// block then lands (here by another sink's hand, as the lost reply
 	// would have it).
-	retrying := sinkch.New(cfg, nil, conn, log, nil)
+	retrying := newSink()
 	pending, err := retrying.Gather(ctx, records[:8])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sinkch.New(cfg, nil, conn, log, nil).Insert(ctx, records[:6]); err != nil {
+	if err := newSink().Insert(ctx, records[:6]); err != nil {
 		t.Fatal(err)
 	}
 	if err := retrying.Flush(ctx, pending, true); err != nil {
@@ -221,11 +207,11 @@ func TestRetryDoesNotResendABlockThatLanded(t *testing.T) {
 	}
 	// Without the reading again a retry would double them: the check fails
 	// when it should.
-	stale, err := sinkch.New(cfg, nil, conn, log, nil).Gather(ctx, records[8:])
+	stale, err := newSink().Gather(ctx, records[8:])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sinkch.New(cfg, nil, conn, log, nil).Insert(ctx, records[8:]); err != nil {
+	if err := newSink().Insert(ctx, records[8:]); err != nil {
 		t.Fatal(err)
 	}
 	if err := retrying.Flush(ctx, stale, false); err != nil {
@@ -233,5 +219,67 @@ func TestRetryDoesNotResendABlockThatLanded(t *testing.T) {
 	}
 	if n := count(); n != 12 {
 		t.Fatalf("events has %d rows after a first try of landed rows, want 12 (2 doubled)", n)
+	}
+}
+
+// The writer prepares a batch's INSERT while the batch before is written.
+// Sent at the first try, it writes its rows once; on a retry it is
+// dropped, because it was built before the positions were read again.
+func TestPreparedInsertIsSentOnceOrRebuiltOnRetry(t *testing.T) {
+	ctx, newSink, count := sinkOverDatabase(t)
+	records := presenceOutcomes(t, "carol", 1, 0, 16)
+	sink := newSink()
+	prepared := func(records []*kgo.Record) *sinkch.Batch {
+		b, err := sink.Gather(ctx, records)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sink.Prepare(ctx, b)
+		return b
+	}
+
+	if err := sink.Flush(ctx, prepared(records[:4]), false); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 4 {
+		t.Fatalf("events has %d rows after a prepared insert of 4, want 4", n)
+	}
+	// Rows 4..9 land by another sink's hand after the INSERT of 4..11 was
+	// prepared; the retry sends only 10 and 11.
+	pending := prepared(records[4:12])
+	if err := newSink().Insert(ctx, records[4:10]); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Flush(ctx, pending, true); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 12 {
+		t.Fatalf("events has %d rows after the retry of a prepared insert, want 12", n)
+	}
+}
+
+// presenceOutcomes returns outcome records of one entity at offsets from
+// to to (exclusive) of a partition of presence.outcomes.
+func presenceOutcomes(t *testing.T, key string, partition int32, from, to int64) []*kgo.Record {
+	var records []*kgo.Record
+	for offset := from; offset < to; offset++ {
+		records = append(records, record(t, topics.For("presence").Outcomes, partition, offset, envelope.Outcome{Stream: "presence",
+			Key: key, EventID: fmt.Sprintf("e%d", offset), Outcome: envelope.OutcomeApplied, ProcessedAtMs: 1_700_000_000_000}))
+	}
+	return records
+}
+
+// sinkOverDatabase migrates a database of its own, and returns how to make
+// a sink writing to it and how to count its events.
+func sinkOverDatabase(t *testing.T) (context.Context, func() *sinkch.Sink, func() uint64) {
+	ctx := testenv.Context(t, time.Minute)
+	conn, cfg := migratedDatabase(t, ctx)
+	newSink := func() *sinkch.Sink { return sinkch.New(cfg, nil, conn, slog.New(slog.DiscardHandler), nil) }
+	return ctx, newSink, func() uint64 {
+		var n uint64
+		if err := conn.QueryRow(ctx, "SELECT count() FROM "+cfg.ClickHouse.Database+".events").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
 	}
 }

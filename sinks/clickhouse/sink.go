@@ -345,6 +345,7 @@ func (s *Sink) flush(ctx context.Context, b *batch, retry bool) error {
 			continue
 		}
 		if retry {
+			blk.discard()
 			if err := s.reload(ctx, blk); err != nil {
 				return err
 			}
@@ -368,6 +369,19 @@ func (s *Sink) flush(ctx context.Context, b *batch, retry bool) error {
 		blk.reset()
 	}
 	return nil
+}
+
+// prepare builds each non-empty block's INSERT ahead of flush. A block it
+// cannot prepare (ClickHouse down, say) is prepared again by flush, which
+// retries.
+func (s *Sink) prepare(ctx context.Context, b *batch) {
+	for _, blk := range b.blocks() {
+		if blk.rows() > 0 {
+			if err := blk.prepare(ctx, s.conn, s.cfg.ClickHouse.Database); err != nil {
+				s.log.Debug("insert not prepared ahead; flush tries again", "table", blk.table, "err", err)
+			}
+		}
+	}
 }
 
 func (s *Sink) heldOffset(k heldKey) int64 {

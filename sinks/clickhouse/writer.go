@@ -46,9 +46,14 @@ func (w *writer) due() bool {
 func (w *writer) idle() bool { return w.inflight == nil && w.cur.records == 0 }
 
 // flush hands the current batch to a background INSERT, once the batch
-// before it has landed and been committed.
+// before it has landed and been committed. Its INSERTs are prepared first,
+// while the batch before is still being written.
 func (w *writer) flush(ctx context.Context) error {
+	w.s.prepare(ctx, w.cur)
 	if err := w.settle(true); err != nil {
+		for _, blk := range w.cur.blocks() {
+			blk.discard()
+		}
 		return err
 	}
 	b := w.cur
