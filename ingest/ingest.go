@@ -49,9 +49,6 @@ type edgeStream struct {
 	ephemeral string
 	scheme    Scheme
 	schemas   map[string]*jsonschema.Schema
-	// accepted is the stream's requests counter for 202, bound once:
-	// looking the series up by its labels is most of a counter's cost.
-	accepted prometheus.Counter
 	// nameBytes and schemeBytes are the dg-stream and dg-scheme header
 	// values; records share them, and nothing writes to them.
 	nameBytes, schemeBytes []byte
@@ -111,7 +108,7 @@ func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Han
 				es.checkers[typ] = c
 			}
 		}
-		es.accepted = h.metrics.requests.WithLabelValues(s.Name, strconv.Itoa(http.StatusAccepted))
+		h.metrics.bindStream(s.Name)
 		h.streams[s.Name] = es
 	}
 	return h, nil
@@ -152,17 +149,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.metrics.inFlight.Inc()
 	defer h.metrics.inFlight.Dec()
 	name := r.PathValue("stream")
-	res := h.serve(w, r, name)
-	if s := h.streams[name]; s != nil && res.status == http.StatusAccepted {
-		s.accepted.Inc()
-		return
-	}
-	h.metrics.observe(name, res, h.streams[name] != nil)
+	s := h.streams[name]
+	h.metrics.observe(name, h.serve(w, r, name, s), s != nil)
 }
 
-// serve follows design §3's order of work and returns what it wrote.
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string) result {
-	s := h.streams[name]
+// serve follows design §3's order of work for stream s (nil when name is
+// not one) and returns what it wrote.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, s *edgeStream) result {
 	if s == nil {
 		return writeProblem(w, http.StatusNotFound, "unknown_stream", fmt.Sprintf("no stream named %q", name), nil)
 	}
@@ -231,7 +224,9 @@ func (h *Handler) rejectSignature(w http.ResponseWriter, stream string, err erro
 // validate checks the schema of the event's type, then extracts the
 // catalogue fields, returning every problem with its JSON pointer.
 func (h *Handler) validate(s *edgeStream, doc any, deliveryID string) (envelope.Fields, []FieldProblem) {
-	typ, err := envelope.EventType(s.cfg, doc)
+	// One Document lists the body's keys once for the type and the fields.
+	d := envelope.NewDocument(doc)
+	typ, err := d.EventType(s.cfg)
 	if err != nil {
 		return envelope.Fields{}, fieldProblem(err)
 	}
@@ -245,7 +240,7 @@ func (h *Handler) validate(s *edgeStream, doc any, deliveryID string) (envelope.
 		}
 	}
 	// Schema-valid can still be unusable for ordering, e.g. a version over 2^63.
-	fields, err := envelope.Extract(s.cfg, doc, deliveryID)
+	fields, err := d.Extract(s.cfg, deliveryID)
 	if err != nil {
 		return fields, fieldProblem(err)
 	}

@@ -57,12 +57,12 @@ func (entityCodec) Encode(value any) ([]byte, error) {
 	b = binary.AppendUvarint(b, uint64(len(e.Devices)))
 	for _, id := range slices.Sorted(maps.Keys(e.Devices)) {
 		d := e.Devices[id]
-		b = appendBytes(b, []byte(id))
+		b = appendString(b, id)
 		b = append(b, flags(d.Applied, false, false))
 		b = binary.AppendVarint(b, d.Version)
 		b = binary.AppendVarint(b, d.UpdatedAtMs)
 		b = binary.AppendVarint(b, d.ExpiresAtMs)
-		b = appendBytes(b, []byte(d.Value))
+		b = appendString(b, d.Value)
 		b = appendIDs(b, d.Recent)
 	}
 	for _, part := range []any{e.Buffer, e.Chat, e.Quarantine} {
@@ -106,11 +106,11 @@ func (entityCodec) Decode(data []byte) (any, error) {
 	if n := r.count(); n > 0 {
 		e.Devices = make(map[string]*Device, n)
 		for range n {
-			id := string(r.bytes())
+			id := r.str()
 			d := &Device{}
 			d.Applied, _, _ = r.flags()
 			d.Version, d.UpdatedAtMs, d.ExpiresAtMs = r.varint(), r.varint(), r.varint()
-			d.Value = string(r.bytes())
+			d.Value = r.str()
 			d.Recent = r.ids()
 			e.Devices[id] = d
 		}

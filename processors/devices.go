@@ -3,7 +3,6 @@ package processors
 import (
 	"cmp"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -174,7 +173,7 @@ func publicState(s *config.Stream, e *Entity, key string) (json.RawMessage, int6
 
 // deviceFields reads the device id and the derived field of a body on a
 // stream with devices; an absent device id means the entity itself.
-func deviceFields(s *config.Stream, doc any) (device, value string, err error) {
+func deviceFields(s *config.Stream, doc envelope.Document) (device, value string, err error) {
 	if !s.Devices.Enabled() {
 		return "", "", nil
 	}
@@ -187,10 +186,11 @@ func deviceFields(s *config.Stream, doc any) (device, value string, err error) {
 
 // optionalString is the string at pointer, "" when the field is absent; a
 // field of another type is an error.
-func optionalString(doc any, pointer string) (string, error) {
-	v, err := envelope.Lookup(doc, pointer)
-	var fe *envelope.FieldError
-	if errors.As(err, &fe) && fe.Problem == "missing" {
+func optionalString(doc envelope.Document, pointer string) (string, error) {
+	v, err := doc.Lookup(pointer)
+	// Lookup returns its *FieldError unwrapped; errors.As would allocate
+	// on every event.
+	if fe, ok := err.(*envelope.FieldError); ok && fe.Problem == "missing" {
 		return "", nil
 	}
 	if err != nil {

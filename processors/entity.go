@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"hash/fnv"
 	"slices"
+
+	"github.com/driftguard/driftguard/internal/envelope"
 )
 
 // Row is one versioned claim: the entity's own, or one of its devices'.
@@ -100,15 +102,40 @@ func bodiesSize(events []Event) int {
 	return n
 }
 
-// seen reports whether id is in the recent-ids memory.
-func (r *Row) seen(id string) bool { return slices.Contains(r.Recent, idHash(id)) }
+// overflow is the rejection of ev when a buffer of held events (gapless's
+// buffer, a parent's quarantine) is at maxEvents or ev would take its
+// bodies past maxBytes; full is false when ev fits.
+func overflow(held []Event, ev Event, maxEvents, maxBytes int) (effects Effects, full bool) {
+	if len(held) < maxEvents && bodiesSize(held)+len(ev.Body) <= maxBytes {
+		return Effects{}, false
+	}
+	effects = one(ev, envelope.OutcomeRejected, ReasonBufferFull, ev.Version)
+	effects.Decisions[0].BufferDepth = len(held)
+	effects.Decisions[0].DeadLetter = ReasonBufferFull
+	return effects, true
+}
 
 // remember adds id, forgetting the oldest ids beyond limit.
-func (r *Row) remember(id string, limit int) {
-	r.Recent = append(r.Recent, idHash(id))
+func (r *Row) remember(id string, limit int) { r.rememberHash(idHash(id), limit) }
+
+// rememberHash adds an id already hashed, forgetting beyond limit.
+func (r *Row) rememberHash(h uint64, limit int) {
+	r.Recent = append(r.Recent, h)
 	if over := len(r.Recent) - limit; over > 0 {
 		r.Recent = slices.Delete(r.Recent, 0, over)
 	}
+}
+
+// firstSight reports whether id is new to the memory and, when it is,
+// remembers it: the dedup step every policy starts with, hashing the id
+// once.
+func (r *Row) firstSight(id string, limit int) bool {
+	h := idHash(id)
+	if slices.Contains(r.Recent, h) {
+		return false
+	}
+	r.rememberHash(h, limit)
+	return true
 }
 
 // startRevisions gives an entity stored before revisions existed the

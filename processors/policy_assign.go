@@ -83,10 +83,9 @@ func (p assign) decide(e *Entity, ev Event) Effects {
 			return effects
 		}
 	}
-	if e.seen(ev.EventID) {
+	if !e.firstSight(ev.EventID, p.stream.Limits.DedupIDs) {
 		return one(ev, envelope.OutcomeDuplicate, "", e.Version)
 	}
-	e.remember(ev.EventID, p.stream.Limits.DedupIDs)
 	var effects Effects
 	switch ev.Type {
 	case chatSend:

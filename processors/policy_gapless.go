@@ -21,10 +21,9 @@ const (
 type gapless struct{ stream *config.Stream }
 
 func (p gapless) decide(e *Entity, ev Event) Effects {
-	if e.seen(ev.EventID) {
+	if !e.firstSight(ev.EventID, p.stream.Limits.DedupIDs) {
 		return one(ev, envelope.OutcomeDuplicate, "", ev.Version)
 	}
-	e.remember(ev.EventID, p.stream.Limits.DedupIDs)
 	seq := ev.Version
 	switch {
 	case e.Terminal:
@@ -94,10 +93,7 @@ func (p gapless) expire(e *Entity, nowMs int64) Effects {
 // bounds; overflow is rejected and sent to the DLQ, never kept in memory.
 func (p gapless) buffer(e *Entity, ev Event) Effects {
 	limits := p.stream.Limits
-	if len(e.Buffer) >= limits.Buffer || bodiesSize(e.Buffer)+len(ev.Body) > limits.BufferBytes {
-		effects := one(ev, envelope.OutcomeRejected, ReasonBufferFull, ev.Version)
-		effects.Decisions[0].BufferDepth = len(e.Buffer)
-		effects.Decisions[0].DeadLetter = ReasonBufferFull
+	if effects, full := overflow(e.Buffer, ev, limits.Buffer, limits.BufferBytes); full {
 		return effects
 	}
 	i, _ := slices.BinarySearchFunc(e.Buffer, ev.Version, func(b Event, seq int64) int { return int(b.Version - seq) })

@@ -38,14 +38,10 @@ func (p joined) decide(e *Entity, ev Event) Effects {
 }
 
 func (p joined) quarantine(e *Entity, ev Event) Effects {
-	if e.seen(ev.EventID) {
+	if !e.firstSight(ev.EventID, p.stream.Limits.DedupIDs) {
 		return one(ev, envelope.OutcomeDuplicate, "", ev.Version)
 	}
-	e.remember(ev.EventID, p.stream.Limits.DedupIDs)
-	if len(e.Quarantine) >= p.stream.Parent.Buffer || bodiesSize(e.Quarantine)+len(ev.Body) > p.stream.Limits.BufferBytes {
-		effects := one(ev, envelope.OutcomeRejected, ReasonBufferFull, ev.Version)
-		effects.Decisions[0].BufferDepth = len(e.Quarantine)
-		effects.Decisions[0].DeadLetter = ReasonBufferFull
+	if effects, full := overflow(e.Quarantine, ev, p.stream.Parent.Buffer, p.stream.Limits.BufferBytes); full {
 		return effects
 	}
 	e.Quarantine = append(e.Quarantine, ev)

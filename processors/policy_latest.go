@@ -31,10 +31,9 @@ func (p latest) decide(e *Entity, ev Event) Effects {
 // decideRow decides ev against one row and, when it applies, records the
 // version and the clocks in the row; the caller stores what the row shows.
 func (p latest) decideRow(r *Row, ev Event) Effects {
-	if r.seen(ev.EventID) {
+	if !r.firstSight(ev.EventID, p.dedupIDs) {
 		return one(ev, envelope.OutcomeDuplicate, "", ev.Version)
 	}
-	r.remember(ev.EventID, p.dedupIDs)
 	version := ev.Version
 	if !ev.HasVersion {
 		version = r.Version + 1

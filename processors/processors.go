@@ -224,12 +224,14 @@ func (h *handler) decode(ctx goka.Context, body []byte) (Event, error) {
 	if len(body) == 0 {
 		return Event{}, errors.New("empty record")
 	}
-	doc, err := envelope.Decode(body)
+	root, err := envelope.Decode(body)
 	if err != nil {
 		return Event{}, err
 	}
+	// One Document for every lookup below: it lists the body's keys once.
+	doc := envelope.NewDocument(root)
 	headers := ctx.Headers()
-	fields, err := envelope.Extract(h.stream, doc, string(headers[envelope.HeaderEventID]))
+	fields, err := doc.Extract(h.stream, string(headers[envelope.HeaderEventID]))
 	if err != nil {
 		return Event{}, err
 	}
@@ -244,7 +246,7 @@ func (h *handler) decode(ctx goka.Context, body []byte) (Event, error) {
 		}
 	}
 	if h.stream.Terminal.Field != "" {
-		status, _ := envelope.Lookup(doc, h.stream.Terminal.Field)
+		status, _ := doc.Lookup(h.stream.Terminal.Field)
 		text, _ := status.(string)
 		ev.Terminal = h.stream.IsTerminal(text)
 	}

@@ -144,7 +144,11 @@ func (s *tableStorage) Delete(key string) error { return s.put(key, nil) }
 func (s *tableStorage) put(key string, value []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.bytes += len(key) + len(value) - len(s.pending[key])
+	old, ok := s.pending[key]
+	if !ok {
+		s.bytes += len(key)
+	}
+	s.bytes += len(value) - len(old)
 	s.pending[key] = value
 	return s.flushIfDue()
 }

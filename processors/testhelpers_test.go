@@ -2,11 +2,15 @@ package processors
 
 import (
 	"fmt"
+	"slices"
 
 	"pgregory.net/rapid"
 
 	"github.com/driftguard/driftguard/internal/config"
 )
+
+// seen reports whether id is in the row's recent-ids memory.
+func (r *Row) seen(id string) bool { return slices.Contains(r.Recent, idHash(id)) }
 
 // shipped returns a fresh copy of the shipped catalogue's stream.
 func shipped(t interface{ Fatal(...any) }, name string) *config.Stream {

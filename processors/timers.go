@@ -132,16 +132,14 @@ func (w *watermark) advance(ctx context.Context, now time.Time) (time.Time, erro
 	if err != nil {
 		return w.safe, err
 	}
-	if w.committed != nil {
-		read := map[int32]int64{}
-		committed.Each(func(o kadm.OffsetResponse) {
-			if o.Err == nil && o.Topic == w.topic && o.At > 0 {
-				read[o.Partition] = o.At
-			}
-		})
-		w.committed.Store(&read)
-	}
-	for len(w.samples) > 0 && consumed(w.samples[0], committed, w.topic) {
+	read := map[int32]int64{}
+	committed.Each(func(o kadm.OffsetResponse) {
+		if o.Err == nil && o.Topic == w.topic && o.At > 0 {
+			read[o.Partition] = o.At
+		}
+	})
+	w.committed.Store(&read)
+	for len(w.samples) > 0 && consumed(w.samples[0], read) {
 		w.safe = w.samples[0].at
 		w.samples = w.samples[1:]
 	}
@@ -152,15 +150,12 @@ func (w *watermark) advance(ctx context.Context, now time.Time) (time.Time, erro
 	return w.safe, nil
 }
 
-// consumed reports whether the committed offsets reach every end offset of
-// the sample; an empty partition needs no commit.
-func consumed(s endSample, committed kadm.OffsetResponses, topic string) bool {
+// consumed reports whether the committed offsets (per partition, absent
+// when none) reach every end offset of the sample; an empty partition needs
+// no commit.
+func consumed(s endSample, committed map[int32]int64) bool {
 	for partition, end := range s.ends {
-		if end == 0 {
-			continue
-		}
-		c, ok := committed.Lookup(topic, partition)
-		if !ok || c.Err != nil || c.At < end {
+		if end != 0 && committed[partition] < end {
 			return false
 		}
 	}

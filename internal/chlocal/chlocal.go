@@ -121,12 +121,12 @@ func (s *Server) launch(ctx context.Context, timeout time.Duration) error {
 			s.done <- err
 			return fmt.Errorf("clickhouse-server exited at start (%v); see %s", err, filepath.Join(s.dir, "log"))
 		case <-ctx.Done():
-			s.kill()
+			s.Kill()
 			return ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			s.kill()
+			s.Kill()
 			return fmt.Errorf("clickhouse-server did not listen on %s within %s", s.Addr, timeout)
 		}
 	}
@@ -134,17 +134,15 @@ func (s *Server) launch(ctx context.Context, timeout time.Duration) error {
 
 // Kill stops the server at once (SIGKILL) and keeps its data, for tests of
 // an outage; Restart brings it back on the same address and data.
-func (s *Server) Kill() { s.kill() }
+func (s *Server) Kill() {
+	_ = s.cmd.Process.Kill()
+	err := <-s.done
+	s.done <- err
+}
 
 // Restart runs the server again after Kill.
 func (s *Server) Restart(ctx context.Context, timeout time.Duration) error {
 	return s.launch(ctx, timeout)
-}
-
-func (s *Server) kill() {
-	_ = s.cmd.Process.Kill()
-	err := <-s.done
-	s.done <- err
 }
 
 // Stop terminates the server and deletes its data.
@@ -154,7 +152,7 @@ func (s *Server) Stop() {
 	case err := <-s.done:
 		s.done <- err
 	case <-time.After(15 * time.Second):
-		s.kill()
+		s.Kill()
 	}
 	os.RemoveAll(s.dir)
 }

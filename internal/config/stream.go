@@ -245,17 +245,19 @@ func (s *Stream) validate(path string) []error {
 			add(sub, "%q is not a JSON pointer: it must start with /", p)
 		}
 	}
+	// needSchema reports an event type the catalogue names without a schema.
+	needSchema := func(sub, typ string) {
+		if _, ok := s.Schemas[typ]; !ok {
+			add(sub, "event type %q has no schema", typ)
+		}
+	}
 	checkPointer("key", s.Key, true)
 	for typ, p := range s.KeyByType {
 		checkPointer("key_by_type."+typ, p, true)
-		if _, ok := s.Schemas[typ]; !ok {
-			add("key_by_type."+typ, "event type %q has no schema", typ)
-		}
+		needSchema("key_by_type."+typ, typ)
 	}
 	for i, typ := range s.EphemeralTypes {
-		if _, ok := s.Schemas[typ]; !ok {
-			add(fmt.Sprintf("ephemeral_types[%d]", i), "event type %q has no schema", typ)
-		}
+		needSchema(fmt.Sprintf("ephemeral_types[%d]", i), typ)
 	}
 	checkPointer("event_id", s.EventID, false)
 	checkPointer("version", s.Version, false)
@@ -322,9 +324,7 @@ func (s *Stream) validate(path string) []error {
 			}
 		}
 		for i, typ := range append(append([]string(nil), s.Parent.Types...), s.Parent.Children...) {
-			if _, ok := s.Schemas[typ]; !ok {
-				add(fmt.Sprintf("parent[%d]", i), "event type %q has no schema", typ)
-			}
+			needSchema(fmt.Sprintf("parent[%d]", i), typ)
 		}
 		if s.Parent.TTL < time.Second {
 			add("parent.ttl", "must be at least 1s, got %s", s.Parent.TTL)

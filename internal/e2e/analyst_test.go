@@ -9,7 +9,6 @@ import (
 	"os"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,10 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
-	"github.com/driftguard/driftguard/internal/envelope"
 	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
 	"github.com/driftguard/driftguard/processors"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
 )
@@ -329,9 +326,7 @@ func (h *history) orders() {
 // would, in order, with the received_at the test chose.
 func (h *history) produceAll() {
 	for _, ev := range h.events {
-		rec := &kgo.Record{Topic: topics.For(h.streams[ev.stream]).In, Key: []byte(ev.key), Value: ev.body, Headers: []kgo.RecordHeader{
-			{Key: envelope.HeaderReceivedAt, Value: []byte(strconv.FormatInt(ev.receivedMs, 10))},
-		}}
+		rec := inputRecordAt(h.streams[ev.stream], ev.key, ev.body, ev.receivedMs)
 		if err := h.cl.ProduceSync(h.ctx, rec).FirstErr(); err != nil {
 			h.t.Fatal(err)
 		}

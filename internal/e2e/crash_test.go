@@ -106,7 +106,7 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 		go func() { produced <- produce(c[len(c)/2:]) }()
 		target := out.outcomes() + 1 + rng.IntN(len(c))
 		waitFor(t, ctx, "the processor at its kill point", func() bool { out.poll(ctx); return out.outcomes() >= target })
-		runner.kill(proc)
+		sigkill(t, proc)
 		if err := <-produced; err != nil {
 			t.Fatal(err)
 		}

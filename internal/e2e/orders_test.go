@@ -44,7 +44,7 @@ func TestOrdersLostAndFoundSurvivesSIGKILL(t *testing.T) {
 	})
 
 	// Killed while the children wait; the order arrives while it is down.
-	h.kill(proc)
+	sigkill(t, proc)
 	h.produce("o1", []byte(`{"event_id":"order-1","event_type":"order.created","order_id":"o1","payload":{"total":12}}`))
 	h.start("state")
 

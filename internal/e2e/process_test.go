@@ -81,25 +81,32 @@ func newProcessHarness(t *testing.T, ctx context.Context, dir, configFile, strea
 // the named folder (the same name after a kill reuses the storage).
 func (h *processRunner) start(name string) *exec.Cmd {
 	h.t.Helper()
-	cmd := exec.Command(h.bin, "process", "--config", h.configFile, "--streams", strings.Join(h.streams, ","))
-	cmd.Env = append(os.Environ(),
+	return startDriftguard(h.t, h.bin, []string{"process", "--config", h.configFile, "--streams", strings.Join(h.streams, ",")},
 		"DRIFTGUARD_KAFKA_BROKERS="+strings.Join(h.brokers, ","),
-		"DRIFTGUARD_DATA_DIR="+filepath.Join(h.dir, name),
+		"DRIFTGUARD_DATA_DIR="+filepath.Join(h.dir, name))
+}
+
+// startDriftguard runs the binary with args and env added to the test's
+// environment, its output in the test log, killed at the test's end.
+func startDriftguard(tb testing.TB, bin string, args []string, env ...string) *exec.Cmd {
+	tb.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(append(os.Environ(), env...),
 		"DRIFTGUARD_TELEMETRY_ADDR=127.0.0.1:0",
 		"DRIFTGUARD_LOG_LEVEL=warn")
-	cmd.Stdout, cmd.Stderr = testWriter{h.t}, testWriter{h.t}
+	cmd.Stdout, cmd.Stderr = testWriter{tb}, testWriter{tb}
 	if err := cmd.Start(); err != nil {
-		h.t.Fatal(err)
+		tb.Fatal(err)
 	}
-	h.t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	tb.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
 	return cmd
 }
 
-// kill ends a process with SIGKILL, as a crash would.
-func (h *processRunner) kill(cmd *exec.Cmd) {
-	h.t.Helper()
+// sigkill ends a process with SIGKILL, as a crash would.
+func sigkill(tb testing.TB, cmd *exec.Cmd) {
+	tb.Helper()
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		h.t.Fatal(err)
+		tb.Fatal(err)
 	}
 	_, _ = cmd.Process.Wait()
 }
@@ -115,8 +122,13 @@ func (h *processHarness) produce(key string, body []byte) {
 // inputRecord is a body for the stream's input as ingest writes it,
 // received now.
 func inputRecord(stream, key string, body []byte) *kgo.Record {
+	return inputRecordAt(stream, key, body, time.Now().UnixMilli())
+}
+
+// inputRecordAt is inputRecord received at receivedMs (unix ms).
+func inputRecordAt(stream, key string, body []byte, receivedMs int64) *kgo.Record {
 	return &kgo.Record{Topic: topics.For(stream).In, Key: []byte(key), Value: body, Headers: []kgo.RecordHeader{
-		{Key: envelope.HeaderReceivedAt, Value: []byte(strconv.FormatInt(time.Now().UnixMilli(), 10))},
+		{Key: envelope.HeaderReceivedAt, Value: []byte(strconv.FormatInt(receivedMs, 10))},
 	}}
 }
 
@@ -125,6 +137,13 @@ func (h *processHarness) count(query string) uint64 {
 	var n uint64
 	_ = h.conn.QueryRow(h.ctx, fmt.Sprintf(query, h.cfg.ClickHouse.Database, h.stream)).Scan(&n)
 	return n
+}
+
+// presenceStreamYAML is the entry of a config file's streams section that
+// defines stream as a presence stream over six partitions.
+func presenceStreamYAML(stream string) string {
+	return fmt.Sprintf("  %s:\n    policy: latest\n    key: /user_id\n    event_id: /event_id\n    type: {fixed: presence.changed}\n"+
+		"    version: /sequence_number\n    occurred_at: /timestamp\n    schemas: {presence.changed: streams/presence.schema.json}\n    limits: {partitions: 6}\n", stream)
 }
 
 // buildDriftguard builds the binary, so the test can kill a real process.

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -58,10 +57,7 @@ func TestSinkKilledRepeatedlyWritesEveryOutcomeOnce(t *testing.T) {
 		waitFor(t, ctx, fmt.Sprintf("incarnation %d to insert", k+1), func() bool { n := h.rows(); return n > before || n >= records })
 		time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
 		peak := peakRSS(sink.Process.Pid)
-		if err := sink.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		_, _ = sink.Process.Wait()
+		sigkill(t, sink)
 		t.Logf("kill %d: %d rows before it, %d after; sink peak RSS %s", k+1, before, h.rows(), peak)
 	}
 	if err := <-produced; err != nil {
@@ -136,10 +132,8 @@ func newSinkHarness(tb testing.TB, ctx context.Context, prefix, clickhouse strin
 	dir := tb.TempDir()
 	stream := testenv.UniqueName(prefix)
 	configFile := filepath.Join(dir, "driftguard.yaml")
-	yaml := fmt.Sprintf("clickhouse:\n%s  consumer_group: %s\n  session_timeout: 6s\n"+
-		"streams:\n  %s:\n    policy: latest\n    key: /user_id\n    event_id: /event_id\n    type: {fixed: presence.changed}\n"+
-		"    version: /sequence_number\n    schemas: {presence.changed: streams/presence.schema.json}\n    limits: {partitions: 6}\n",
-		clickhouse, stream+"-sink", stream)
+	yaml := fmt.Sprintf("clickhouse:\n%s  consumer_group: %s\n  session_timeout: 6s\nstreams:\n", clickhouse, stream+"-sink") +
+		presenceStreamYAML(stream)
 	if err := os.WriteFile(configFile, []byte(yaml), 0o644); err != nil {
 		tb.Fatal(err)
 	}
@@ -161,19 +155,10 @@ func newSinkHarness(tb testing.TB, ctx context.Context, prefix, clickhouse strin
 // start runs `driftguard sink` on the harness's config.
 func (h *sinkHarness) start() *exec.Cmd {
 	h.tb.Helper()
-	cmd := exec.Command(h.bin, "sink", "--config", h.configFile)
-	cmd.Env = append(os.Environ(),
+	return startDriftguard(h.tb, h.bin, []string{"sink", "--config", h.configFile},
 		"DRIFTGUARD_KAFKA_BROKERS="+strings.Join(h.cfg.Kafka.Brokers, ","),
 		"DRIFTGUARD_CLICKHOUSE_ADDR="+h.cfg.ClickHouse.Addr,
-		"DRIFTGUARD_CLICKHOUSE_DATABASE="+h.cfg.ClickHouse.Database,
-		"DRIFTGUARD_TELEMETRY_ADDR=127.0.0.1:0",
-		"DRIFTGUARD_LOG_LEVEL=warn")
-	cmd.Stdout, cmd.Stderr = testWriter{h.tb}, testWriter{h.tb}
-	if err := cmd.Start(); err != nil {
-		h.tb.Fatal(err)
-	}
-	h.tb.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
-	return cmd
+		"DRIFTGUARD_CLICKHOUSE_DATABASE="+h.cfg.ClickHouse.Database)
 }
 
 // produce writes outcome records from to to (exclusive) over 500 keys, as

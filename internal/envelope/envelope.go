@@ -56,10 +56,15 @@ func EscapePointer(token string) string {
 // when the stream has no event id pointer or the body lacks it (design §2:
 // fall back to the webhook-id header).
 func Extract(s *config.Stream, body any, fallbackID string) (Fields, error) {
+	return NewDocument(body).Extract(s, fallbackID)
+}
+
+// Extract reads the catalogue fields of the document, as the package-level
+// Extract does.
+func (doc Document) Extract(s *config.Stream, fallbackID string) (Fields, error) {
 	var f Fields
 	var err error
-	doc := newDocument(body)
-	if f.Type, err = doc.eventType(s); err != nil {
+	if f.Type, err = doc.EventType(s); err != nil {
 		return f, err
 	}
 	if f.Key, err = doc.stringAt(s.KeyPointer(f.Type)); err != nil {
@@ -97,27 +102,30 @@ func Extract(s *config.Stream, body any, fallbackID string) (Fields, error) {
 // EventType returns the event's type: the stream's fixed type, or the field
 // its type pointer names.
 func EventType(s *config.Stream, doc any) (string, error) {
-	return newDocument(doc).eventType(s)
+	return NewDocument(doc).EventType(s)
 }
 
-func (d document) eventType(s *config.Stream) (string, error) {
+// EventType returns the document's event type, as the package-level
+// EventType does.
+func (d Document) EventType(s *config.Stream) (string, error) {
 	if s.Type.Fixed != "" {
 		return s.Type.Fixed, nil
 	}
 	return d.stringAt(s.Type.Field)
 }
 
-// document is a decoded body with its top-level keys listed once: the
+// Document is a decoded body with its top-level keys listed once: the
 // catalogue's fields are nearly all top-level, and each lookup checks the
 // keys for case variants, which a walk of the map would make the costliest
-// part of extraction.
-type document struct {
+// part of extraction. Read one body through one Document.
+type Document struct {
 	root any
 	keys []string
 }
 
-func newDocument(root any) document {
-	d := document{root: root}
+// NewDocument lists the top-level keys of a decoded body.
+func NewDocument(root any) Document {
+	d := Document{root: root}
 	if obj, ok := root.(map[string]any); ok {
 		d.keys = make([]string, 0, len(obj))
 		for k := range obj {
@@ -131,11 +139,11 @@ const problemMissing = "missing"
 
 // clockAt reads a source clock (occurred_at, expires_at) in the stream's
 // unit and returns unix ms; no pointer or an absent field is 0.
-func (d document) clockAt(s *config.Stream, pointer string) (int64, error) {
+func (d Document) clockAt(s *config.Stream, pointer string) (int64, error) {
 	if pointer == "" {
 		return 0, nil
 	}
-	v, err := d.lookup(pointer)
+	v, err := d.Lookup(pointer)
 	switch {
 	case isMissing(err):
 		return 0, nil
@@ -168,8 +176,8 @@ func isMissing(err error) bool {
 	return ok && fe.Problem == problemMissing
 }
 
-func (d document) stringAt(pointer string) (string, error) {
-	v, err := d.lookup(pointer)
+func (d Document) stringAt(pointer string) (string, error) {
+	v, err := d.Lookup(pointer)
 	if err != nil {
 		return "", err
 	}
@@ -187,8 +195,8 @@ func (d document) stringAt(pointer string) (string, error) {
 	}
 }
 
-func (d document) intAt(pointer string) (int64, error) {
-	v, err := d.lookup(pointer)
+func (d Document) intAt(pointer string) (int64, error) {
+	v, err := d.Lookup(pointer)
 	if err != nil {
 		return 0, err
 	}
@@ -215,10 +223,11 @@ func integer(v any, pointer string) (int64, error) {
 // readers that match keys case-insensitively, such as Go's struct decoding,
 // may read the other one.
 func Lookup(doc any, pointer string) (any, error) {
-	return newDocument(doc).lookup(pointer)
+	return NewDocument(doc).Lookup(pointer)
 }
 
-func (d document) lookup(pointer string) (any, error) {
+// Lookup resolves pointer in the document, as the package-level Lookup does.
+func (d Document) Lookup(pointer string) (any, error) {
 	if pointer == "" {
 		return d.root, nil
 	}

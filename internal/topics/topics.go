@@ -133,7 +133,9 @@ func Ensure(ctx context.Context, adm *kadm.Client, streams []*config.Stream, rep
 			errs = append(errs, fmt.Errorf("topic %s is missing; run `driftguard topics` to create it", spec.Name))
 		}
 	}
-	if create {
+	// Listed again only when topics were created: the first listing holds
+	// every topic that existed.
+	if create && len(missing) > 0 {
 		for _, spec := range missing {
 			configs := map[string]*string{}
 			for k, v := range spec.Configs {

@@ -24,6 +24,8 @@ type column interface {
 	reset()
 }
 
+// values is a column of numbers: strings go to texts (see col), so no
+// value holds memory that keep or reset would have to release.
 type values[T any] struct {
 	col string
 	v   []T
@@ -41,14 +43,10 @@ func (c *values[T]) keep(mask []bool) {
 			n++
 		}
 	}
-	clear(c.v[n:]) // release the strings of dropped rows
 	c.v = c.v[:n]
 }
 
-func (c *values[T]) reset() {
-	clear(c.v)
-	c.v = c.v[:0]
-}
+func (c *values[T]) reset() { c.v = c.v[:0] }
 
 // texts is a String column as one buffer of its values' bytes and where
 // each value ends. A value is copied in right after the scanner read it,

@@ -3,6 +3,7 @@ package clickhouse
 import (
 	"encoding/binary"
 	"encoding/json"
+	"reflect"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -43,9 +44,17 @@ type outcomeRow struct {
 	payload string
 }
 
-// outcomeKeys are the JSON names of envelope.Outcome's fields.
-var outcomeKeys = []string{"stream", "key", "event_id", "type", "version", "outcome", "reason", "gap", "buffer_depth",
-	"message_id", "occurred_at_ms", "received_at_ms", "processed_at_ms", "input_partition", "input_offset", "payload"}
+// outcomeKeys are the JSON names of envelope.Outcome's fields, read from
+// its tags so that a case-folded spelling of any of them, a field added
+// later included, goes to encoding/json.
+var outcomeKeys = func() []string {
+	t := reflect.TypeFor[envelope.Outcome]()
+	keys := make([]string, t.NumField())
+	for i := range keys {
+		keys[i], _, _ = strings.Cut(t.Field(i).Tag.Get("json"), ",")
+	}
+	return keys
+}()
 
 // scanOutcome fills o but its Payload, which it returns as a string, from
 // a flat JSON object; or reports false when the input needs encoding/json
@@ -159,26 +168,16 @@ func (s *scanner) end() bool {
 
 // str reads a string without escapes, control characters or invalid UTF-8.
 func (s *scanner) str() (string, bool) {
-	start, ok := s.rawString()
-	if !ok {
+	if !s.skip('"') {
 		return "", false
 	}
-	return s.s[start+1 : s.i-1], true
-}
-
-// rawString reads a string without escapes, returning where its opening
-// quote is.
-func (s *scanner) rawString() (int, bool) {
-	if !s.skip('"') {
-		return 0, false
-	}
-	start := s.i - 1
+	start := s.i
 	nonASCII := s.plain()
 	if s.i < len(s.b) && s.b[s.i] == '"' {
 		s.i++
-		return start, !nonASCII || utf8.Valid(s.b[start:s.i])
+		return s.s[start : s.i-1], !nonASCII || utf8.ValidString(s.s[start:s.i-1])
 	}
-	return 0, false // an escape, a control character or the end
+	return "", false // an escape, a control character or the end
 }
 
 // Eight bytes at a time: a byte of each, and their high bits.

@@ -231,6 +231,13 @@ func withFakeBroker(t *testing.T, ctx context.Context, cfg *config.Config) *kgo.
 	t.Helper()
 	cfg.Kafka.Brokers = testenv.Fake(t)
 	cfg.ClickHouse.BatchPeriod = 50 * time.Millisecond
+	return withTopics(t, ctx, cfg)
+}
+
+// withTopics creates the streams' topics on cfg's broker and returns a
+// client for producing, closed when the test ends.
+func withTopics(t *testing.T, ctx context.Context, cfg *config.Config) *kgo.Client {
+	t.Helper()
 	cl, err := kafka.NewClient(cfg.Kafka.Brokers)
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,6 @@ import (
 	"github.com/driftguard/driftguard/internal/chlocal"
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
-	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/testenv"
@@ -59,14 +58,7 @@ func TestSinkRidesOutClickHouseStoppedFor30s(t *testing.T) {
 	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse.Database, nil); err != nil {
 		t.Fatal(err)
 	}
-	cl, err := kafka.NewClient(cfg.Kafka.Brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if _, err := kafka.EnsureTopics(ctx, cl, cfg, true); err != nil {
-		t.Fatal(err)
-	}
+	cl := withTopics(t, ctx, cfg)
 
 	ops := telemetry.NewOps()
 	sinkCtx, stop := context.WithCancel(ctx)
