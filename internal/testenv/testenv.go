@@ -14,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -111,4 +112,16 @@ func KafkaPID(t testing.TB) int {
 		t.Fatalf("%s=%q: %v", EnvKafkaPID, v, err)
 	}
 	return pid
+}
+
+// ProcessCPU is the user and system time this process has used. Benchmarks
+// report it per operation next to wall-clock rates, which swing with the
+// load of a shared machine while CPU time per operation stays steady.
+func ProcessCPU(t testing.TB) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -8,12 +8,17 @@
 -- to the table first and to its views after. What can still go wrong, and
 -- in which direction:
 --   * the server dies, or a view's insert fails, after the table's part is
---     written: the rows are in, the position lags them. The sink would then
---     insert those rows again (doubles, never a loss). The window is the
---     time between the two writes of one INSERT on the server.
+--     written: the rows are in, the position lags them, and the sink sees
+--     its INSERT fail. Before it retries, the sink looks the block's last
+--     rows up in the table itself (by the table's ORDER BY, so the lookup
+--     stays cheap) and skips what landed. Only a sink that dies too before
+--     that retry would insert those rows again (doubles, never a loss):
+--     the window is the time between the two writes of one INSERT on the
+--     server.
 --   * a block that spans two months is written as two parts of the table
 --     (PARTITION BY month) before the view runs; a failure between them
---     leaves the same lag. Months change once a month.
+--     leaves the first month's rows in and the block's last rows out, and
+--     the retry doubles the first month's. Months change once a month.
 --   * the client loses the connection after the server wrote the block: the
 --     view ran too, so the sink, which reads the positions again after any
 --     failed insert, finds the block landed and does not send it again.

@@ -2,6 +2,7 @@ package clickhouse_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/envelope"
@@ -63,14 +65,18 @@ func BenchmarkSinkInsertVsClickHouseClient(b *testing.B) {
 	}
 	ops := telemetry.NewOps()
 	sink := sinkch.New(cfg, nil, conn, slog.New(slog.DiscardHandler), ops)
+	// One pipeline for all rounds, as Run keeps one: its buffers are grown
+	// in the first round and reused after.
+	pipeline := sink.NewPipeline()
 	batch := cfg.ClickHouse.BatchRows
 	topic := topics.For("presence").Outcomes
 	columns := "stream, entity_key, event_id, event_type, version, outcome, reason, gap, buffer_depth, occurred_at_ms, " +
 		"received_at_ms, processed_at_ms, processed_at, `topic`, `partition`, `offset`, input_partition, input_offset, payload"
 
-	var sinkTime, clientTime time.Duration
-	// sinkHeap is the most live heap the sink took above the records it
-	// was handed (Run holds those too: one batch gathering, one in flight).
+	var sinkTime, clientTime, sinkCPU, sinkServerCPU, clientServerCPU time.Duration
+	// sinkHeap is the most heap the sink took above the records it was
+	// handed, garbage not yet collected included (Run holds the records
+	// too: one batch gathering, one in flight).
 	var sinkHeap uint64
 	b.ResetTimer()
 	for iter := range b.N {
@@ -81,13 +87,13 @@ func BenchmarkSinkInsertVsClickHouseClient(b *testing.B) {
 			chunks = append(chunks, outcomeRecords(topic, int64(iter*rows+from), min(batch, rows-from)))
 		}
 		runtime.GC()
-		base := liveHeap()
+		base := heapObjects()
 		sampled := make(chan uint64)
 		stopSampling := make(chan struct{})
 		go func() {
 			var peak uint64
 			for {
-				peak = max(peak, liveHeap())
+				peak = max(peak, heapObjects())
 				select {
 				case <-stopSampling:
 					sampled <- peak
@@ -96,11 +102,13 @@ func BenchmarkSinkInsertVsClickHouseClient(b *testing.B) {
 				}
 			}
 		}()
-		start := time.Now()
-		if err := sink.InsertPipelined(ctx, chunks); err != nil {
+		start, cpu, server := time.Now(), testenv.ProcessCPU(b), serverCPU(b, ctx, conn)
+		if err := pipeline.Insert(ctx, chunks); err != nil {
 			b.Fatal(err)
 		}
 		sinkTime += time.Since(start)
+		sinkCPU += testenv.ProcessCPU(b) - cpu
+		sinkServerCPU += serverCPU(b, ctx, conn) - server
 		close(stopSampling)
 		if peak := <-sampled; peak > base {
 			sinkHeap = max(sinkHeap, peak-base)
@@ -119,9 +127,10 @@ func BenchmarkSinkInsertVsClickHouseClient(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		start = time.Now()
+		start, server = time.Now(), serverCPU(b, ctx, conn)
 		clickhouseClient(fmt.Sprintf("INSERT INTO %s.events (%s) FORMAT Native", cfg.ClickHouse.Database, columns), in, nil)
 		clientTime += time.Since(start)
+		clientServerCPU += serverCPU(b, ctx, conn) - server
 		in.Close()
 	}
 	b.StopTimer()
@@ -149,12 +158,29 @@ func BenchmarkSinkInsertVsClickHouseClient(b *testing.B) {
 	b.ReportMetric(clientRate, "client_rows/s")
 	b.ReportMetric(sinkRate/clientRate, "ratio")
 	b.ReportMetric(float64(sinkHeap)/(1<<20), "sink_heap_MiB")
+	// CPU per row, steadier than rates on a shared machine: the sink's own
+	// process, and the server's query threads for each side's INSERTs.
+	perRow := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(rows*b.N) }
+	b.ReportMetric(perRow(sinkCPU), "sink_cpu_µs/row")
+	b.ReportMetric(perRow(sinkServerCPU), "sink_server_cpu_µs/row")
+	b.ReportMetric(perRow(clientServerCPU), "client_server_cpu_µs/row")
 }
 
-// liveHeap is the heap the last garbage collection found live: what the
-// process holds, without the garbage GOGC lets pile up between cycles.
-func liveHeap() uint64 {
-	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+// serverCPU is the user and system time ClickHouse's query threads have
+// used since it started.
+func serverCPU(b *testing.B, ctx context.Context, conn driver.Conn) time.Duration {
+	var us uint64
+	err := conn.QueryRow(ctx, "SELECT sum(value) FROM system.events WHERE event IN ('UserTimeMicroseconds', 'SystemTimeMicroseconds')").Scan(&us)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// heapObjects is the heap the process holds in objects, live or garbage
+// not yet collected: right after runtime.GC, only the live ones.
+func heapObjects() uint64 {
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 	metrics.Read(sample)
 	return sample[0].Value.Uint64()
 }

@@ -8,9 +8,11 @@ import (
 	"time"
 	"unsafe"
 
+	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
 )
 
@@ -18,7 +20,10 @@ import (
 // clickhouse-go appends in one call (column-wise, no per-row reflection).
 type column interface {
 	name() string
-	send(driver.BatchColumn) error
+	// send appends rows [from, to) to the INSERT's column.
+	send(bc driver.BatchColumn, from, to int) error
+	// size is how many bytes rows [from, to) take.
+	size(from, to int) int
 	// keep drops the rows whose mask entry is false.
 	keep(mask []bool)
 	reset()
@@ -31,9 +36,16 @@ type values[T any] struct {
 	v   []T
 }
 
-func (c *values[T]) name() string                     { return c.col }
-func (c *values[T]) add(x T)                          { c.v = append(c.v, x) }
-func (c *values[T]) send(bc driver.BatchColumn) error { return bc.Append(c.v) }
+func (c *values[T]) name() string { return c.col }
+func (c *values[T]) add(x T)      { c.v = append(c.v, x) }
+func (c *values[T]) send(bc driver.BatchColumn, from, to int) error {
+	return bc.Append(c.v[from:to])
+}
+
+func (c *values[T]) size(from, to int) int {
+	var zero T
+	return (to - from) * int(unsafe.Sizeof(zero))
+}
 
 func (c *values[T]) keep(mask []bool) {
 	n := 0
@@ -77,14 +89,25 @@ func (c *texts) value(i int) string {
 	return unsafe.String(unsafe.SliceData(c.buf[start:]), c.ends[i]-start)
 }
 
-func (c *texts) send(bc driver.BatchColumn) error {
+func (c *texts) send(bc driver.BatchColumn, from, to int) error {
 	c.view = c.view[:0]
-	for i := range c.ends {
+	for i := from; i < to; i++ {
 		c.view = append(c.view, c.value(i))
 	}
 	err := bc.Append(c.view)
 	clear(c.view) // no strings over buf outlive the send
 	return err
+}
+
+func (c *texts) size(from, to int) int {
+	if to == from {
+		return 0
+	}
+	start := 0
+	if from > 0 {
+		start = c.ends[from-1]
+	}
+	return c.ends[to-1] - start
 }
 
 func (c *texts) keep(mask []bool) {
@@ -116,6 +139,11 @@ type source struct {
 type block struct {
 	table string
 	cols  []column
+	// key names the String columns that lead the table's ORDER BY, and at
+	// the columns of a row's source topic, partition and offset: landed
+	// finds the block's rows in the table by them.
+	key []string
+	at  [3]string
 	// src is each row's source record, for the positions.
 	src []source
 	// prepared, when set, is the block's INSERT with every column
@@ -145,25 +173,52 @@ func (b *block) insertQuery(database string) string {
 	return "INSERT INTO " + database + "." + b.table + " (" + strings.Join(names, ", ") + ")"
 }
 
-// prepare opens the block's INSERT and appends every column to it, for a
-// later send: the writer does it for the next batch while the batch before
-// is being written, so the server's share of one INSERT and the driver's
-// copying of the next overlap. On failure nothing is kept and send
-// prepares again.
+// prepare opens the block's INSERT ahead of send, so the round trip that
+// starts it overlaps the batch before. On failure nothing is kept and send
+// opens it again.
 func (b *block) prepare(ctx context.Context, conn driver.Conn, database string) error {
 	b.discard()
-	batch, err := conn.PrepareBatch(ctx, b.insertQuery(database))
+	batch, err := conn.PrepareBatch(ch.Context(ctx, ch.WithSettings(oneBlock)), b.insertQuery(database))
 	if err != nil {
 		return err
 	}
-	for i, c := range b.cols {
-		if err := c.send(batch.Column(i)); err != nil {
-			batch.Close()
-			return fmt.Errorf("column %s: %w", c.name(), err)
-		}
-	}
 	b.prepared = batch
 	return nil
+}
+
+// A Data packet of an INSERT has chunkRows rows, fewer when they take more
+// than chunkBytes (DLQ payloads can be hundreds of KiB each). Small packets
+// keep the driver's buffers small and warm.
+const (
+	chunkRows  = 1024
+	chunkBytes = 1 << 20
+)
+
+// chunkEnd is where the Data packet that starts at row from ends.
+func (b *block) chunkEnd(from int) int {
+	to := min(from+chunkRows, b.rows())
+	for to-from > 1 && b.size(from, to) > chunkBytes {
+		to = from + (to-from)/2
+	}
+	return to
+}
+
+func (b *block) size(from, to int) int {
+	n := 0
+	for _, c := range b.cols {
+		n += c.size(from, to)
+	}
+	return n
+}
+
+// text returns row i of the String column name, one of key.
+func (b *block) text(name string, i int) string {
+	for _, c := range b.cols {
+		if t, ok := c.(interface{ value(int) string }); ok && c.name() == name {
+			return t.value(i)
+		}
+	}
+	panic("table " + b.table + " has no String column " + name)
 }
 
 // discard closes a prepared INSERT without sending its rows.
@@ -174,10 +229,21 @@ func (b *block) discard() {
 	}
 }
 
-// send runs one INSERT of the whole block, the prepared one if there is
-// one: clickhouse-go sends the block as one Data packet, which the server
-// writes as it is (max_insert_block_size only splits text formats it
-// parses itself).
+// oneBlock makes the server squash all the Data packets of an INSERT into
+// one block, whatever the user's profile says: a batch has at most
+// MaxBatchRows rows, and with no byte threshold nothing else cuts it.
+var oneBlock = ch.Settings{
+	"min_insert_block_size_rows":  config.MaxBatchRows,
+	"min_insert_block_size_bytes": 0,
+}
+
+// send runs one INSERT of the whole block, streamed in small Data packets:
+// clickhouse-go reuses its column buffers from packet to packet instead of
+// growing them anew to the whole block for each INSERT, and the server
+// squashes the packets of one INSERT into one block (see oneBlock), as it
+// does those of clickhouse-client. On failure the INSERT is aborted (its
+// connection dropped) rather than closed, which would write the packets sent
+// so far.
 func (b *block) send(ctx context.Context, conn driver.Conn, database string) error {
 	if b.prepared == nil {
 		if err := b.prepare(ctx, conn, database); err != nil {
@@ -186,17 +252,35 @@ func (b *block) send(ctx context.Context, conn driver.Conn, database string) err
 	}
 	batch := b.prepared
 	b.prepared = nil
-	defer batch.Close()
+	for from, to := 0, 0; from < b.rows(); from = to {
+		to = b.chunkEnd(from)
+		for i, c := range b.cols {
+			if err := c.send(batch.Column(i), from, to); err != nil {
+				batch.Abort()
+				return fmt.Errorf("column %s: %w", c.name(), err)
+			}
+		}
+		if err := batch.Flush(); err != nil {
+			batch.Abort()
+			return err
+		}
+	}
 	return batch.Send()
 }
 
 // highest returns the highest offset per source partition in the block.
 func (b *block) highest() map[heldKey]int64 {
 	out := map[heldKey]int64{}
-	for _, s := range b.src {
-		k := heldKey{b.table, s.topic, s.partition}
-		if o, ok := out[k]; !ok || s.offset > o {
-			out[k] = s.offset
+	// Rows come in runs of one partition, in offset order: one map write
+	// per run.
+	for i := 0; i < len(b.src); {
+		run := b.src[i]
+		for i < len(b.src) && b.src[i].partition == run.partition && b.src[i].topic == run.topic {
+			i++
+		}
+		k := heldKey{b.table, run.topic, run.partition}
+		if o, ok := out[k]; !ok || b.src[i-1].offset > o {
+			out[k] = b.src[i-1].offset
 		}
 	}
 	return out
@@ -292,8 +376,8 @@ type tableBlock[R any] struct {
 	rowCols []rowColumn[R]
 }
 
-func newTableBlock[R any](table string, cols ...rowColumn[R]) *tableBlock[R] {
-	b := &tableBlock[R]{block: block{table: table}, rowCols: cols}
+func newTableBlock[R any](table string, key []string, at [3]string, cols ...rowColumn[R]) *tableBlock[R] {
+	b := &tableBlock[R]{block: block{table: table, key: key, at: at}, rowCols: cols}
 	for _, c := range cols {
 		b.cols = append(b.cols, c)
 	}
@@ -324,7 +408,7 @@ type eventsBlock struct {
 }
 
 func newEventsBlock() *eventsBlock {
-	b := &eventsBlock{block: block{table: "events"}}
+	b := &eventsBlock{block: block{table: "events", key: []string{"stream", "entity_key"}, at: sourceColumns}}
 	b.stream, b.key, b.eventID = newTexts(&b.block, "stream"), newTexts(&b.block, "entity_key"), newTexts(&b.block, "event_id")
 	b.eventType = newTexts(&b.block, "event_type")
 	b.version = newColumn[int64](&b.block, "version")
@@ -362,7 +446,7 @@ func (b *eventsBlock) add(r *kgo.Record, o *outcomeRow) {
 }
 
 func newStateBlock() *tableBlock[state] {
-	return newTableBlock("entity_state",
+	return newTableBlock("entity_state", []string{"stream", "entity_key"}, sourceColumns,
 		col("stream", func(_ *kgo.Record, st *state) string { return st.Stream }),
 		col("entity_key", func(_ *kgo.Record, st *state) string { return st.Key }),
 		col("version", func(_ *kgo.Record, st *state) uint64 { return uint64(max(st.Version, 0)) }),
@@ -374,10 +458,17 @@ func newStateBlock() *tableBlock[state] {
 	)
 }
 
+// The columns of a row's source record: in events and entity_state; and
+// in dlq and orphans, whose topic/partition/offset name the original event.
+var (
+	sourceColumns    = [3]string{"topic", "partition", "offset"}
+	dlqSourceColumns = [3]string{"source_topic", "source_partition", "source_offset"}
+)
+
 // In dlq, topic/partition/offset locate the original record in
 // <stream>.in; source_* locate the DLQ record the sink read.
 func newDLQBlock() *tableBlock[deadLetter] {
-	return newTableBlock("dlq",
+	return newTableBlock("dlq", []string{"stream", "reason"}, dlqSourceColumns,
 		col("stream", func(_ *kgo.Record, dl *deadLetter) string { return dl.Stream }),
 		col("entity_key", func(_ *kgo.Record, dl *deadLetter) string { return dl.Key }),
 		col("event_id", func(_ *kgo.Record, dl *deadLetter) string { return dl.EventID }),
@@ -395,7 +486,7 @@ func newDLQBlock() *tableBlock[deadLetter] {
 }
 
 func newOrphansBlock() *tableBlock[deadLetter] {
-	return newTableBlock("orphans",
+	return newTableBlock("orphans", []string{"stream", "entity_key"}, dlqSourceColumns,
 		col("stream", func(_ *kgo.Record, dl *deadLetter) string { return dl.Stream }),
 		// The missing parent's id.
 		col("entity_key", func(_ *kgo.Record, dl *deadLetter) string { return dl.Key }),

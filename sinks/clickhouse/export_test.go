@@ -6,20 +6,25 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// InsertPipelined inserts each chunk as Run inserts a batch: decoded while
-// the chunk before it is being inserted.
-func (s *Sink) InsertPipelined(ctx context.Context, chunks [][]*kgo.Record) error {
-	w := s.newWriter(func([]*kgo.Record) {})
-	defer w.wait()
+// Pipeline inserts chunks of records as Run inserts its batches: each
+// decoded while the one before it is being inserted, in buffers reused
+// from batch to batch.
+type Pipeline struct{ w *writer }
+
+func (s *Sink) NewPipeline() *Pipeline { return &Pipeline{s.newWriter(func([]*kgo.Record) {})} }
+
+// Insert inserts each chunk as one batch and returns once all have landed.
+func (p *Pipeline) Insert(ctx context.Context, chunks [][]*kgo.Record) error {
+	defer p.w.wait()
 	for _, c := range chunks {
-		if err := w.add(ctx, c); err != nil {
+		if err := p.w.add(ctx, c); err != nil {
 			return err
 		}
-		if err := w.flush(ctx); err != nil {
+		if err := p.w.flush(ctx); err != nil {
 			return err
 		}
 	}
-	return w.settle(true)
+	return p.w.settle(true)
 }
 
 // Batch is a gathered batch.
@@ -37,3 +42,6 @@ func (s *Sink) Flush(ctx context.Context, b *Batch, retry bool) error { return s
 // Prepare builds a gathered batch's INSERTs ahead, as Run does while the
 // batch before is being written.
 func (s *Sink) Prepare(ctx context.Context, b *Batch) { s.prepare(ctx, b) }
+
+// ChunkRows is how many rows go in one Data packet of an INSERT.
+const ChunkRows = chunkRows

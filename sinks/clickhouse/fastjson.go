@@ -46,7 +46,8 @@ type outcomeRow struct {
 
 // outcomeKeys are the JSON names of envelope.Outcome's fields, read from
 // its tags so that a case-folded spelling of any of them, a field added
-// later included, goes to encoding/json.
+// later included, goes to encoding/json. Their order is the struct's, the
+// order the processors write them in.
 var outcomeKeys = func() []string {
 	t := reflect.TypeFor[envelope.Outcome]()
 	keys := make([]string, t.NumField())
@@ -55,6 +56,45 @@ var outcomeKeys = func() []string {
 	}
 	return keys
 }()
+
+// quotedKeys are outcomeKeys as they start a member: `"stream":`.
+var quotedKeys = func() []string {
+	out := make([]string, len(outcomeKeys))
+	for i, k := range outcomeKeys {
+		out[i] = `"` + k + `":`
+	}
+	return out
+}()
+
+// The fields scanOutcome reads, by their index in outcomeKeys.
+var (
+	fieldStream         = outcomeField("stream")
+	fieldKey            = outcomeField("key")
+	fieldEventID        = outcomeField("event_id")
+	fieldType           = outcomeField("type")
+	fieldOutcome        = outcomeField("outcome")
+	fieldReason         = outcomeField("reason")
+	fieldMessageID      = outcomeField("message_id")
+	fieldVersion        = outcomeField("version")
+	fieldGap            = outcomeField("gap")
+	fieldBufferDepth    = outcomeField("buffer_depth")
+	fieldOccurredAtMs   = outcomeField("occurred_at_ms")
+	fieldReceivedAtMs   = outcomeField("received_at_ms")
+	fieldProcessedAtMs  = outcomeField("processed_at_ms")
+	fieldInputPartition = outcomeField("input_partition")
+	fieldInputOffset    = outcomeField("input_offset")
+	fieldPayload        = outcomeField("payload")
+)
+
+// outcomeField is the index of key in outcomeKeys, or -1.
+func outcomeField(key string) int {
+	for i, k := range outcomeKeys {
+		if k == key {
+			return i
+		}
+	}
+	return -1
+}
 
 // scanOutcome fills o but its Payload, which it returns as a string, from
 // a flat JSON object; or reports false when the input needs encoding/json
@@ -67,57 +107,53 @@ func scanOutcome(data []byte, o *envelope.Outcome) (payload string, _ bool) {
 	if s.skip('}') {
 		return "", s.end()
 	}
+	next := 0 // where the key after the last one would be, in write order
 	for {
-		key, ok := s.str()
-		if !ok || !s.skip(':') {
+		field, ok := s.member(next)
+		if !ok {
 			return "", false
 		}
-		// A switch, not a map: the field names cost a few comparisons of
-		// lengths and words.
-		switch key {
-		case "stream":
+		if field >= 0 {
+			next = field + 1
+		}
+		switch field {
+		case fieldStream:
 			o.Stream, ok = s.str()
-		case "key":
+		case fieldKey:
 			o.Key, ok = s.str()
-		case "event_id":
+		case fieldEventID:
 			o.EventID, ok = s.str()
-		case "type":
+		case fieldType:
 			o.EventType, ok = s.str()
-		case "outcome":
+		case fieldOutcome:
 			o.Outcome, ok = s.str()
-		case "reason":
+		case fieldReason:
 			o.Reason, ok = s.str()
-		case "message_id":
+		case fieldMessageID:
 			o.MessageID, ok = s.str()
-		case "version":
+		case fieldVersion:
 			o.Version, ok = s.int(64)
-		case "gap":
+		case fieldGap:
 			o.Gap, ok = s.int(64)
-		case "buffer_depth":
+		case fieldBufferDepth:
 			var n int64
 			n, ok = s.int(strconv.IntSize)
 			o.BufferDepth = int(n)
-		case "occurred_at_ms":
+		case fieldOccurredAtMs:
 			o.OccurredAtMs, ok = s.int(64)
-		case "received_at_ms":
+		case fieldReceivedAtMs:
 			o.ReceivedAtMs, ok = s.int(64)
-		case "processed_at_ms":
+		case fieldProcessedAtMs:
 			o.ProcessedAtMs, ok = s.int(64)
-		case "input_partition":
+		case fieldInputPartition:
 			var n int64
 			n, ok = s.int(32)
 			o.InputPartition = int32(n)
-		case "input_offset":
+		case fieldInputOffset:
 			o.InputOffset, ok = s.int(64)
-		case "payload":
+		case fieldPayload:
 			payload, ok = s.value()
 		default:
-			// encoding/json matches keys case-insensitively.
-			for _, k := range outcomeKeys {
-				if strings.EqualFold(k, key) {
-					return "", false
-				}
-			}
 			_, ok = s.value()
 		}
 		if !ok {
@@ -132,6 +168,35 @@ func scanOutcome(data []byte, o *envelope.Outcome) (payload string, _ bool) {
 	}
 }
 
+// member reads a member's key and colon, and returns the key's index in
+// outcomeKeys, or -1 for a key the outcome does not have. The processors
+// write the keys in order, some left out, so the next few expected keys
+// are matched as they stand first; any other spelling goes through str.
+// It reports false for a key that encoding/json would match case-folded.
+func (s *scanner) member(next int) (int, bool) {
+	s.space()
+	for i := next; i < min(next+3, len(quotedKeys)); i++ {
+		if strings.HasPrefix(s.s[s.i:], quotedKeys[i]) {
+			s.i += len(quotedKeys[i])
+			return i, true
+		}
+	}
+	key, ok := s.str()
+	if !ok || !s.skip(':') {
+		return 0, false
+	}
+	if field := outcomeField(key); field >= 0 {
+		return field, true
+	}
+	// encoding/json matches keys case-insensitively.
+	for _, k := range outcomeKeys {
+		if strings.EqualFold(k, key) {
+			return 0, false
+		}
+	}
+	return -1, true
+}
+
 // scanner reads JSON from b at i, skipping white space before each token;
 // s is b as a string, whose parts it returns.
 type scanner struct {
@@ -141,14 +206,13 @@ type scanner struct {
 }
 
 func (s *scanner) space() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
+	b, i := s.b, s.i
+	// Every byte of JSON's white space is below '!'; the records the
+	// processors write have none, so one comparison usually settles it.
+	for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
 	}
+	s.i = i
 }
 
 // skip consumes c if it is the next token.
@@ -221,25 +285,30 @@ func (s *scanner) plain() (nonASCII bool) {
 // fits bits, reading its digits once.
 func (s *scanner) int(bits int) (int64, bool) {
 	s.space()
-	start := s.i
-	negative := s.i < len(s.b) && s.b[s.i] == '-'
+	b, i := s.b, s.i // in registers through the digit loop
+	start := i
+	negative := i < len(b) && b[i] == '-'
 	if negative {
-		s.i++
+		i++
 	}
-	first := s.i
+	first := i
 	var n uint64 // wraps past 19 digits, which strconv reads instead
-	for s.i < len(s.b) && s.b[s.i]-'0' < 10 {
-		n = n*10 + uint64(s.b[s.i]-'0')
-		s.i++
+	for ; i < len(b); i++ {
+		d := b[i] - '0'
+		if d >= 10 {
+			break
+		}
+		n = n*10 + uint64(d)
 	}
-	digits := s.i - first
-	if digits == 0 || (digits > 1 && s.b[first] == '0') ||
-		(s.i < len(s.b) && (s.b[s.i] == '.' || s.b[s.i] == 'e' || s.b[s.i] == 'E')) {
+	s.i = i
+	digits := i - first
+	if digits == 0 || (digits > 1 && b[first] == '0') ||
+		(i < len(b) && (b[i] == '.' || b[i] == 'e' || b[i] == 'E')) {
 		return 0, false
 	}
 	if digits > 18 {
 		// Might not fit in 63 bits: strconv decides.
-		v, err := strconv.ParseInt(s.s[start:s.i], 10, bits)
+		v, err := strconv.ParseInt(s.s[start:i], 10, bits)
 		return v, err == nil
 	}
 	v := int64(n)

@@ -84,3 +84,37 @@ func TestScannerReadsWhatProcessorsWrite(t *testing.T) {
 		t.Fatalf("scanner read %+v, want %+v", got, o)
 	}
 }
+
+// The scanner next to encoding/json on an outcome as the processors write
+// it, in one run:
+//
+//	go test -run '^$' -bench DecodeOutcome ./sinks/clickhouse
+func BenchmarkDecodeOutcome(b *testing.B) {
+	data, err := json.Marshal(envelope.Outcome{Stream: "presence", Key: "user-004217", EventID: "user-004217-000000184217",
+		EventType: "presence.changed", Version: 184217, Outcome: "applied", Gap: 1,
+		OccurredAtMs: 1_700_000_000_000, ReceivedAtMs: 1_700_000_000_050, ProcessedAtMs: 1_700_000_000_200,
+		InputPartition: 3, InputOffset: 184217,
+		Payload: json.RawMessage(`{"event_id":"user-004217-000000184217","user_id":"user-004217","presence":"ONLINE",` +
+			`"sequence_number":184217,"timestamp":"2026-11-30T07:00:00Z"}`)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("scanner", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		var row outcomeRow
+		for b.Loop() {
+			if err := decodeOutcome(data, &row); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			var o envelope.Outcome
+			if err := json.Unmarshal(data, &o); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

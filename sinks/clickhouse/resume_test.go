@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"testing"
 	"time"
 
@@ -281,5 +282,111 @@ func sinkOverDatabase(t *testing.T) (context.Context, func() *sinkch.Sink, func(
 			t.Fatal(err)
 		}
 		return n
+	}
+}
+
+// The server can die after writing an INSERT's rows to the table and
+// before writing their position through the view: the rows are in,
+// sink_positions lags them, and the client saw an error. The retry finds
+// the rows themselves and does not send them twice, in every table. Here
+// the views are detached while the block lands, which leaves the same
+// state; the first retry, by a sink that gathered the batch before, must
+// then add nothing.
+func TestRetryFindsLandedRowsWhosePositionWasLost(t *testing.T) {
+	ctx := testenv.Context(t, time.Minute)
+	conn, cfg := migratedDatabase(t, ctx)
+	db := cfg.ClickHouse.Database
+	newSink := func() *sinkch.Sink { return sinkch.New(cfg, nil, conn, slog.New(slog.DiscardHandler), nil) }
+	var records []*kgo.Record
+	records = append(records, presenceOutcomes(t, "dave", 0, 0, 5)...)
+	records = append(records, presenceOutcomes(t, "erin", 3, 7, 9)...)
+	for offset := int64(0); offset < 3; offset++ {
+		records = append(records, record(t, topics.For("presence").State, 1, offset, state("dave", offset+1, "ONLINE")))
+	}
+	for offset := int64(0); offset < 2; offset++ {
+		records = append(records, record(t, topics.For("orders").DLQ, 4, offset, envelope.DeadLetter{
+			Stream: "orders", Topic: "orders.in", Partition: 2, Offset: 40 + offset, Key: fmt.Sprintf("ord-%d", offset),
+			Reason: "orphan_ttl", EventID: fmt.Sprintf("pay-%d", offset), EventType: "order.payment_received",
+			ReceivedAtMs: 1_700_000_000_000, AtMs: 1_700_086_400_000, Payload: []byte(`{"event_id":"pay"}`)}))
+	}
+	tables := map[string]uint64{"events": 7, "entity_state": 3, "dlq": 2, "orphans": 2}
+	counts := func() map[string]uint64 {
+		got := map[string]uint64{}
+		for table := range tables {
+			var n uint64
+			if err := conn.QueryRow(ctx, "SELECT count() FROM "+db+"."+table).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			got[table] = n
+		}
+		return got
+	}
+
+	retrying := newSink()
+	pending, err := retrying.Gather(ctx, records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	views := []string{"events_positions", "entity_state_positions", "dlq_positions", "orphans_positions"}
+	for _, view := range views {
+		if err := conn.Exec(ctx, "DETACH TABLE "+db+"."+view); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := newSink().Insert(ctx, records); err != nil {
+		t.Fatal(err)
+	}
+	for _, view := range views {
+		if err := conn.Exec(ctx, "ATTACH TABLE "+db+"."+view); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var positions uint64
+	if err := conn.QueryRow(ctx, "SELECT count() FROM "+db+".sink_positions").Scan(&positions); err != nil {
+		t.Fatal(err)
+	}
+	if positions != 0 {
+		t.Fatalf("sink_positions has %d rows; the test needs the positions lost", positions)
+	}
+	if err := retrying.Flush(ctx, pending, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := counts(); !maps.Equal(got, tables) {
+		t.Fatalf("rows per table after the retry: %v, want %v", got, tables)
+	}
+}
+
+// Rows of a partition found in part (as a block that spans two months can
+// land, one month's part without the other's) do not move the position:
+// the retry sends them all again, doubling some rather than losing any.
+func TestRetryResendsRowsThatLandedInPart(t *testing.T) {
+	ctx := testenv.Context(t, time.Minute)
+	conn, cfg := migratedDatabase(t, ctx)
+	db := cfg.ClickHouse.Database
+	newSink := func() *sinkch.Sink { return sinkch.New(cfg, nil, conn, slog.New(slog.DiscardHandler), nil) }
+	records := presenceOutcomes(t, "frank", 0, 0, 5)
+	retrying := newSink()
+	pending, err := retrying.Gather(ctx, records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Exec(ctx, "DETACH TABLE "+db+".events_positions"); err != nil {
+		t.Fatal(err)
+	}
+	if err := newSink().Insert(ctx, records[:3]); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Exec(ctx, "ATTACH TABLE "+db+".events_positions"); err != nil {
+		t.Fatal(err)
+	}
+	if err := retrying.Flush(ctx, pending, true); err != nil {
+		t.Fatal(err)
+	}
+	var n, offsets uint64
+	if err := conn.QueryRow(ctx, "SELECT count(), uniqExact(`offset`) FROM "+db+".events").Scan(&n, &offsets); err != nil {
+		t.Fatal(err)
+	}
+	if n != 8 || offsets != 5 {
+		t.Fatalf("events has %d rows for %d offsets, want 8 rows (3 doubled) for all 5", n, offsets)
 	}
 }

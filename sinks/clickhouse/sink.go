@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -336,9 +337,9 @@ func (s *Sink) addRun(b *batch, run []*kgo.Record) {
 
 // flush inserts each non-empty block with one INSERT and empties it, so a
 // repeated flush after a failure sends only the blocks that did not land.
-// On a retry the positions of a block's topics are read again first: an
-// INSERT that failed on the client may have landed on the server, and then
-// its positions say so (they are written by the same INSERT).
+// On a retry the positions of a block's topics are read again first, and
+// the table is asked for the block's last rows (see landed): an INSERT that
+// failed on the client may have landed on the server.
 func (s *Sink) flush(ctx context.Context, b *batch, retry bool) error {
 	for _, blk := range b.blocks() {
 		if blk.rows() == 0 {
@@ -347,6 +348,9 @@ func (s *Sink) flush(ctx context.Context, b *batch, retry bool) error {
 		if retry {
 			blk.discard()
 			if err := s.reload(ctx, blk); err != nil {
+				return err
+			}
+			if err := s.landed(ctx, blk); err != nil {
 				return err
 			}
 			if dropped := blk.keepAfter(s.heldOffset); dropped > 0 {
@@ -361,11 +365,9 @@ func (s *Sink) flush(ctx context.Context, b *batch, retry bool) error {
 			return fmt.Errorf("%s: %w", blk.table, err)
 		}
 		s.metrics.inserted(blk.table, blk.rows(), time.Since(start))
-		s.heldMu.Lock()
 		for k, offset := range blk.highest() {
-			s.held[k] = max(s.held[k], offset)
+			s.raise(k, offset)
 		}
-		s.heldMu.Unlock()
 		blk.reset()
 	}
 	return nil
@@ -438,17 +440,98 @@ func (s *Sink) load(ctx context.Context, tt tableTopic) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("%s: reading the positions of %s: %w", tt.table, tt.topic, err)
 	}
+	for partition, offset := range got {
+		s.raise(heldKey{tt.table, tt.topic, partition}, offset)
+	}
+	s.heldMu.Lock()
+	s.loaded[tt] = true
+	s.heldMu.Unlock()
+	return nil
+}
+
+// raise records that a table holds a partition's rows up to offset.
+// Positions only grow: a background INSERT may have raised one since a
+// query read it.
+func (s *Sink) raise(k heldKey, offset int64) {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
-	// Positions only grow; a background INSERT may have raised one since
-	// the query read it.
-	for partition, offset := range got {
-		k := heldKey{tt.table, tt.topic, partition}
-		if held, ok := s.held[k]; !ok || offset > held {
-			s.held[k] = offset
+	if held, ok := s.held[k]; !ok || offset > held {
+		s.held[k] = offset
+	}
+}
+
+// landed raises the positions to what the table holds of the block's rows.
+// A failed INSERT may have landed with its positions lost: the server writes
+// the table's part before the view's part in sink_positions, and dying
+// between the two leaves the rows in and the position behind. So the table
+// is asked for the first and last rows of each source partition in the
+// block, through its ORDER BY. A block lands whole, or, when it spans two
+// months, as two parts: finding both rows means the rows between landed
+// too; finding one, the rows are sent again (doubled, never lost).
+func (s *Sink) landed(ctx context.Context, blk *block) error {
+	type topicPartition struct {
+		topic     string
+		partition int32
+	}
+	type span struct{ first, last int }
+	spans := map[topicPartition]span{}
+	for i, src := range blk.src {
+		k := topicPartition{src.topic, src.partition}
+		sp, ok := spans[k]
+		if !ok {
+			sp = span{i, i}
+		}
+		if src.offset < blk.src[sp.first].offset {
+			sp.first = i
+		}
+		if src.offset > blk.src[sp.last].offset {
+			sp.last = i
+		}
+		spans[k] = sp
+	}
+	keys := make([]ch.GroupSet, len(blk.key)) // each binds as ('a', 'b', …)
+	var at []ch.GroupSet
+	for _, sp := range spans {
+		for _, i := range []int{sp.first, sp.last} {
+			for c, name := range blk.key {
+				keys[c].Value = append(keys[c].Value, blk.text(name, i))
+			}
+			src := blk.src[i]
+			at = append(at, ch.GroupSet{Value: []any{src.topic, src.partition, src.offset}})
 		}
 	}
-	s.loaded[tt] = true
+	position := "`" + blk.at[0] + "`, `" + blk.at[1] + "`, `" + blk.at[2] + "`"
+	query := "SELECT " + position + " FROM " + s.cfg.ClickHouse.Database + "." + blk.table + " WHERE "
+	var args []any
+	for c, name := range blk.key {
+		query += "`" + name + "` IN ? AND "
+		args = append(args, keys[c])
+	}
+	query += "(" + position + ") IN (?)"
+	// The lookup must stay cheap however large the table: the server
+	// refuses it rather than read the table whole.
+	ctx = ch.Context(ctx, ch.WithSettings(ch.Settings{"force_primary_key": 1}))
+	rows, err := s.conn.Query(ctx, query, append(args, at)...)
+	if err != nil {
+		return fmt.Errorf("%s: looking for the rows of a failed insert: %w", blk.table, err)
+	}
+	defer rows.Close()
+	found := map[source]bool{}
+	for rows.Next() {
+		var src source
+		if err := rows.Scan(&src.topic, &src.partition, &src.offset); err != nil {
+			return err
+		}
+		found[src] = true
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for k, sp := range spans {
+		if found[blk.src[sp.first]] && found[blk.src[sp.last]] {
+			s.raise(heldKey{blk.table, k.topic, k.partition}, blk.src[sp.last].offset)
+		}
+	}
 	return nil
 }
 
