@@ -108,7 +108,9 @@ func (s *standardScheme) Verify(h http.Header, body []byte) (string, error) {
 		return "", &SignatureError{Reason: "too_many_signatures", Detail: fmt.Sprintf("at most %d signatures are read", maxSignatures)}
 	}
 	// Each key's signature is computed once, when the first well-formed
-	// candidate needs it.
+	// candidate needs it; streams rotate through a few secrets, whose
+	// signatures fit on the stack.
+	var room [4][sha256.Size]byte
 	var wants [][sha256.Size]byte
 	wellFormed := false
 	for c := range strings.FieldsSeq(candidates) {
@@ -128,7 +130,11 @@ func (s *standardScheme) Verify(h http.Header, body []byte) (string, error) {
 		}
 		wellFormed = true
 		if wants == nil {
-			wants = make([][sha256.Size]byte, len(s.keys))
+			wants = room[:0]
+			if len(s.keys) > len(room) {
+				wants = make([][sha256.Size]byte, 0, len(s.keys))
+			}
+			wants = wants[:len(s.keys)]
 			for i, key := range s.keys {
 				key.SignStandard(wants[i][:0], id, ts, body)
 			}
