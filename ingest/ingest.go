@@ -48,13 +48,19 @@ type edgeStream struct {
 	topic     string
 	ephemeral string
 	scheme    Scheme
-	schemas   map[string]*jsonschema.Schema
+	// schemas are the stream's schemas by event type.
+	schemas map[string]eventSchema
 	// nameBytes and schemeBytes are the dg-stream and dg-scheme header
 	// values; records share them, and nothing writes to them.
 	nameBytes, schemeBytes []byte
-	// checkers are the fast validity tests of the schemas that have one;
-	// the library still validates what a checker rejects, for its errors.
-	checkers map[string]*schemacheck.Checker
+}
+
+// eventSchema is an event type's schema and, when the schema has one, its
+// fast validity test; the library still validates what the checker
+// rejects, for its errors.
+type eventSchema struct {
+	schema  *jsonschema.Schema
+	checker *schemacheck.Checker
 }
 
 // Options configure a Handler. Zero values mean defaults.
@@ -97,16 +103,13 @@ func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Han
 		names := topics.For(s.Name)
 		es := &edgeStream{cfg: s, topic: names.In, ephemeral: names.Ephemeral, scheme: scheme,
 			nameBytes: []byte(s.Name), schemeBytes: []byte(scheme.Name()),
-			schemas: map[string]*jsonschema.Schema{}, checkers: map[string]*schemacheck.Checker{}}
+			schemas: map[string]eventSchema{}}
 		for typ := range s.Schemas {
 			sch, err := compileSchema(s, typ)
 			if err != nil {
 				return nil, fmt.Errorf("in streams.%s.schemas.%s: %w", s.Name, typ, err)
 			}
-			es.schemas[typ] = sch
-			if c := schemacheck.Compile(sch); c != nil {
-				es.checkers[typ] = c
-			}
+			es.schemas[typ] = eventSchema{schema: sch, checker: schemacheck.Compile(sch)}
 		}
 		h.metrics.bindStream(s.Name)
 		h.streams[s.Name] = es
@@ -184,7 +187,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, s *
 	if err != nil {
 		return h.rejectSignature(w, name, err)
 	}
-	doc, err := envelope.Decode(body)
+	doc, err := envelope.Parse(body)
 	if err != nil {
 		var located []FieldProblem
 		if fe := (*envelope.FieldError)(nil); errors.As(err, &fe) {
@@ -193,6 +196,8 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, s *
 		return writeProblem(w, http.StatusBadRequest, "json", err.Error(), located)
 	}
 	fields, problems := h.validate(s, doc, deliveryID)
+	// The fields are strings of the body's copy, valid after the release.
+	doc.Release()
 	if problems != nil {
 		return writeProblem(w, http.StatusUnprocessableEntity, "schema", "the payload does not match the stream's schema", problems)
 	}
@@ -223,24 +228,23 @@ func (h *Handler) rejectSignature(w http.ResponseWriter, stream string, err erro
 
 // validate checks the schema of the event's type, then extracts the
 // catalogue fields, returning every problem with its JSON pointer.
-func (h *Handler) validate(s *edgeStream, doc any, deliveryID string) (envelope.Fields, []FieldProblem) {
-	// One Document lists the body's keys once for the type and the fields.
-	d := envelope.NewDocument(doc)
-	typ, err := d.EventType(s.cfg)
+func (h *Handler) validate(s *edgeStream, doc *envelope.Document, deliveryID string) (envelope.Fields, []FieldProblem) {
+	typ, err := doc.EventType(s.cfg)
 	if err != nil {
 		return envelope.Fields{}, fieldProblem(err)
 	}
-	sch := s.schemas[typ]
-	if sch == nil {
+	sch, ok := s.schemas[typ]
+	if !ok {
 		return envelope.Fields{}, []FieldProblem{{Pointer: s.cfg.Type.Field, Detail: fmt.Sprintf("unknown event type %q", typ)}}
 	}
-	if c := s.checkers[typ]; c == nil || !c.Valid(doc) {
-		if err := sch.Validate(doc); err != nil {
+	if sch.checker == nil || !sch.checker.Valid(doc.Root()) {
+		// The library reads the generic tree, built only on this path.
+		if err := sch.schema.Validate(doc.Root().Any()); err != nil {
 			return envelope.Fields{}, schemaProblems(err)
 		}
 	}
 	// Schema-valid can still be unusable for ordering, e.g. a version over 2^63.
-	fields, err := d.Extract(s.cfg, deliveryID)
+	fields, err := doc.Extract(s.cfg, deliveryID)
 	if err != nil {
 		return fields, fieldProblem(err)
 	}

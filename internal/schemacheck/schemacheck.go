@@ -14,13 +14,14 @@
 package schemacheck
 
 import (
-	"encoding/json"
 	"math"
 	"math/big"
 	"strconv"
 	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/driftguard/driftguard/internal/envelope"
 )
 
 // Checker is a compiled schema's fast validity test.
@@ -38,10 +39,10 @@ func Compile(sch *jsonschema.Schema) *Checker {
 	return &Checker{root: n}
 }
 
-// Valid reports whether doc satisfies the schema. doc is a value as
-// encoding/json with UseNumber builds it (map[string]any, []any, string,
-// json.Number, bool, nil); a value of any other type is not valid.
-func (c *Checker) Valid(doc any) bool { return c.root.valid(doc) }
+// Valid reports whether v, a value of a body envelope.Parse read, satisfies
+// the schema. It reads the flat document as it is, so a valid body costs
+// no tree: the library's tree is built only for a body the checker refuses.
+func (c *Checker) Valid(v envelope.Value) bool { return c.root.valid(v) }
 
 // jsonType is a bit per JSON type, as in the `type` keyword.
 type jsonType uint8
@@ -72,10 +73,14 @@ type node struct {
 	hasEnum  bool
 	enum     []any
 
-	properties map[string]*node
+	// members are the properties and the required names, so one lookup
+	// per member of a document answers both.
+	members map[string]member
 	// additional validates members not named in properties; nil allows any.
-	additional   *node
-	required     []string
+	additional *node
+	// required counts the distinct required names: a document has no
+	// duplicate keys, so counting the required members it has is enough.
+	required     int
 	minMembers   int
 	maxMembers   int
 	items        *node
@@ -88,6 +93,13 @@ type node struct {
 	maximum      *bound
 	exclusiveMin *bound
 	exclusiveMax *bound
+}
+
+// member is what a schema says of one member name.
+type member struct {
+	// node validates the member; nil when properties does not name it.
+	node     *node
+	required bool
 }
 
 // unlimited marks a max* keyword that is absent.
@@ -133,7 +145,7 @@ func compile(sch *jsonschema.Schema) (*node, bool) {
 		minMembers: intOr(sch.MinProperties, 0), maxMembers: intOr(sch.MaxProperties, unlimited),
 		minItems: intOr(sch.MinItems, 0), maxItems: intOr(sch.MaxItems, unlimited),
 		minLength: intOr(sch.MinLength, 0), maxLength: intOr(sch.MaxLength, unlimited),
-		pattern: sch.Pattern, required: sch.Required,
+		pattern: sch.Pattern,
 		minimum: newBound(sch.Minimum), maximum: newBound(sch.Maximum),
 		exclusiveMin: newBound(sch.ExclusiveMinimum), exclusiveMax: newBound(sch.ExclusiveMaximum),
 	}
@@ -156,14 +168,21 @@ func compile(sch *jsonschema.Schema) (*node, bool) {
 		}
 		n.hasEnum, n.enum = true, sch.Enum.Values
 	}
-	if len(sch.Properties) > 0 {
-		n.properties = make(map[string]*node, len(sch.Properties))
+	if len(sch.Properties) > 0 || len(sch.Required) > 0 {
+		n.members = make(map[string]member, len(sch.Properties)+len(sch.Required))
 		for name, sub := range sch.Properties {
 			c, ok := compile(sub)
 			if !ok {
 				return nil, false
 			}
-			n.properties[name] = c
+			n.members[name] = member{node: c}
+		}
+		for _, name := range sch.Required {
+			if m := n.members[name]; !m.required {
+				m.required = true
+				n.members[name] = m
+				n.required++
+			}
 		}
 	}
 	switch additional := sch.AdditionalProperties.(type) {
@@ -232,35 +251,36 @@ func intOr(p *int, def int) int {
 	return *p
 }
 
-func (n *node) valid(v any) bool {
+func (n *node) valid(v envelope.Value) bool {
 	if n.never {
 		return false
 	}
 	var t jsonType
-	switch v := v.(type) {
-	case nil:
+	switch v.Kind() {
+	case envelope.KindNull:
 		t = typeNull
-	case bool:
+	case envelope.KindBool:
 		t = typeBoolean
-	case string:
+	case envelope.KindString:
 		t = typeString
-		if !n.validString(v) {
+		if !n.validString(v.Text()) {
 			return false
 		}
-	case json.Number:
+	case envelope.KindNumber:
 		t = typeNumber
-		if !n.validNumber(string(v)) {
+		literal := v.Text()
+		if !n.validNumber(literal) {
 			return false
 		}
-		if n.types&typeInteger != 0 && n.types&typeNumber == 0 && !isInteger(string(v)) {
+		if n.types&typeInteger != 0 && n.types&typeNumber == 0 && !isInteger(literal) {
 			return false
 		}
-	case []any:
+	case envelope.KindArray:
 		t = typeArray
 		if !n.validArray(v) {
 			return false
 		}
-	case map[string]any:
+	case envelope.KindObject:
 		t = typeObject
 		if !n.validObject(v) {
 			return false
@@ -287,16 +307,14 @@ func (n *node) valid(v any) bool {
 }
 
 // sameScalar compares v with a string, boolean or null.
-func sameScalar(v, want any) bool {
+func sameScalar(v envelope.Value, want any) bool {
 	switch want := want.(type) {
 	case nil:
-		return v == nil
+		return v.Kind() == envelope.KindNull
 	case bool:
-		b, ok := v.(bool)
-		return ok && b == want
+		return v.Kind() == envelope.KindBool && v.Bool() == want
 	case string:
-		s, ok := v.(string)
-		return ok && s == want
+		return v.Kind() == envelope.KindString && v.Text() == want
 	}
 	return false
 }
@@ -311,12 +329,12 @@ func (n *node) validString(s string) bool {
 	return n.pattern == nil || n.pattern.MatchString(s)
 }
 
-func (n *node) validArray(items []any) bool {
-	if len(items) < n.minItems || len(items) > n.maxItems {
+func (n *node) validArray(arr envelope.Value) bool {
+	if arr.Len() < n.minItems || arr.Len() > n.maxItems {
 		return false
 	}
 	if n.items != nil {
-		for _, item := range items {
+		for item := range arr.Items() {
 			if !n.items.valid(item) {
 				return false
 			}
@@ -325,35 +343,25 @@ func (n *node) validArray(items []any) bool {
 	return true
 }
 
-func (n *node) validObject(obj map[string]any) bool {
-	if len(obj) < n.minMembers || len(obj) > n.maxMembers {
+func (n *node) validObject(obj envelope.Value) bool {
+	if obj.Len() < n.minMembers || obj.Len() > n.maxMembers {
 		return false
 	}
-	for _, name := range n.required {
-		if _, ok := obj[name]; !ok {
-			return false
+	required := 0
+	for name, value := range obj.Members() {
+		m := n.members[name]
+		if m.required {
+			required++
 		}
-	}
-	if n.additional == nil {
-		// Only the named members have schemas: look them up rather than
-		// walk the document.
-		for name, sub := range n.properties {
-			if member, ok := obj[name]; ok && !sub.valid(member) {
-				return false
-			}
-		}
-		return true
-	}
-	for name, member := range obj {
-		sub, ok := n.properties[name]
-		if !ok {
+		sub := m.node
+		if sub == nil {
 			sub = n.additional
 		}
-		if !sub.valid(member) {
+		if sub != nil && !sub.valid(value) {
 			return false
 		}
 	}
-	return true
+	return required == n.required
 }
 
 func (n *node) validNumber(literal string) bool {

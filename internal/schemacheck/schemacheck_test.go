@@ -125,10 +125,19 @@ func TestAgreesWithLibrary(t *testing.T) {
 		words := vocabulary(all[name])
 		verdicts := map[bool]int{}
 		t.Run(name, rapid.MakeCheck(func(t *rapid.T) {
-			doc := shaped(sch, words, 4).Draw(t, "doc")
-			want := sch.Validate(doc) == nil
-			if got := checker.Valid(doc); got != want {
-				text, _ := json.Marshal(doc)
+			text, err := json.Marshal(shaped(sch, words, 4).Draw(t, "doc"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The checker reads what the edge's decoder accepts; a number
+			// it refuses never reaches a schema.
+			doc, err := envelope.Parse(text)
+			if err != nil {
+				return
+			}
+			defer doc.Release()
+			want := sch.Validate(doc.Root().Any()) == nil
+			if got := checker.Valid(doc.Root()); got != want {
 				t.Fatalf("checker says valid=%v, library says valid=%v, for %s", got, want, text)
 			}
 			verdicts[want]++
@@ -272,11 +281,12 @@ func FuzzAgreesWithLibrary(f *testing.F) {
 	f.Add([]byte(`{"event_id":"","user_id":"u1","presence":"AWAY","sequence_number":1.0,"timestamp":-1}`))
 	f.Add([]byte(`{"event_id":"e","user_id":"u","presence":"ONLINE","sequence_number":9007199254740992,"timestamp":1e2}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		doc, err := envelope.Decode(body)
+		doc, err := envelope.Parse(body)
 		if err != nil {
 			return
 		}
-		if got, want := checker.Valid(doc), sch.Validate(doc) == nil; got != want {
+		defer doc.Release()
+		if got, want := checker.Valid(doc.Root()), sch.Validate(doc.Root().Any()) == nil; got != want {
 			t.Fatalf("checker says valid=%v, library says valid=%v, for %s", got, want, body)
 		}
 	})

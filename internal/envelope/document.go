@@ -1,0 +1,192 @@
+package envelope
+
+import (
+	"encoding/json"
+	"iter"
+	"sync"
+)
+
+// Kind is the JSON type of a Value.
+type Kind uint8
+
+// The kinds of Value; the zero Value, which no lookup returns with a nil
+// error, is KindInvalid.
+const (
+	KindInvalid Kind = iota
+	KindNull
+	KindBool
+	KindNumber
+	KindString
+	KindArray
+	KindObject
+)
+
+// Document is a body Parse has read: its values in document order, each a
+// token, a container followed by its members (an object's as key and value
+// pairs). Readers walk it through Values; nothing in it is boxed, so reading
+// a body allocates no more than its copy and the strings that had escapes.
+type Document struct {
+	// text is the body; strings without escapes and number literals are
+	// slices of it, so they stay valid after Release.
+	text   string
+	tokens []token
+	// unescaped are the strings that had escapes, decoded.
+	unescaped []string
+}
+
+// token is one value of a Document.
+type token struct {
+	kind Kind
+	// truth is a boolean's value; escaped says a string is
+	// unescaped[start] rather than text[start:end]; ascii says a string
+	// is all ASCII, which spares most case-folding comparisons of keys.
+	truth, escaped, ascii bool
+	// start and end delimit a string's content or a number's literal.
+	start, end int32
+	// n is an object's members or an array's items; next is the index of
+	// the token after this value and, for a container, all it holds.
+	n, next int32
+}
+
+// documents are reused between bodies: the token array of the last body is
+// usually the right size for the next.
+var documents = sync.Pool{New: func() any { return new(Document) }}
+
+// maxPooledTokens keeps one huge body from pinning its token array in the
+// pool.
+const maxPooledTokens = 1 << 12
+
+// Release returns the Document for reuse. Its Values must not be used
+// afterwards; strings read from them stay valid.
+func (d *Document) Release() {
+	if cap(d.tokens) > maxPooledTokens {
+		return
+	}
+	clear(d.unescaped)
+	*d = Document{tokens: d.tokens[:0], unescaped: d.unescaped[:0]}
+	documents.Put(d)
+}
+
+// Root is the body's top-level value.
+func (d *Document) Root() Value { return Value{doc: d} }
+
+// str is the text of the string token at i.
+func (d *Document) str(i int32) string {
+	t := &d.tokens[i]
+	if t.escaped {
+		return d.unescaped[t.start]
+	}
+	return d.text[t.start:t.end]
+}
+
+// keys are the first n keys of the object at at.
+func (d *Document) keys(at int32, n int) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		k := at + 1
+		for range n {
+			if !yield(d.str(k)) {
+				return
+			}
+			k = d.tokens[k+1].next
+		}
+	}
+}
+
+// Value is one value of a Document.
+type Value struct {
+	doc *Document
+	i   int32
+}
+
+// Kind is the value's JSON type.
+func (v Value) Kind() Kind {
+	if v.doc == nil {
+		return KindInvalid
+	}
+	return v.doc.tokens[v.i].kind
+}
+
+// Text is a string's value or a number's literal; "" for other kinds.
+func (v Value) Text() string {
+	switch v.Kind() {
+	case KindString:
+		return v.doc.str(v.i)
+	case KindNumber:
+		t := &v.doc.tokens[v.i]
+		return v.doc.text[t.start:t.end]
+	}
+	return ""
+}
+
+// Bool is a boolean's value; false for other kinds.
+func (v Value) Bool() bool { return v.Kind() == KindBool && v.doc.tokens[v.i].truth }
+
+// Len is the number of an object's members or an array's items; 0 for
+// other kinds.
+func (v Value) Len() int {
+	if k := v.Kind(); k != KindObject && k != KindArray {
+		return 0
+	}
+	return int(v.doc.tokens[v.i].n)
+}
+
+// Members are an object's keys and values in document order.
+func (v Value) Members() iter.Seq2[string, Value] {
+	return func(yield func(string, Value) bool) {
+		if v.Kind() != KindObject {
+			return
+		}
+		k := v.i + 1
+		for range v.doc.tokens[v.i].n {
+			if !yield(v.doc.str(k), Value{v.doc, k + 1}) {
+				return
+			}
+			k = v.doc.tokens[k+1].next
+		}
+	}
+}
+
+// Items are an array's items in order.
+func (v Value) Items() iter.Seq[Value] {
+	return func(yield func(Value) bool) {
+		if v.Kind() != KindArray {
+			return
+		}
+		item := v.i + 1
+		for range v.doc.tokens[v.i].n {
+			if !yield(Value{v.doc, item}) {
+				return
+			}
+			item = v.doc.tokens[item].next
+		}
+	}
+}
+
+// Any builds the value as encoding/json with UseNumber would: objects are
+// map[string]any, arrays []any, numbers json.Number. Only readers of the
+// generic tree need it, such as the schema library on a body the fast
+// check refused.
+func (v Value) Any() any {
+	switch v.Kind() {
+	case KindObject:
+		obj := make(map[string]any, v.Len())
+		for key, member := range v.Members() {
+			obj[key] = member.Any()
+		}
+		return obj
+	case KindArray:
+		// Never nil, as encoding/json builds it: an empty array is not null.
+		arr := make([]any, 0, v.Len())
+		for item := range v.Items() {
+			arr = append(arr, item.Any())
+		}
+		return arr
+	case KindString:
+		return v.Text()
+	case KindNumber:
+		return json.Number(v.Text())
+	case KindBool:
+		return v.Bool()
+	}
+	return nil
+}
