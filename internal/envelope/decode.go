@@ -55,17 +55,24 @@ var errInvalidUTF8 = errors.New("not JSON: invalid UTF-8")
 // the edge accepts: keys, strings and numbers without escapes are slices of
 // one copy of the body. Release the Document when done with its Values.
 func Parse(body []byte) (*Document, error) {
-	if len(body) > math.MaxInt32 {
+	return ParseString(string(body))
+}
+
+// ParseString is Parse of a body held as a string, which the Document then
+// reads in place instead of copying it.
+func ParseString(text string) (*Document, error) {
+	if len(text) > math.MaxInt32 {
 		return nil, errors.New("not JSON: a body over 2 GiB")
 	}
 	doc := documents.Get().(*Document)
-	doc.text = string(body)
-	p := parser{doc: doc}
+	p := parser{Document: *doc}
+	p.text = text
 	p.skipSpace()
 	err := p.value(0)
-	if p.skipSpace(); err == nil && p.pos < len(doc.text) {
+	if p.skipSpace(); err == nil && p.pos < len(p.text) {
 		err = p.syntaxError("data after the top-level value")
 	}
+	*doc = p.Document
 	if err != nil {
 		doc.Release()
 		return nil, err
@@ -91,16 +98,18 @@ func Decode(body []byte) (any, error) {
 // keeps a body of many members linear.
 const linearKeys = 16
 
-// parser reads one JSON text into doc.
+// parser reads one JSON text into the Document it holds, which is a copy
+// of the one Parse returns: a local one, so growing its token array costs
+// no write barriers.
 type parser struct {
-	doc *Document
+	Document
 	pos int
 }
 
 // value reads the value starting at pos; depth is the number of containers
 // it is in.
 func (p *parser) value(depth int) error {
-	text := p.doc.text
+	text := p.text
 	if p.pos >= len(text) {
 		return p.syntaxError("unexpected end of input")
 	}
@@ -127,14 +136,14 @@ func (p *parser) value(depth int) error {
 // open appends a container's token, to be finished by close.
 func (p *parser) open(kind Kind) int32 {
 	p.pos++ // { or [
-	p.doc.tokens = append(p.doc.tokens, token{kind: kind})
-	return int32(len(p.doc.tokens) - 1)
+	p.tokens = append(p.tokens, token{kind: kind})
+	return int32(len(p.tokens) - 1)
 }
 
 // close records a container's size and where its members end.
 func (p *parser) close(at int32, n int) {
-	t := &p.doc.tokens[at]
-	t.n, t.next = int32(n), int32(len(p.doc.tokens))
+	t := &p.tokens[at]
+	t.a, t.b = int32(n), int32(len(p.tokens))
 }
 
 func (p *parser) object(depth int) error {
@@ -148,11 +157,11 @@ func (p *parser) object(depth int) error {
 	}
 	var seen map[string]struct{}
 	for n := 0; ; n++ {
-		keyAt := int32(len(p.doc.tokens))
+		keyAt := int32(len(p.tokens))
 		if err := p.key(); err != nil {
 			return err
 		}
-		key := p.doc.str(keyAt)
+		key := p.str(keyAt)
 		if p.duplicate(at, key, n, &seen) {
 			return within(&FieldError{Problem: "duplicate key"}, key)
 		}
@@ -171,8 +180,8 @@ func (p *parser) object(depth int) error {
 // linearKeys members on, seen holds them.
 func (p *parser) duplicate(at int32, key string, n int, seen *map[string]struct{}) bool {
 	if n < linearKeys {
-		for k := range p.doc.keys(at, n) {
-			if k == key {
+		for k := range p.keys(at, n) {
+			if p.isKey(k, key) {
 				return true
 			}
 		}
@@ -180,8 +189,8 @@ func (p *parser) duplicate(at int32, key string, n int, seen *map[string]struct{
 	}
 	if *seen == nil {
 		*seen = make(map[string]struct{}, 2*linearKeys)
-		for k := range p.doc.keys(at, n) {
-			(*seen)[k] = struct{}{}
+		for k := range p.keys(at, n) {
+			(*seen)[p.str(k)] = struct{}{}
 		}
 	}
 	if _, dup := (*seen)[key]; dup {
@@ -194,7 +203,7 @@ func (p *parser) duplicate(at int32, key string, n int, seen *map[string]struct{
 // key reads an object's key and the colon after it, leaving pos on the
 // value.
 func (p *parser) key() error {
-	if p.pos >= len(p.doc.text) || p.doc.text[p.pos] != '"' {
+	if p.pos >= len(p.text) || p.text[p.pos] != '"' {
 		return p.syntaxError("looking for the beginning of an object key")
 	}
 	if err := p.string(); err != nil {
@@ -242,30 +251,44 @@ func (p *parser) endOfMember(closing byte) (done bool, err error) {
 	}
 }
 
-// scalar appends the token of a string, number or literal.
-func (p *parser) scalar(t token) {
-	t.next = int32(len(p.doc.tokens) + 1)
-	p.doc.tokens = append(p.doc.tokens, t)
+// scalar appends the token of a string, number or literal and returns it
+// for the caller to complete. It writes the fields in place: a token built
+// whole and copied in is read back from the stack in pieces other than
+// those written, which stalls the processor on every value.
+func (p *parser) scalar(kind Kind, a, b int32) *token {
+	p.tokens = append(p.tokens, token{})
+	t := &p.tokens[len(p.tokens)-1]
+	t.kind, t.a, t.b = kind, a, b
+	return t
 }
 
 // string reads a string; one without escapes is a slice of the text.
 func (p *parser) string() error {
-	text := p.doc.text
+	text := p.text
 	start := p.pos + 1
 	ascii := true
 	for i := start; i < len(text); {
+		// Most of a body is plain ASCII inside strings: skip it a byte
+		// at a time without the cases below.
+		for i < len(text) && plainString[text[i]] {
+			i++
+		}
+		if i == len(text) {
+			break
+		}
 		switch c := text[i]; {
 		case c == '"':
 			p.pos = i + 1
-			p.scalar(token{kind: KindString, ascii: ascii, start: int32(start), end: int32(i)})
+			p.scalar(KindString, int32(start), int32(i)).ascii = ascii
 			return nil
 		case c == '\\':
 			s, err := p.unescape(start, i)
 			if err != nil {
 				return err
 			}
-			p.scalar(token{kind: KindString, escaped: true, ascii: isASCII(s), start: int32(len(p.doc.unescaped))})
-			p.doc.unescaped = append(p.doc.unescaped, s)
+			t := p.scalar(KindString, int32(len(p.unescaped)), 0)
+			t.escaped, t.ascii = true, isASCII(s)
+			p.unescaped = append(p.unescaped, s)
 			return nil
 		case c < ' ':
 			p.pos = i
@@ -285,22 +308,31 @@ func (p *parser) string() error {
 	return p.syntaxError("unexpected end of input in a string")
 }
 
+// plainString marks the bytes a string holds as they are: printable ASCII
+// other than the quote and the backslash.
+var plainString = func() (plain [256]bool) {
+	for c := ' '; c < utf8.RuneSelf; c++ {
+		plain[c] = c != '"' && c != '\\'
+	}
+	return plain
+}()
+
 // unescape reads the rest of a string whose first escape is at i, into a
 // new string.
 func (p *parser) unescape(start, i int) (string, error) {
 	// Room for a few escapes; sizing it by the rest of the body would make
 	// a body of many escaped strings quadratic in memory.
 	buf := make([]byte, 0, i-start+16)
-	buf = append(buf, p.doc.text[start:i]...)
-	for i < len(p.doc.text) {
-		c := p.doc.text[i]
+	buf = append(buf, p.text[start:i]...)
+	for i < len(p.text) {
+		c := p.text[i]
 		switch {
 		case c == '"':
 			p.pos = i + 1
 			return string(buf), nil
 		case c == '\\':
 			var ok bool
-			if buf, i, ok = appendEscape(buf, p.doc.text, i); !ok {
+			if buf, i, ok = appendEscape(buf, p.text, i); !ok {
 				p.pos = i
 				return "", p.syntaxError("invalid escape in a string")
 			}
@@ -311,15 +343,15 @@ func (p *parser) unescape(start, i int) (string, error) {
 			buf = append(buf, c)
 			i++
 		default:
-			size, ok := validRune(p.doc.text[i:])
+			size, ok := validRune(p.text[i:])
 			if !ok {
 				return "", errInvalidUTF8
 			}
-			buf = append(buf, p.doc.text[i:i+size]...)
+			buf = append(buf, p.text[i:i+size]...)
 			i += size
 		}
 	}
-	p.pos = len(p.doc.text)
+	p.pos = len(p.text)
 	return "", p.syntaxError("unexpected end of input in a string")
 }
 
@@ -402,18 +434,18 @@ func (p *parser) number() error {
 			return p.syntaxError("in the exponent of a number")
 		}
 	}
-	literal := p.doc.text[start:p.pos]
+	literal := p.text[start:p.pos]
 	if problem := numberProblem(literal); problem != "" {
 		return &FieldError{Problem: problem}
 	}
-	p.scalar(token{kind: KindNumber, start: int32(start), end: int32(p.pos)})
+	p.scalar(KindNumber, int32(start), int32(p.pos))
 	return nil
 }
 
 // digits reads one or more decimal digits.
 func (p *parser) digits() bool {
 	start := p.pos
-	for p.pos < len(p.doc.text) && isDigit(p.doc.text[p.pos]) {
+	for p.pos < len(p.text) && isDigit(p.text[p.pos]) {
 		p.pos++
 	}
 	return p.pos > start
@@ -422,17 +454,17 @@ func (p *parser) digits() bool {
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 func (p *parser) literal(word string, kind Kind, truth bool) error {
-	if len(p.doc.text)-p.pos < len(word) || p.doc.text[p.pos:p.pos+len(word)] != word {
+	if len(p.text)-p.pos < len(word) || p.text[p.pos:p.pos+len(word)] != word {
 		return p.syntaxError("in a literal")
 	}
 	p.pos += len(word)
-	p.scalar(token{kind: kind, truth: truth})
+	p.scalar(kind, 0, 0).truth = truth
 	return nil
 }
 
 // consume advances past c if it is next.
 func (p *parser) consume(c byte) bool {
-	if p.pos < len(p.doc.text) && p.doc.text[p.pos] == c {
+	if p.pos < len(p.text) && p.text[p.pos] == c {
 		p.pos++
 		return true
 	}
@@ -440,8 +472,8 @@ func (p *parser) consume(c byte) bool {
 }
 
 func (p *parser) skipSpace() {
-	for p.pos < len(p.doc.text) {
-		switch p.doc.text[p.pos] {
+	for p.pos < len(p.text) {
+		switch p.text[p.pos] {
 		case ' ', '\t', '\n', '\r':
 			p.pos++
 		default:
@@ -453,10 +485,10 @@ func (p *parser) skipSpace() {
 // syntaxError describes what was found at pos; like encoding/json's, it is
 // not a *FieldError, because a body that is not JSON has no fields.
 func (p *parser) syntaxError(context string) error {
-	if p.pos >= len(p.doc.text) {
+	if p.pos >= len(p.text) {
 		return fmt.Errorf("not JSON: unexpected end of input (%s)", context)
 	}
-	return fmt.Errorf("not JSON: unexpected %q at byte %d (%s)", p.doc.text[p.pos:p.pos+1], p.pos, context)
+	return fmt.Errorf("not JSON: unexpected %q at byte %d (%s)", p.text[p.pos:p.pos+1], p.pos, context)
 }
 
 func tooDeep() error {
@@ -513,9 +545,36 @@ func isIntegerLiteral(literal string) bool {
 
 // parseExactInteger parses an integer literal within ±(2^53−1).
 func parseExactInteger(literal string) (int64, bool) {
+	if digits := literal; len(digits) <= maxSafeDigits+1 {
+		// Every integer of up to 15 digits is within 2^53−1: add the
+		// digits up rather than parse in general, as every webhook's
+		// versions and clocks are read.
+		negative := digits != "" && digits[0] == '-'
+		if negative {
+			digits = digits[1:]
+		}
+		if digits != "" && len(digits) <= maxSafeDigits {
+			var n int64
+			for i := 0; i < len(digits); i++ {
+				c := digits[i]
+				if !isDigit(c) {
+					return 0, false
+				}
+				n = n*10 + int64(c-'0')
+			}
+			if negative {
+				n = -n
+			}
+			return n, true
+		}
+	}
 	n, err := strconv.ParseInt(literal, 10, 64)
 	return n, err == nil && -maxExactInteger <= n && n <= maxExactInteger
 }
+
+// maxSafeDigits is the most decimal digits every integer within
+// ±(2^53−1) can have: 10^15 < 2^53.
+const maxSafeDigits = 15
 
 // significantDigits counts the mantissa's digits from its first non-zero
 // digit to its last: zeros outside that span only place the point, which

@@ -34,18 +34,18 @@ type Document struct {
 	unescaped []string
 }
 
-// token is one value of a Document.
+// token is one value of a Document, in 12 bytes: a body's tokens are
+// written once each, and small ones copy in plain moves.
 type token struct {
 	kind Kind
-	// truth is a boolean's value; escaped says a string is
-	// unescaped[start] rather than text[start:end]; ascii says a string
-	// is all ASCII, which spares most case-folding comparisons of keys.
+	// truth is a boolean's value; escaped says a string is unescaped[a]
+	// rather than text[a:b]; ascii says a string is all ASCII, which
+	// spares most case-folding comparisons of keys.
 	truth, escaped, ascii bool
-	// start and end delimit a string's content or a number's literal.
-	start, end int32
-	// n is an object's members or an array's items; next is the index of
-	// the token after this value and, for a container, all it holds.
-	n, next int32
+	// A string's content or a number's literal is text[a:b]. A container
+	// holds a members or items, and b is the index of the token after it
+	// and all it holds.
+	a, b int32
 }
 
 // documents are reused between bodies: the token array of the last body is
@@ -74,22 +74,39 @@ func (d *Document) Root() Value { return Value{doc: d} }
 func (d *Document) str(i int32) string {
 	t := &d.tokens[i]
 	if t.escaped {
-		return d.unescaped[t.start]
+		return d.unescaped[t.a]
 	}
-	return d.text[t.start:t.end]
+	return d.text[t.a:t.b]
 }
 
-// keys are the first n keys of the object at at.
-func (d *Document) keys(at int32, n int) iter.Seq[string] {
-	return func(yield func(string) bool) {
+// next is the index of the token after the value at i.
+func (d *Document) next(i int32) int32 {
+	if t := &d.tokens[i]; t.kind == KindArray || t.kind == KindObject {
+		return t.b
+	}
+	return i + 1
+}
+
+// keys are the token indexes of the first n keys of the object at at.
+func (d *Document) keys(at int32, n int) iter.Seq[int32] {
+	return func(yield func(int32) bool) {
 		k := at + 1
 		for range n {
-			if !yield(d.str(k)) {
+			if !yield(k) {
 				return
 			}
-			k = d.tokens[k+1].next
+			k = d.next(k + 1)
 		}
 	}
+}
+
+// isKey reports whether the string token at k is key, comparing lengths
+// before reading the string.
+func (d *Document) isKey(k int32, key string) bool {
+	if t := &d.tokens[k]; !t.escaped && int(t.b-t.a) != len(key) {
+		return false
+	}
+	return d.str(k) == key
 }
 
 // Value is one value of a Document.
@@ -113,7 +130,7 @@ func (v Value) Text() string {
 		return v.doc.str(v.i)
 	case KindNumber:
 		t := &v.doc.tokens[v.i]
-		return v.doc.text[t.start:t.end]
+		return v.doc.text[t.a:t.b]
 	}
 	return ""
 }
@@ -127,7 +144,7 @@ func (v Value) Len() int {
 	if k := v.Kind(); k != KindObject && k != KindArray {
 		return 0
 	}
-	return int(v.doc.tokens[v.i].n)
+	return int(v.doc.tokens[v.i].a)
 }
 
 // Members are an object's keys and values in document order.
@@ -137,11 +154,11 @@ func (v Value) Members() iter.Seq2[string, Value] {
 			return
 		}
 		k := v.i + 1
-		for range v.doc.tokens[v.i].n {
+		for range v.doc.tokens[v.i].a {
 			if !yield(v.doc.str(k), Value{v.doc, k + 1}) {
 				return
 			}
-			k = v.doc.tokens[k+1].next
+			k = v.doc.next(k + 1)
 		}
 	}
 }
@@ -153,11 +170,11 @@ func (v Value) Items() iter.Seq[Value] {
 			return
 		}
 		item := v.i + 1
-		for range v.doc.tokens[v.i].n {
+		for range v.doc.tokens[v.i].a {
 			if !yield(Value{v.doc, item}) {
 				return
 			}
-			item = v.doc.tokens[item].next
+			item = v.doc.next(item)
 		}
 	}
 }

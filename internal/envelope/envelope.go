@@ -239,8 +239,8 @@ func (v Value) member(key string) (found Value, ambiguous bool) {
 	keyASCII := isASCII(key)
 	tokens := v.doc.tokens
 	k := v.i + 1
-	for range tokens[v.i].n {
-		if t := &tokens[k]; !t.ascii || !keyASCII || t.escaped || int(t.end-t.start) == len(key) {
+	for range tokens[v.i].a {
+		if t := &tokens[k]; !t.ascii || !keyASCII || t.escaped || int(t.b-t.a) == len(key) {
 			switch other := v.doc.str(k); {
 			case other == key:
 				found = Value{v.doc, k + 1}
@@ -248,7 +248,7 @@ func (v Value) member(key string) (found Value, ambiguous bool) {
 				ambiguous = true
 			}
 		}
-		k = tokens[k+1].next
+		k = v.doc.next(k + 1)
 	}
 	return found, ambiguous
 }
@@ -266,7 +266,7 @@ func isASCII(s string) bool {
 func (v Value) item(i int) Value {
 	at := v.i + 1
 	for range i {
-		at = v.doc.tokens[at].next
+		at = v.doc.next(at)
 	}
 	return Value{v.doc, at}
 }
