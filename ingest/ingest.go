@@ -14,8 +14,8 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
-	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -38,6 +38,7 @@ type Handler struct {
 	streams        map[string]*edgeStream
 	producer       Producer
 	produceTimeout time.Duration
+	deadlines      *deadlines
 	log            *slog.Logger
 	now            func() time.Time
 	metrics        *metrics
@@ -89,6 +90,7 @@ func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Han
 	if h.produceTimeout == 0 {
 		h.produceTimeout = 5 * time.Second
 	}
+	h.deadlines = newDeadlines(h.produceTimeout)
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -169,13 +171,14 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, s *
 	if !isJSON(r.Header.Get("Content-Type")) {
 		return writeProblem(w, http.StatusUnsupportedMediaType, "content_type", "Content-Type must be application/json", nil)
 	}
-	if err := s.scheme.CheckHeaders(r.Header, h.now()); err != nil {
+	now := h.now()
+	if err := s.scheme.CheckHeaders(r.Header, now); err != nil {
 		return h.rejectSignature(w, name, err)
 	}
 	if r.ContentLength > s.cfg.Limits.MaxBodyBytes {
 		return writeProblem(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the body is over %d bytes", s.cfg.Limits.MaxBodyBytes), nil)
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.Limits.MaxBodyBytes))
+	body, err := readBody(w, r, s.cfg.Limits.MaxBodyBytes)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
@@ -187,7 +190,9 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, s *
 	if err != nil {
 		return h.rejectSignature(w, name, err)
 	}
-	doc, err := envelope.Parse(body)
+	// The body is never written once read (it becomes the record's value),
+	// so the decoder reads it in place rather than from a copy.
+	doc, err := envelope.ParseString(unsafe.String(unsafe.SliceData(body), len(body)))
 	if err != nil {
 		var located []FieldProblem
 		if fe := (*envelope.FieldError)(nil); errors.As(err, &fe) {
@@ -196,12 +201,26 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, s *
 		return writeProblem(w, http.StatusBadRequest, "json", err.Error(), located)
 	}
 	fields, problems := h.validate(s, doc, deliveryID)
-	// The fields are strings of the body's copy, valid after the release.
+	// The fields are strings of the body, valid after the release.
 	doc.Release()
 	if problems != nil {
 		return writeProblem(w, http.StatusUnprocessableEntity, "schema", "the payload does not match the stream's schema", problems)
 	}
-	return h.produce(w, r.Context(), s, body, fields)
+	return h.produce(w, s, body, fields, now)
+}
+
+// readBody reads a body of at most limit bytes. A body of known length,
+// which the caller has checked against the limit, is read into a buffer of
+// its size, in one allocation.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength < 0 {
+		return io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	}
+	body := make([]byte, r.ContentLength)
+	if _, err := io.ReadFull(r.Body, body); err != nil {
+		return nil, err
+	}
+	return body, nil
 }
 
 // isJSON reports whether a Content-Type is application/json, with or
@@ -285,53 +304,14 @@ func schemaProblems(err error) []FieldProblem {
 	return out
 }
 
-func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, s *edgeStream, body []byte, f envelope.Fields) result {
-	receivedAt := h.now()
+func (h *Handler) produce(w http.ResponseWriter, s *edgeStream, body []byte, f envelope.Fields, receivedAt time.Time) result {
 	topic := s.topic
 	ephemeral := s.cfg.IsEphemeral(f.Type)
 	if ephemeral {
 		topic = s.ephemeral
 	}
-	// One buffer holds the record's per-event bytes; the stream's own
-	// header values are shared by all its records.
-	buf := make([]byte, 0, len(f.Key)+len(f.EventID)+len(f.Type)+20)
-	buf = append(buf, f.Key...)
-	buf = append(buf, f.EventID...)
-	buf = append(buf, f.Type...)
-	buf = strconv.AppendInt(buf, receivedAt.UnixMilli(), 10)
-	key, rest := buf[:len(f.Key):len(f.Key)], buf[len(f.Key):]
-	eventID, rest := rest[:len(f.EventID):len(f.EventID)], rest[len(f.EventID):]
-	eventType, receivedAtMs := rest[:len(f.Type):len(f.Type)], rest[len(f.Type):]
-	rec := &kgo.Record{
-		Topic: topic,
-		Key:   key,
-		Value: body,
-		Headers: []kgo.RecordHeader{
-			{Key: envelope.HeaderStream, Value: s.nameBytes},
-			{Key: envelope.HeaderEventID, Value: eventID},
-			{Key: envelope.HeaderType, Value: eventType},
-			{Key: envelope.HeaderReceivedAt, Value: receivedAtMs},
-			{Key: envelope.HeaderScheme, Value: s.schemeBytes},
-		},
-	}
-	ctx, cancel := context.WithTimeout(ctx, h.produceTimeout)
-	defer cancel()
-	start := time.Now()
-	// Wait for the ack or the deadline, whichever comes first: franz-go
-	// cannot fail a record whose idempotent produce request is in flight, so
-	// waiting for the promise alone could hang past the deadline when the
-	// broker vanishes. An event answered 503 may still land; the publisher's
-	// retry is then a duplicate, which the processors recognise.
-	acked := make(chan error, 1)
-	h.producer.Produce(ctx, rec, func(_ *kgo.Record, err error) { acked <- err })
-	var err error
-	select {
-	case err = <-acked:
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
-	h.metrics.produceLatency.Observe(time.Since(start).Seconds())
-	if err != nil {
+	out := newOutgoing(s, topic, body, f, receivedAt)
+	if err := h.produceAndWait(&out.rec); err != nil {
 		h.log.Warn("produce failed", "stream", s.cfg.Name, "err", err)
 		w.Header().Set("Retry-After", "5")
 		return writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the event was not durably written; retry later", nil)
@@ -342,6 +322,6 @@ func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, s *edgeStr
 	}
 	return writeAccepted(w, Accepted{
 		Status: "accepted", Stream: s.cfg.Name, EventID: f.EventID,
-		Partition: rec.Partition, Offset: rec.Offset,
+		Partition: out.rec.Partition, Offset: out.rec.Offset,
 	})
 }
