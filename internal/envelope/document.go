@@ -135,6 +135,16 @@ func (v Value) Text() string {
 	return ""
 }
 
+// Int is the value of an integer literal, one with neither fraction nor
+// exponent; ok is false for any other value. Parse admits such literals
+// only within ±(2^53−1), so each of a Document's has its value.
+func (v Value) Int() (n int64, ok bool) {
+	if v.Kind() != KindNumber || !isIntegerLiteral(v.Text()) {
+		return 0, false
+	}
+	return parseExactInteger(v.Text())
+}
+
 // Bool is a boolean's value; false for other kinds.
 func (v Value) Bool() bool { return v.Kind() == KindBool && v.doc.tokens[v.i].truth }
 

@@ -174,15 +174,11 @@ func (d *Document) intAt(pointer string) (int64, error) {
 }
 
 // integer reads an integer that every reader of the body sees alike: an
-// integer literal within ±(2^53−1), as Parse already requires of every
-// integer.
+// integer literal, which Parse admits only within ±(2^53−1).
 func integer(v Value, pointer string) (int64, error) {
-	if v.Kind() != KindNumber || !isIntegerLiteral(v.Text()) {
-		return 0, &FieldError{Pointer: pointer, Problem: "must be an integer"}
-	}
-	i, ok := parseExactInteger(v.Text())
+	i, ok := v.Int()
 	if !ok {
-		return 0, &FieldError{Pointer: pointer, Problem: problemInexactInteger}
+		return 0, &FieldError{Pointer: pointer, Problem: "must be an integer"}
 	}
 	return i, nil
 }

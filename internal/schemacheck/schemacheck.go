@@ -16,7 +16,7 @@ package schemacheck
 import (
 	"math"
 	"math/big"
-	"strconv"
+	"slices"
 	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -74,8 +74,10 @@ type node struct {
 	enum     []any
 
 	// members are the properties and the required names, so one lookup
-	// per member of a document answers both.
-	members map[string]member
+	// per member of a document answers both; memberNames lists their
+	// names, in the same order, for the lookup.
+	members     []member
+	memberNames []string
 	// additional validates members not named in properties; nil allows any.
 	additional *node
 	// required counts the distinct required names: a document has no
@@ -94,6 +96,12 @@ type node struct {
 	exclusiveMin *bound
 	exclusiveMax *bound
 }
+
+// maxScannedMembers bounds the member names a schema may have for the
+// checker, which finds a document's member among them by scanning: for the
+// few names of a webhook schema, faster than hashing it. A schema with more
+// is left to the library.
+const maxScannedMembers = 64
 
 // member is what a schema says of one member name.
 type member struct {
@@ -168,22 +176,28 @@ func compile(sch *jsonschema.Schema) (*node, bool) {
 		}
 		n.hasEnum, n.enum = true, sch.Enum.Values
 	}
-	if len(sch.Properties) > 0 || len(sch.Required) > 0 {
-		n.members = make(map[string]member, len(sch.Properties)+len(sch.Required))
-		for name, sub := range sch.Properties {
-			c, ok := compile(sub)
-			if !ok {
-				return nil, false
-			}
-			n.members[name] = member{node: c}
+	for name, sub := range sch.Properties {
+		c, ok := compile(sub)
+		if !ok {
+			return nil, false
 		}
-		for _, name := range sch.Required {
-			if m := n.members[name]; !m.required {
-				m.required = true
-				n.members[name] = m
-				n.required++
-			}
+		n.memberNames = append(n.memberNames, name)
+		n.members = append(n.members, member{node: c})
+	}
+	for _, name := range sch.Required {
+		i := slices.Index(n.memberNames, name)
+		if i < 0 {
+			i = len(n.members)
+			n.memberNames = append(n.memberNames, name)
+			n.members = append(n.members, member{})
 		}
+		if !n.members[i].required {
+			n.members[i].required = true
+			n.required++
+		}
+	}
+	if len(n.members) > maxScannedMembers {
+		return nil, false
 	}
 	switch additional := sch.AdditionalProperties.(type) {
 	case nil:
@@ -268,11 +282,11 @@ func (n *node) valid(v envelope.Value) bool {
 		}
 	case envelope.KindNumber:
 		t = typeNumber
-		literal := v.Text()
-		if !n.validNumber(literal) {
+		num := number{value: v}
+		if !n.validNumber(&num) {
 			return false
 		}
-		if n.types&typeInteger != 0 && n.types&typeNumber == 0 && !isInteger(literal) {
+		if n.types&typeInteger != 0 && n.types&typeNumber == 0 && !num.isInteger() {
 			return false
 		}
 	case envelope.KindArray:
@@ -320,8 +334,10 @@ func sameScalar(v envelope.Value, want any) bool {
 }
 
 func (n *node) validString(s string) bool {
-	if n.minLength > 0 || n.maxLength != unlimited {
-		// JSON Schema counts code points, not bytes.
+	// JSON Schema counts code points, not bytes. A string has no more
+	// code points than bytes and no fewer than a quarter of them, which
+	// settles most lengths without counting.
+	if (n.minLength > 0 || n.maxLength != unlimited) && (len(s) > n.maxLength || (len(s)+3)/4 < n.minLength) {
 		if length := utf8.RuneCountInString(s); length < n.minLength || length > n.maxLength {
 			return false
 		}
@@ -349,7 +365,10 @@ func (n *node) validObject(obj envelope.Value) bool {
 	}
 	required := 0
 	for name, value := range obj.Members() {
-		m := n.members[name]
+		var m member
+		if i := slices.Index(n.memberNames, name); i >= 0 {
+			m = n.members[i]
+		}
 		if m.required {
 			required++
 		}
@@ -364,35 +383,36 @@ func (n *node) validObject(obj envelope.Value) bool {
 	return required == n.required
 }
 
-func (n *node) validNumber(literal string) bool {
+func (n *node) validNumber(num *number) bool {
 	if n.minimum == nil && n.maximum == nil && n.exclusiveMin == nil && n.exclusiveMax == nil {
 		return true
 	}
-	num := number{literal: literal}
 	return (n.minimum == nil || num.cmp(n.minimum) >= 0) &&
 		(n.maximum == nil || num.cmp(n.maximum) <= 0) &&
 		(n.exclusiveMin == nil || num.cmp(n.exclusiveMin) > 0) &&
 		(n.exclusiveMax == nil || num.cmp(n.exclusiveMax) < 0)
 }
 
-// number is a JSON number literal, parsed at most once into each form.
+// number is a JSON number, parsed at most once into each form.
 type number struct {
-	literal string
+	value   envelope.Value
 	int     int64
 	intDone bool
 	intOK   bool
 	rat     *big.Rat
 }
 
-func (x *number) cmp(b *bound) int {
+// integer parses the number as an integer literal, once.
+func (x *number) integer() (int64, bool) {
 	if !x.intDone {
 		x.intDone = true
-		if plainInteger(x.literal) {
-			i, err := strconv.ParseInt(x.literal, 10, 64)
-			x.int, x.intOK = i, err == nil
-		}
+		x.int, x.intOK = x.value.Int()
 	}
-	if x.intOK && b.hasInt {
+	return x.int, x.intOK
+}
+
+func (x *number) cmp(b *bound) int {
+	if _, ok := x.integer(); ok && b.hasInt {
 		switch {
 		case x.int < b.int:
 			return -1
@@ -403,7 +423,7 @@ func (x *number) cmp(b *bound) int {
 	}
 	if x.rat == nil {
 		x.rat = new(big.Rat)
-		if _, ok := x.rat.SetString(x.literal); !ok {
+		if _, ok := x.rat.SetString(x.value.Text()); !ok {
 			// Not reachable for a literal the strict decoder accepted;
 			// compare as zero rather than panic.
 			x.rat.SetInt64(0)
@@ -412,23 +432,12 @@ func (x *number) cmp(b *bound) int {
 	return x.rat.Cmp(b.rat)
 }
 
-// plainInteger reports whether a JSON number literal has neither fraction
-// nor exponent.
-func plainInteger(literal string) bool {
-	for i := 0; i < len(literal); i++ {
-		if c := literal[i]; (c < '0' || c > '9') && !(i == 0 && c == '-') {
-			return false
-		}
-	}
-	return literal != "" && literal != "-"
-}
-
-// isInteger reports whether the literal's value is an integer, as the
+// isInteger reports whether the number's value is an integer, as the
 // `integer` type means it: 1.0 and 1e2 are integers.
-func isInteger(literal string) bool {
-	if plainInteger(literal) {
+func (x *number) isInteger() bool {
+	if _, ok := x.integer(); ok {
 		return true
 	}
-	r, ok := new(big.Rat).SetString(literal)
+	r, ok := new(big.Rat).SetString(x.value.Text())
 	return ok && r.IsInt()
 }
