@@ -168,7 +168,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, s *
 		w.Header().Set("Allow", http.MethodPost)
 		return writeProblem(w, http.StatusMethodNotAllowed, "method", "webhooks are POSTed", nil)
 	}
-	if !isJSON(r.Header.Get("Content-Type")) {
+	if !isJSON(headerValue(r.Header, "Content-Type")) {
 		return writeProblem(w, http.StatusUnsupportedMediaType, "content_type", "Content-Type must be application/json", nil)
 	}
 	now := h.now()
