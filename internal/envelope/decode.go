@@ -80,19 +80,6 @@ func ParseString(text string) (*Document, error) {
 	return doc, nil
 }
 
-// Decode parses body as Parse does and returns its value as encoding/json
-// with UseNumber would build it: objects are map[string]any, arrays []any,
-// numbers json.Number. It is for readers that need the generic tree, such
-// as the schema library; the edge's own reads go through Parse.
-func Decode(body []byte) (any, error) {
-	doc, err := Parse(body)
-	if err != nil {
-		return nil, err
-	}
-	defer doc.Release()
-	return doc.Root().Any(), nil
-}
-
 // linearKeys is how many members of an object are checked for duplicates
 // by comparing each key with those before it; past it, a set of the keys
 // keeps a body of many members linear.

@@ -32,7 +32,7 @@ func BenchmarkDecode(b *testing.B) {
 	b.SetBytes(int64(len(benchBody)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := Decode(benchBody); err != nil {
+		if _, err := decode(benchBody); err != nil {
 			b.Fatal(err)
 		}
 	}
