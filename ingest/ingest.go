@@ -14,8 +14,8 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
-	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -38,6 +38,7 @@ type Handler struct {
 	streams        map[string]*edgeStream
 	producer       Producer
 	produceTimeout time.Duration
+	deadlines      *deadlines
 	log            *slog.Logger
 	now            func() time.Time
 	metrics        *metrics
@@ -48,13 +49,19 @@ type edgeStream struct {
 	topic     string
 	ephemeral string
 	scheme    Scheme
-	schemas   map[string]*jsonschema.Schema
+	// schemas are the stream's schemas by event type.
+	schemas map[string]eventSchema
 	// nameBytes and schemeBytes are the dg-stream and dg-scheme header
 	// values; records share them, and nothing writes to them.
 	nameBytes, schemeBytes []byte
-	// checkers are the fast validity tests of the schemas that have one;
-	// the library still validates what a checker rejects, for its errors.
-	checkers map[string]*schemacheck.Checker
+}
+
+// eventSchema is an event type's schema and, when the schema has one, its
+// fast validity test; the library still validates what the checker
+// rejects, for its errors.
+type eventSchema struct {
+	schema  *jsonschema.Schema
+	checker *schemacheck.Checker
 }
 
 // Options configure a Handler. Zero values mean defaults.
@@ -83,6 +90,7 @@ func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Han
 	if h.produceTimeout == 0 {
 		h.produceTimeout = 5 * time.Second
 	}
+	h.deadlines = newDeadlines(h.produceTimeout)
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -97,16 +105,13 @@ func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Han
 		names := topics.For(s.Name)
 		es := &edgeStream{cfg: s, topic: names.In, ephemeral: names.Ephemeral, scheme: scheme,
 			nameBytes: []byte(s.Name), schemeBytes: []byte(scheme.Name()),
-			schemas: map[string]*jsonschema.Schema{}, checkers: map[string]*schemacheck.Checker{}}
+			schemas: map[string]eventSchema{}}
 		for typ := range s.Schemas {
 			sch, err := compileSchema(s, typ)
 			if err != nil {
 				return nil, fmt.Errorf("in streams.%s.schemas.%s: %w", s.Name, typ, err)
 			}
-			es.schemas[typ] = sch
-			if c := schemacheck.Compile(sch); c != nil {
-				es.checkers[typ] = c
-			}
+			es.schemas[typ] = eventSchema{schema: sch, checker: schemacheck.Compile(sch)}
 		}
 		h.metrics.bindStream(s.Name)
 		h.streams[s.Name] = es
@@ -163,16 +168,17 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, s *
 		w.Header().Set("Allow", http.MethodPost)
 		return writeProblem(w, http.StatusMethodNotAllowed, "method", "webhooks are POSTed", nil)
 	}
-	if !isJSON(r.Header.Get("Content-Type")) {
+	if !isJSON(headerValue(r.Header, "Content-Type")) {
 		return writeProblem(w, http.StatusUnsupportedMediaType, "content_type", "Content-Type must be application/json", nil)
 	}
-	if err := s.scheme.CheckHeaders(r.Header, h.now()); err != nil {
+	now := h.now()
+	if err := s.scheme.CheckHeaders(r.Header, now); err != nil {
 		return h.rejectSignature(w, name, err)
 	}
 	if r.ContentLength > s.cfg.Limits.MaxBodyBytes {
 		return writeProblem(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the body is over %d bytes", s.cfg.Limits.MaxBodyBytes), nil)
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.Limits.MaxBodyBytes))
+	body, err := readBody(w, r, s.cfg.Limits.MaxBodyBytes)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
@@ -184,7 +190,9 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, s *
 	if err != nil {
 		return h.rejectSignature(w, name, err)
 	}
-	doc, err := envelope.Decode(body)
+	// The body is never written once read (it becomes the record's value),
+	// so the decoder reads it in place rather than from a copy.
+	doc, err := envelope.ParseString(unsafe.String(unsafe.SliceData(body), len(body)))
 	if err != nil {
 		var located []FieldProblem
 		if fe := (*envelope.FieldError)(nil); errors.As(err, &fe) {
@@ -193,10 +201,26 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, s *
 		return writeProblem(w, http.StatusBadRequest, "json", err.Error(), located)
 	}
 	fields, problems := h.validate(s, doc, deliveryID)
+	// The fields are strings of the body, valid after the release.
+	doc.Release()
 	if problems != nil {
 		return writeProblem(w, http.StatusUnprocessableEntity, "schema", "the payload does not match the stream's schema", problems)
 	}
-	return h.produce(w, r.Context(), s, body, fields)
+	return h.produce(w, s, body, fields, now)
+}
+
+// readBody reads a body of at most limit bytes. A body of known length,
+// which the caller has checked against the limit, is read into a buffer of
+// its size, in one allocation.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength < 0 {
+		return io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	}
+	body := make([]byte, r.ContentLength)
+	if _, err := io.ReadFull(r.Body, body); err != nil {
+		return nil, err
+	}
+	return body, nil
 }
 
 // isJSON reports whether a Content-Type is application/json, with or
@@ -223,24 +247,23 @@ func (h *Handler) rejectSignature(w http.ResponseWriter, stream string, err erro
 
 // validate checks the schema of the event's type, then extracts the
 // catalogue fields, returning every problem with its JSON pointer.
-func (h *Handler) validate(s *edgeStream, doc any, deliveryID string) (envelope.Fields, []FieldProblem) {
-	// One Document lists the body's keys once for the type and the fields.
-	d := envelope.NewDocument(doc)
-	typ, err := d.EventType(s.cfg)
+func (h *Handler) validate(s *edgeStream, doc *envelope.Document, deliveryID string) (envelope.Fields, []FieldProblem) {
+	typ, err := doc.EventType(s.cfg)
 	if err != nil {
 		return envelope.Fields{}, fieldProblem(err)
 	}
-	sch := s.schemas[typ]
-	if sch == nil {
+	sch, ok := s.schemas[typ]
+	if !ok {
 		return envelope.Fields{}, []FieldProblem{{Pointer: s.cfg.Type.Field, Detail: fmt.Sprintf("unknown event type %q", typ)}}
 	}
-	if c := s.checkers[typ]; c == nil || !c.Valid(doc) {
-		if err := sch.Validate(doc); err != nil {
+	if sch.checker == nil || !sch.checker.Valid(doc.Root()) {
+		// The library reads the generic tree, built only on this path.
+		if err := sch.schema.Validate(doc.Root().Any()); err != nil {
 			return envelope.Fields{}, schemaProblems(err)
 		}
 	}
 	// Schema-valid can still be unusable for ordering, e.g. a version over 2^63.
-	fields, err := d.Extract(s.cfg, deliveryID)
+	fields, err := doc.Extract(s.cfg, deliveryID)
 	if err != nil {
 		return fields, fieldProblem(err)
 	}
@@ -281,53 +304,14 @@ func schemaProblems(err error) []FieldProblem {
 	return out
 }
 
-func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, s *edgeStream, body []byte, f envelope.Fields) result {
-	receivedAt := h.now()
+func (h *Handler) produce(w http.ResponseWriter, s *edgeStream, body []byte, f envelope.Fields, receivedAt time.Time) result {
 	topic := s.topic
 	ephemeral := s.cfg.IsEphemeral(f.Type)
 	if ephemeral {
 		topic = s.ephemeral
 	}
-	// One buffer holds the record's per-event bytes; the stream's own
-	// header values are shared by all its records.
-	buf := make([]byte, 0, len(f.Key)+len(f.EventID)+len(f.Type)+20)
-	buf = append(buf, f.Key...)
-	buf = append(buf, f.EventID...)
-	buf = append(buf, f.Type...)
-	buf = strconv.AppendInt(buf, receivedAt.UnixMilli(), 10)
-	key, rest := buf[:len(f.Key):len(f.Key)], buf[len(f.Key):]
-	eventID, rest := rest[:len(f.EventID):len(f.EventID)], rest[len(f.EventID):]
-	eventType, receivedAtMs := rest[:len(f.Type):len(f.Type)], rest[len(f.Type):]
-	rec := &kgo.Record{
-		Topic: topic,
-		Key:   key,
-		Value: body,
-		Headers: []kgo.RecordHeader{
-			{Key: envelope.HeaderStream, Value: s.nameBytes},
-			{Key: envelope.HeaderEventID, Value: eventID},
-			{Key: envelope.HeaderType, Value: eventType},
-			{Key: envelope.HeaderReceivedAt, Value: receivedAtMs},
-			{Key: envelope.HeaderScheme, Value: s.schemeBytes},
-		},
-	}
-	ctx, cancel := context.WithTimeout(ctx, h.produceTimeout)
-	defer cancel()
-	start := time.Now()
-	// Wait for the ack or the deadline, whichever comes first: franz-go
-	// cannot fail a record whose idempotent produce request is in flight, so
-	// waiting for the promise alone could hang past the deadline when the
-	// broker vanishes. An event answered 503 may still land; the publisher's
-	// retry is then a duplicate, which the processors recognise.
-	acked := make(chan error, 1)
-	h.producer.Produce(ctx, rec, func(_ *kgo.Record, err error) { acked <- err })
-	var err error
-	select {
-	case err = <-acked:
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
-	h.metrics.produceLatency.Observe(time.Since(start).Seconds())
-	if err != nil {
+	out := newOutgoing(s, topic, body, f, receivedAt)
+	if err := h.produceAndWait(&out.rec); err != nil {
 		h.log.Warn("produce failed", "stream", s.cfg.Name, "err", err)
 		w.Header().Set("Retry-After", "5")
 		return writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the event was not durably written; retry later", nil)
@@ -338,6 +322,6 @@ func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, s *edgeStr
 	}
 	return writeAccepted(w, Accepted{
 		Status: "accepted", Stream: s.cfg.Name, EventID: f.EventID,
-		Partition: rec.Partition, Offset: rec.Offset,
+		Partition: out.rec.Partition, Offset: out.rec.Offset,
 	})
 }

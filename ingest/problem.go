@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"sync"
 )
 
 // Problem is an RFC 9457 problem details body.
@@ -50,7 +51,9 @@ func writeProblem(w http.ResponseWriter, status int, kind, detail string, errs [
 func writeAccepted(w http.ResponseWriter, a Accepted) result {
 	w.Header()["Content-Type"] = jsonContentType
 	w.WriteHeader(http.StatusAccepted)
-	buf := make([]byte, 0, 128+len(a.Stream)+len(a.EventID))
+	// The writer copies the body, so its buffer is reused at once.
+	pooled := replyBuffers.Get().(*[]byte)
+	buf := (*pooled)[:0]
 	buf = append(buf, `{"status":`...)
 	buf = appendJSONString(buf, a.Status)
 	buf = append(buf, `,"stream":`...)
@@ -63,8 +66,21 @@ func writeAccepted(w http.ResponseWriter, a Accepted) result {
 	buf = strconv.AppendInt(buf, a.Offset, 10)
 	buf = append(buf, "}\n"...)
 	_, _ = w.Write(buf)
+	if cap(buf) <= maxPooledReply {
+		*pooled = buf
+		replyBuffers.Put(pooled)
+	}
 	return result{status: http.StatusAccepted}
 }
+
+// replyBuffers hold 202 bodies while they are written.
+var replyBuffers = sync.Pool{New: func() any {
+	buf := make([]byte, 0, 256)
+	return &buf
+}}
+
+// maxPooledReply keeps a reply for an outsized id out of the pool.
+const maxPooledReply = 1 << 10
 
 var jsonContentType = []string{"application/json"}
 

@@ -64,3 +64,12 @@ func upper(s string) string {
 	}
 	return string(b)
 }
+
+// headerValue is h.Get for a key already in canonical form: Get would
+// canonicalize it again, on every request, for every header read.
+func headerValue(h http.Header, canonicalKey string) string {
+	if v := h[canonicalKey]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}

@@ -27,12 +27,15 @@ const (
 // be replayed; the processors' dedup by event id makes a replay a recorded
 // duplicate, not a second change.
 type bodyHMACScheme struct {
-	name      string
-	header    string
-	prefix    string
-	idHeader  string // the delivery id, when the scheme has one
-	keys      []*webhook.Key
-	idMaxSize int
+	name     string
+	header   string
+	prefix   string
+	idHeader string // the delivery id, when the scheme has one
+	// canonicalHeader and canonicalID are the two in canonical form, as
+	// headerValue reads them.
+	canonicalHeader, canonicalID string
+	keys                         []*webhook.Key
+	idMaxSize                    int
 }
 
 func newBodyHMACScheme(name string, secrets []string) (*bodyHMACScheme, error) {
@@ -42,6 +45,10 @@ func newBodyHMACScheme(name string, secrets []string) (*bodyHMACScheme, error) {
 		s.header = HeaderXSignature
 	case config.SchemeGitHub:
 		s.header, s.prefix, s.idHeader = HeaderHubSignature256, githubSignaturePrefix, HeaderGitHubDelivery
+	}
+	s.canonicalHeader = http.CanonicalHeaderKey(s.header)
+	if s.idHeader != "" {
+		s.canonicalID = http.CanonicalHeaderKey(s.idHeader)
 	}
 	for _, secret := range secrets {
 		key, err := config.SecretKey(name, secret)
@@ -56,7 +63,7 @@ func newBodyHMACScheme(name string, secrets []string) (*bodyHMACScheme, error) {
 func (s *bodyHMACScheme) Name() string { return s.name }
 
 func (s *bodyHMACScheme) CheckHeaders(h http.Header, _ time.Time) error {
-	value := h.Get(s.header)
+	value := headerValue(h, s.canonicalHeader)
 	if value == "" {
 		return &SignatureError{Reason: "missing_signature", Detail: "the " + s.header + " header is missing"}
 	}
@@ -64,7 +71,7 @@ func (s *bodyHMACScheme) CheckHeaders(h http.Header, _ time.Time) error {
 		return &SignatureError{Reason: "malformed_signature", Detail: s.header + " must be " + s.prefix + "<64 hex digits>"}
 	}
 	if s.idHeader != "" {
-		if id := h.Get(s.idHeader); id == "" || len(id) > s.idMaxSize {
+		if id := headerValue(h, s.canonicalID); id == "" || len(id) > s.idMaxSize {
 			return &SignatureError{Reason: "missing_id", Detail: "the " + s.idHeader + " header is missing or over 256 bytes"}
 		}
 	}
@@ -81,7 +88,7 @@ func (s *bodyHMACScheme) decode(value string) ([]byte, bool) {
 }
 
 func (s *bodyHMACScheme) Verify(h http.Header, body []byte) (string, error) {
-	sig, ok := s.decode(h.Get(s.header))
+	sig, ok := s.decode(headerValue(h, s.canonicalHeader))
 	if !ok {
 		return "", &SignatureError{Reason: "malformed_signature", Detail: s.header + " must be " + s.prefix + "<64 hex digits>"}
 	}
@@ -89,7 +96,7 @@ func (s *bodyHMACScheme) Verify(h http.Header, body []byte) (string, error) {
 	for _, key := range s.keys {
 		if hmac.Equal(sig, key.Sign(want[:0], body)) {
 			if s.idHeader != "" {
-				return h.Get(s.idHeader), nil
+				return headerValue(h, s.canonicalID), nil
 			}
 			return "", nil
 		}

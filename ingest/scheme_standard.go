@@ -29,8 +29,7 @@ const maxSignatures = 16
 // many characters decode to at most sha256.Size+1 bytes.
 var signatureLength = base64.StdEncoding.EncodedLen(sha256.Size)
 
-// The header names in canonical form: http.Header.Get must otherwise
-// canonicalize (and allocate) the lower-case spelling on every request.
+// The header names in canonical form, read with headerValue.
 var (
 	canonicalWebhookID        = http.CanonicalHeaderKey(HeaderWebhookID)
 	canonicalWebhookTimestamp = http.CanonicalHeaderKey(HeaderWebhookTimestamp)
@@ -73,7 +72,7 @@ func newStandardScheme(secrets []string, tolerance time.Duration) (*standardSche
 func (s *standardScheme) Name() string { return config.SchemeStandardWebhooks }
 
 func (s *standardScheme) CheckHeaders(h http.Header, now time.Time) error {
-	id, ts, sig := h.Get(canonicalWebhookID), h.Get(canonicalWebhookTimestamp), h.Get(canonicalWebhookSignature)
+	id, ts, sig := headerValue(h, canonicalWebhookID), headerValue(h, canonicalWebhookTimestamp), headerValue(h, canonicalWebhookSignature)
 	switch {
 	case id == "":
 		return &SignatureError{Reason: "missing_id", Detail: "the webhook-id header is missing"}
@@ -98,8 +97,8 @@ func (s *standardScheme) CheckHeaders(h http.Header, now time.Time) error {
 }
 
 func (s *standardScheme) Verify(h http.Header, body []byte) (string, error) {
-	id, ts := h.Get(canonicalWebhookID), h.Get(canonicalWebhookTimestamp)
-	candidates := h.Get(canonicalWebhookSignature)
+	id, ts := headerValue(h, canonicalWebhookID), headerValue(h, canonicalWebhookTimestamp)
+	candidates := headerValue(h, canonicalWebhookSignature)
 	count := 0
 	for range strings.FieldsSeq(candidates) {
 		count++
@@ -108,7 +107,9 @@ func (s *standardScheme) Verify(h http.Header, body []byte) (string, error) {
 		return "", &SignatureError{Reason: "too_many_signatures", Detail: fmt.Sprintf("at most %d signatures are read", maxSignatures)}
 	}
 	// Each key's signature is computed once, when the first well-formed
-	// candidate needs it.
+	// candidate needs it; streams rotate through a few secrets, whose
+	// signatures fit on the stack.
+	var room [4][sha256.Size]byte
 	var wants [][sha256.Size]byte
 	wellFormed := false
 	for c := range strings.FieldsSeq(candidates) {
@@ -128,7 +129,11 @@ func (s *standardScheme) Verify(h http.Header, body []byte) (string, error) {
 		}
 		wellFormed = true
 		if wants == nil {
-			wants = make([][sha256.Size]byte, len(s.keys))
+			wants = room[:0]
+			if len(s.keys) > len(room) {
+				wants = make([][sha256.Size]byte, 0, len(s.keys))
+			}
+			wants = wants[:len(s.keys)]
 			for i, key := range s.keys {
 				key.SignStandard(wants[i][:0], id, ts, body)
 			}

@@ -173,7 +173,7 @@ func publicState(s *config.Stream, e *Entity, key string) (json.RawMessage, int6
 
 // deviceFields reads the device id and the derived field of a body on a
 // stream with devices; an absent device id means the entity itself.
-func deviceFields(s *config.Stream, doc envelope.Document) (device, value string, err error) {
+func deviceFields(s *config.Stream, doc *envelope.Document) (device, value string, err error) {
 	if !s.Devices.Enabled() {
 		return "", "", nil
 	}
@@ -186,7 +186,7 @@ func deviceFields(s *config.Stream, doc envelope.Document) (device, value string
 
 // optionalString is the string at pointer, "" when the field is absent; a
 // field of another type is an error.
-func optionalString(doc envelope.Document, pointer string) (string, error) {
+func optionalString(doc *envelope.Document, pointer string) (string, error) {
 	v, err := doc.Lookup(pointer)
 	// Lookup returns its *FieldError unwrapped; errors.As would allocate
 	// on every event.
@@ -196,9 +196,8 @@ func optionalString(doc envelope.Document, pointer string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	text, ok := v.(string)
-	if !ok {
+	if v.Kind() != envelope.KindString {
 		return "", &envelope.FieldError{Pointer: pointer, Problem: "must be a string"}
 	}
-	return text, nil
+	return v.Text(), nil
 }

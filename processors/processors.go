@@ -224,12 +224,12 @@ func (h *handler) decode(ctx goka.Context, body []byte) (Event, error) {
 	if len(body) == 0 {
 		return Event{}, errors.New("empty record")
 	}
-	root, err := envelope.Decode(body)
+	doc, err := envelope.Parse(body)
 	if err != nil {
 		return Event{}, err
 	}
-	// One Document for every lookup below: it lists the body's keys once.
-	doc := envelope.NewDocument(root)
+	// Strings read from the document stay valid after its release.
+	defer doc.Release()
 	headers := ctx.Headers()
 	fields, err := doc.Extract(h.stream, string(headers[envelope.HeaderEventID]))
 	if err != nil {
@@ -247,8 +247,7 @@ func (h *handler) decode(ctx goka.Context, body []byte) (Event, error) {
 	}
 	if h.stream.Terminal.Field != "" {
 		status, _ := doc.Lookup(h.stream.Terminal.Field)
-		text, _ := status.(string)
-		ev.Terminal = h.stream.IsTerminal(text)
+		ev.Terminal = status.Kind() == envelope.KindString && h.stream.IsTerminal(status.Text())
 	}
 	return ev, nil
 }

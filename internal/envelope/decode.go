@@ -1,9 +1,9 @@
 package envelope
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"unicode"
 	"unicode/utf16"
@@ -42,222 +42,304 @@ const (
 
 var errInvalidUTF8 = errors.New("not JSON: invalid UTF-8")
 
-// Decode parses body as one JSON value with numbers kept exact: objects are
-// map[string]any, arrays []any, numbers json.Number, as encoding/json with
-// UseNumber would build them. It is the only JSON decoder of webhook bodies,
+// Parse reads body as one JSON value into a flat Document, with numbers
+// kept as their literal text. It is the only JSON decoder of webhook bodies,
 // so validation and extraction see the same value. It is strict where
 // readers disagree: invalid UTF-8 (which encoding/json would silently
 // replace), duplicate keys (first or last wins, depending on the reader),
 // nesting deeper than MaxDepth, and numbers a float64 reader would change
 // are errors; a *FieldError locates all but the first.
 //
-// It reads the body in one pass without a tokenizer, because it runs on
-// every webhook the edge accepts; keys, strings and numbers without escapes
-// share one copy of the body instead of one allocation each.
-func Decode(body []byte) (any, error) {
-	d := &decoder{text: string(body)}
-	d.skipSpace()
-	v, err := d.value(0)
-	if err != nil {
-		return nil, err
-	}
-	d.skipSpace()
-	if d.pos < len(d.text) {
-		return nil, d.syntaxError("data after the top-level value")
-	}
-	return v, nil
+// It reads the body in one pass into one array of values in document order,
+// with no map or boxed value per member, because it runs on every webhook
+// the edge accepts: keys, strings and numbers without escapes are slices of
+// one copy of the body. Release the Document when done with its Values.
+func Parse(body []byte) (*Document, error) {
+	return ParseString(string(body))
 }
 
-// topLevelMembers sizes the top-level object's map.
-const topLevelMembers = 16
+// ParseString is Parse of a body held as a string, which the Document then
+// reads in place instead of copying it.
+func ParseString(text string) (*Document, error) {
+	if len(text) > math.MaxInt32 {
+		return nil, errors.New("not JSON: a body over 2 GiB")
+	}
+	doc := documents.Get().(*Document)
+	p := parser{Document: *doc}
+	p.text = text
+	p.skipSpace()
+	err := p.value(0)
+	if p.skipSpace(); err == nil && p.pos < len(p.text) {
+		err = p.syntaxError("data after the top-level value")
+	}
+	*doc = p.Document
+	if err != nil {
+		doc.Release()
+		return nil, err
+	}
+	return doc, nil
+}
 
-// decoder reads one JSON text. text is the body as a string so that
-// substrings of it need no allocation.
-type decoder struct {
-	text string
-	pos  int
+// linearKeys is how many members of an object are checked for duplicates
+// by comparing each key with those before it; past it, a set of the keys
+// keeps a body of many members linear.
+const linearKeys = 16
+
+// parser reads one JSON text into the Document it holds, which is a copy
+// of the one Parse returns: a local one, so growing its token array costs
+// no write barriers.
+type parser struct {
+	Document
+	pos int
 }
 
 // value reads the value starting at pos; depth is the number of containers
 // it is in.
-func (d *decoder) value(depth int) (any, error) {
-	if d.pos >= len(d.text) {
-		return nil, d.syntaxError("unexpected end of input")
+func (p *parser) value(depth int) error {
+	text := p.text
+	if p.pos >= len(text) {
+		return p.syntaxError("unexpected end of input")
 	}
-	switch c := d.text[d.pos]; {
+	switch c := text[p.pos]; {
 	case c == '{':
-		return d.object(depth)
+		return p.object(depth)
 	case c == '[':
-		return d.array(depth)
+		return p.array(depth)
 	case c == '"':
-		s, err := d.string()
-		if err != nil {
-			return nil, err
-		}
-		return s, nil
+		return p.string()
 	case c == '-' || isDigit(c):
-		return d.number()
+		return p.number()
 	case c == 't':
-		return d.literal("true", true)
+		return p.literal("true", KindBool, true)
 	case c == 'f':
-		return d.literal("false", false)
+		return p.literal("false", KindBool, false)
 	case c == 'n':
-		return d.literal("null", nil)
+		return p.literal("null", KindNull, false)
 	default:
-		return nil, d.syntaxError("looking for the beginning of a value")
+		return p.syntaxError("looking for the beginning of a value")
 	}
 }
 
-func (d *decoder) object(depth int) (any, error) {
+// open appends a container's token, to be finished by close.
+func (p *parser) open(kind Kind) int32 {
+	p.pos++ // { or [
+	p.tokens = append(p.tokens, token{kind: kind})
+	return int32(len(p.tokens) - 1)
+}
+
+// close records a container's size and where its members end.
+func (p *parser) close(at int32, n int) {
+	t := &p.tokens[at]
+	t.a, t.b = int32(n), int32(len(p.tokens))
+}
+
+func (p *parser) object(depth int) error {
 	if depth >= MaxDepth {
-		return nil, tooDeep()
+		return tooDeep()
 	}
-	d.pos++ // {
-	var obj map[string]any
-	if depth == 0 {
-		// Room for a typical webhook's members at once: growing a map past
-		// eight members rebuilds it.
-		obj = make(map[string]any, topLevelMembers)
-	} else {
-		obj = map[string]any{}
+	at := p.open(KindObject)
+	if p.skipSpace(); p.consume('}') {
+		p.close(at, 0)
+		return nil
 	}
-	if d.skipSpace(); d.consume('}') {
-		return obj, nil
-	}
-	for {
-		key, err := d.key()
-		if err != nil {
-			return nil, err
+	var seen map[string]struct{}
+	for n := 0; ; n++ {
+		keyAt := int32(len(p.tokens))
+		if err := p.key(); err != nil {
+			return err
 		}
-		if _, dup := obj[key]; dup {
-			return nil, within(&FieldError{Problem: "duplicate key"}, key)
+		key := p.str(keyAt)
+		if p.duplicate(at, key, n, &seen) {
+			return within(&FieldError{Problem: "duplicate key"}, key)
 		}
-		if obj[key], err = d.value(depth + 1); err != nil {
-			return nil, within(err, key)
+		if err := p.value(depth + 1); err != nil {
+			return within(err, key)
 		}
-		if done, err := d.endOfMember('}'); done || err != nil {
-			return obj, err
+		if done, err := p.endOfMember('}'); done || err != nil {
+			p.close(at, n+1)
+			return err
 		}
 	}
+}
+
+// duplicate reports whether the object at at already has key among its n
+// members read so far. Small objects compare the keys in place; from
+// linearKeys members on, seen holds them.
+func (p *parser) duplicate(at int32, key string, n int, seen *map[string]struct{}) bool {
+	if n < linearKeys {
+		for k := range p.keys(at, n) {
+			if p.isKey(k, key) {
+				return true
+			}
+		}
+		return false
+	}
+	if *seen == nil {
+		*seen = make(map[string]struct{}, 2*linearKeys)
+		for k := range p.keys(at, n) {
+			(*seen)[p.str(k)] = struct{}{}
+		}
+	}
+	if _, dup := (*seen)[key]; dup {
+		return true
+	}
+	(*seen)[key] = struct{}{}
+	return false
 }
 
 // key reads an object's key and the colon after it, leaving pos on the
 // value.
-func (d *decoder) key() (string, error) {
-	if d.pos >= len(d.text) || d.text[d.pos] != '"' {
-		return "", d.syntaxError("looking for the beginning of an object key")
+func (p *parser) key() error {
+	if p.pos >= len(p.text) || p.text[p.pos] != '"' {
+		return p.syntaxError("looking for the beginning of an object key")
 	}
-	key, err := d.string()
-	if err != nil {
-		return "", err
+	if err := p.string(); err != nil {
+		return err
 	}
-	if d.skipSpace(); !d.consume(':') {
-		return "", d.syntaxError("after an object key")
+	if p.skipSpace(); !p.consume(':') {
+		return p.syntaxError("after an object key")
 	}
-	d.skipSpace()
-	return key, nil
+	p.skipSpace()
+	return nil
 }
 
-func (d *decoder) array(depth int) (any, error) {
+func (p *parser) array(depth int) error {
 	if depth >= MaxDepth {
-		return nil, tooDeep()
+		return tooDeep()
 	}
-	d.pos++ // [
-	// Never nil, as encoding/json builds it: an empty array is not null.
-	arr := []any{}
-	if d.skipSpace(); d.consume(']') {
-		return arr, nil
+	at := p.open(KindArray)
+	if p.skipSpace(); p.consume(']') {
+		p.close(at, 0)
+		return nil
 	}
-	for {
-		v, err := d.value(depth + 1)
-		if err != nil {
-			return nil, within(err, strconv.Itoa(len(arr)))
+	for n := 0; ; n++ {
+		if err := p.value(depth + 1); err != nil {
+			return within(err, strconv.Itoa(n))
 		}
-		arr = append(arr, v)
-		if done, err := d.endOfMember(']'); done || err != nil {
-			return arr, err
+		if done, err := p.endOfMember(']'); done || err != nil {
+			p.close(at, n+1)
+			return err
 		}
 	}
 }
 
 // endOfMember reads what follows a member of a container: a comma, then
 // space up to the next member, or the closing byte.
-func (d *decoder) endOfMember(closing byte) (done bool, err error) {
-	d.skipSpace()
+func (p *parser) endOfMember(closing byte) (done bool, err error) {
+	p.skipSpace()
 	switch {
-	case d.consume(','):
-		d.skipSpace()
+	case p.consume(','):
+		p.skipSpace()
 		return false, nil
-	case d.consume(closing):
+	case p.consume(closing):
 		return true, nil
 	default:
-		return false, d.syntaxError("after a member of an object or array")
+		return false, p.syntaxError("after a member of an object or array")
 	}
+}
+
+// scalar appends the token of a string, number or literal and returns it
+// for the caller to complete. It writes the fields in place: a token built
+// whole and copied in is read back from the stack in pieces other than
+// those written, which stalls the processor on every value.
+func (p *parser) scalar(kind Kind, a, b int32) *token {
+	p.tokens = append(p.tokens, token{})
+	t := &p.tokens[len(p.tokens)-1]
+	t.kind, t.a, t.b = kind, a, b
+	return t
 }
 
 // string reads a string; one without escapes is a slice of the text.
-func (d *decoder) string() (string, error) {
-	start := d.pos + 1
-	for i := start; i < len(d.text); {
-		switch c := d.text[i]; {
+func (p *parser) string() error {
+	text := p.text
+	start := p.pos + 1
+	ascii := true
+	for i := start; i < len(text); {
+		// Most of a body is plain ASCII inside strings: skip it a byte
+		// at a time without the cases below.
+		for i < len(text) && plainString[text[i]] {
+			i++
+		}
+		if i == len(text) {
+			break
+		}
+		switch c := text[i]; {
 		case c == '"':
-			d.pos = i + 1
-			return d.text[start:i], nil
+			p.pos = i + 1
+			p.scalar(KindString, int32(start), int32(i)).ascii = ascii
+			return nil
 		case c == '\\':
-			return d.unescape(start, i)
+			s, err := p.unescape(start, i)
+			if err != nil {
+				return err
+			}
+			t := p.scalar(KindString, int32(len(p.unescaped)), 0)
+			t.escaped, t.ascii = true, isASCII(s)
+			p.unescaped = append(p.unescaped, s)
+			return nil
 		case c < ' ':
-			d.pos = i
-			return "", d.syntaxError("control character in a string")
+			p.pos = i
+			return p.syntaxError("control character in a string")
 		case c < utf8.RuneSelf:
 			i++
 		default:
-			size, ok := validRune(d.text[i:])
+			size, ok := validRune(text[i:])
 			if !ok {
-				return "", errInvalidUTF8
+				return errInvalidUTF8
 			}
 			i += size
+			ascii = false
 		}
 	}
-	d.pos = len(d.text)
-	return "", d.syntaxError("unexpected end of input in a string")
+	p.pos = len(text)
+	return p.syntaxError("unexpected end of input in a string")
 }
+
+// plainString marks the bytes a string holds as they are: printable ASCII
+// other than the quote and the backslash.
+var plainString = func() (plain [256]bool) {
+	for c := ' '; c < utf8.RuneSelf; c++ {
+		plain[c] = c != '"' && c != '\\'
+	}
+	return plain
+}()
 
 // unescape reads the rest of a string whose first escape is at i, into a
 // new string.
-func (d *decoder) unescape(start, i int) (string, error) {
+func (p *parser) unescape(start, i int) (string, error) {
 	// Room for a few escapes; sizing it by the rest of the body would make
 	// a body of many escaped strings quadratic in memory.
 	buf := make([]byte, 0, i-start+16)
-	buf = append(buf, d.text[start:i]...)
-	for i < len(d.text) {
-		c := d.text[i]
+	buf = append(buf, p.text[start:i]...)
+	for i < len(p.text) {
+		c := p.text[i]
 		switch {
 		case c == '"':
-			d.pos = i + 1
+			p.pos = i + 1
 			return string(buf), nil
 		case c == '\\':
 			var ok bool
-			if buf, i, ok = appendEscape(buf, d.text, i); !ok {
-				d.pos = i
-				return "", d.syntaxError("invalid escape in a string")
+			if buf, i, ok = appendEscape(buf, p.text, i); !ok {
+				p.pos = i
+				return "", p.syntaxError("invalid escape in a string")
 			}
 		case c < ' ':
-			d.pos = i
-			return "", d.syntaxError("control character in a string")
+			p.pos = i
+			return "", p.syntaxError("control character in a string")
 		case c < utf8.RuneSelf:
 			buf = append(buf, c)
 			i++
 		default:
-			size, ok := validRune(d.text[i:])
+			size, ok := validRune(p.text[i:])
 			if !ok {
 				return "", errInvalidUTF8
 			}
-			buf = append(buf, d.text[i:i+size]...)
+			buf = append(buf, p.text[i:i+size]...)
 			i += size
 		}
 	}
-	d.pos = len(d.text)
-	return "", d.syntaxError("unexpected end of input in a string")
+	p.pos = len(p.text)
+	return "", p.syntaxError("unexpected end of input in a string")
 }
 
 // appendEscape decodes the escape at text[i] onto buf and returns the index
@@ -322,63 +404,65 @@ func validRune(text string) (int, bool) {
 }
 
 // number reads a number literal and keeps its text.
-func (d *decoder) number() (any, error) {
-	start := d.pos
-	d.consume('-')
-	if !d.consume('0') && !d.digits() {
-		return nil, d.syntaxError("in a number")
+func (p *parser) number() error {
+	start := p.pos
+	p.consume('-')
+	if !p.consume('0') && !p.digits() {
+		return p.syntaxError("in a number")
 	}
-	if d.consume('.') && !d.digits() {
-		return nil, d.syntaxError("after the decimal point of a number")
+	if p.consume('.') && !p.digits() {
+		return p.syntaxError("after the decimal point of a number")
 	}
-	if d.consume('e') || d.consume('E') {
-		if !d.consume('+') {
-			d.consume('-')
+	if p.consume('e') || p.consume('E') {
+		if !p.consume('+') {
+			p.consume('-')
 		}
-		if !d.digits() {
-			return nil, d.syntaxError("in the exponent of a number")
+		if !p.digits() {
+			return p.syntaxError("in the exponent of a number")
 		}
 	}
-	literal := d.text[start:d.pos]
+	literal := p.text[start:p.pos]
 	if problem := numberProblem(literal); problem != "" {
-		return nil, &FieldError{Problem: problem}
+		return &FieldError{Problem: problem}
 	}
-	return json.Number(literal), nil
+	p.scalar(KindNumber, int32(start), int32(p.pos))
+	return nil
 }
 
 // digits reads one or more decimal digits.
-func (d *decoder) digits() bool {
-	start := d.pos
-	for d.pos < len(d.text) && isDigit(d.text[d.pos]) {
-		d.pos++
+func (p *parser) digits() bool {
+	start := p.pos
+	for p.pos < len(p.text) && isDigit(p.text[p.pos]) {
+		p.pos++
 	}
-	return d.pos > start
+	return p.pos > start
 }
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
-func (d *decoder) literal(word string, v any) (any, error) {
-	if len(d.text)-d.pos < len(word) || d.text[d.pos:d.pos+len(word)] != word {
-		return nil, d.syntaxError("in a literal")
+func (p *parser) literal(word string, kind Kind, truth bool) error {
+	if len(p.text)-p.pos < len(word) || p.text[p.pos:p.pos+len(word)] != word {
+		return p.syntaxError("in a literal")
 	}
-	d.pos += len(word)
-	return v, nil
+	p.pos += len(word)
+	p.scalar(kind, 0, 0).truth = truth
+	return nil
 }
 
 // consume advances past c if it is next.
-func (d *decoder) consume(c byte) bool {
-	if d.pos < len(d.text) && d.text[d.pos] == c {
-		d.pos++
+func (p *parser) consume(c byte) bool {
+	if p.pos < len(p.text) && p.text[p.pos] == c {
+		p.pos++
 		return true
 	}
 	return false
 }
 
-func (d *decoder) skipSpace() {
-	for d.pos < len(d.text) {
-		switch d.text[d.pos] {
+func (p *parser) skipSpace() {
+	for p.pos < len(p.text) {
+		switch p.text[p.pos] {
 		case ' ', '\t', '\n', '\r':
-			d.pos++
+			p.pos++
 		default:
 			return
 		}
@@ -387,11 +471,11 @@ func (d *decoder) skipSpace() {
 
 // syntaxError describes what was found at pos; like encoding/json's, it is
 // not a *FieldError, because a body that is not JSON has no fields.
-func (d *decoder) syntaxError(context string) error {
-	if d.pos >= len(d.text) {
+func (p *parser) syntaxError(context string) error {
+	if p.pos >= len(p.text) {
 		return fmt.Errorf("not JSON: unexpected end of input (%s)", context)
 	}
-	return fmt.Errorf("not JSON: unexpected %q at byte %d (%s)", d.text[d.pos:d.pos+1], d.pos, context)
+	return fmt.Errorf("not JSON: unexpected %q at byte %d (%s)", p.text[p.pos:p.pos+1], p.pos, context)
 }
 
 func tooDeep() error {
@@ -448,9 +532,36 @@ func isIntegerLiteral(literal string) bool {
 
 // parseExactInteger parses an integer literal within ±(2^53−1).
 func parseExactInteger(literal string) (int64, bool) {
+	if digits := literal; len(digits) <= maxSafeDigits+1 {
+		// Every integer of up to 15 digits is within 2^53−1: add the
+		// digits up rather than parse in general, as every webhook's
+		// versions and clocks are read.
+		negative := digits != "" && digits[0] == '-'
+		if negative {
+			digits = digits[1:]
+		}
+		if digits != "" && len(digits) <= maxSafeDigits {
+			var n int64
+			for i := 0; i < len(digits); i++ {
+				c := digits[i]
+				if !isDigit(c) {
+					return 0, false
+				}
+				n = n*10 + int64(c-'0')
+			}
+			if negative {
+				n = -n
+			}
+			return n, true
+		}
+	}
 	n, err := strconv.ParseInt(literal, 10, 64)
 	return n, err == nil && -maxExactInteger <= n && n <= maxExactInteger
 }
+
+// maxSafeDigits is the most decimal digits every integer within
+// ±(2^53−1) can have: 10^15 < 2^53.
+const maxSafeDigits = 15
 
 // significantDigits counts the mantissa's digits from its first non-zero
 // digit to its last: zeros outside that span only place the point, which

@@ -6,10 +6,10 @@
 package envelope
 
 import (
-	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/driftguard/driftguard/internal/config"
 )
@@ -52,26 +52,20 @@ func EscapePointer(token string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(token, "~", "~0"), "/", "~1")
 }
 
-// Extract reads the catalogue fields of a decoded body. fallbackID is used
+// Extract reads the catalogue fields of the document. fallbackID is used
 // when the stream has no event id pointer or the body lacks it (design §2:
 // fall back to the webhook-id header).
-func Extract(s *config.Stream, body any, fallbackID string) (Fields, error) {
-	return NewDocument(body).Extract(s, fallbackID)
-}
-
-// Extract reads the catalogue fields of the document, as the package-level
-// Extract does.
-func (doc Document) Extract(s *config.Stream, fallbackID string) (Fields, error) {
+func (d *Document) Extract(s *config.Stream, fallbackID string) (Fields, error) {
 	var f Fields
 	var err error
-	if f.Type, err = doc.EventType(s); err != nil {
+	if f.Type, err = d.EventType(s); err != nil {
 		return f, err
 	}
-	if f.Key, err = doc.stringAt(s.KeyPointer(f.Type)); err != nil {
+	if f.Key, err = d.stringAt(s.KeyPointer(f.Type)); err != nil {
 		return f, err
 	}
 	if s.EventID != "" {
-		f.EventID, err = doc.stringAt(s.EventID)
+		f.EventID, err = d.stringAt(s.EventID)
 		if isMissing(err) && fallbackID != "" {
 			f.EventID, err = fallbackID, nil
 		}
@@ -82,7 +76,7 @@ func (doc Document) Extract(s *config.Stream, fallbackID string) (Fields, error)
 		return f, &FieldError{Pointer: "", Problem: "the stream has no event_id pointer and the request no delivery id"}
 	}
 	if s.Version != "" {
-		if f.Version, err = doc.intAt(s.Version); err != nil {
+		if f.Version, err = d.intAt(s.Version); err != nil {
 			return f, err
 		}
 		if f.Version < 0 {
@@ -90,10 +84,10 @@ func (doc Document) Extract(s *config.Stream, fallbackID string) (Fields, error)
 		}
 		f.HasVersion = true
 	}
-	if f.OccurredAtMs, err = doc.clockAt(s, s.OccurredAt); err != nil {
+	if f.OccurredAtMs, err = d.clockAt(s, s.OccurredAt); err != nil {
 		return f, err
 	}
-	if f.ExpiresAtMs, err = doc.clockAt(s, s.ExpiresAt); err != nil {
+	if f.ExpiresAtMs, err = d.clockAt(s, s.ExpiresAt); err != nil {
 		return f, err
 	}
 	return f, nil
@@ -101,45 +95,18 @@ func (doc Document) Extract(s *config.Stream, fallbackID string) (Fields, error)
 
 // EventType returns the event's type: the stream's fixed type, or the field
 // its type pointer names.
-func EventType(s *config.Stream, doc any) (string, error) {
-	return NewDocument(doc).EventType(s)
-}
-
-// EventType returns the document's event type, as the package-level
-// EventType does.
-func (d Document) EventType(s *config.Stream) (string, error) {
+func (d *Document) EventType(s *config.Stream) (string, error) {
 	if s.Type.Fixed != "" {
 		return s.Type.Fixed, nil
 	}
 	return d.stringAt(s.Type.Field)
 }
 
-// Document is a decoded body with its top-level keys listed once: the
-// catalogue's fields are nearly all top-level, and each lookup checks the
-// keys for case variants, which a walk of the map would make the costliest
-// part of extraction. Read one body through one Document.
-type Document struct {
-	root any
-	keys []string
-}
-
-// NewDocument lists the top-level keys of a decoded body.
-func NewDocument(root any) Document {
-	d := Document{root: root}
-	if obj, ok := root.(map[string]any); ok {
-		d.keys = make([]string, 0, len(obj))
-		for k := range obj {
-			d.keys = append(d.keys, k)
-		}
-	}
-	return d
-}
-
 const problemMissing = "missing"
 
 // clockAt reads a source clock (occurred_at, expires_at) in the stream's
 // unit and returns unix ms; no pointer or an absent field is 0.
-func (d Document) clockAt(s *config.Stream, pointer string) (int64, error) {
+func (d *Document) clockAt(s *config.Stream, pointer string) (int64, error) {
 	if pointer == "" {
 		return 0, nil
 	}
@@ -160,8 +127,11 @@ func (d Document) clockAt(s *config.Stream, pointer string) (int64, error) {
 	return n * 1000, nil
 }
 
-func rfc3339Millis(v any, pointer string) (int64, error) {
-	text, _ := v.(string)
+func rfc3339Millis(v Value, pointer string) (int64, error) {
+	var text string
+	if v.Kind() == KindString {
+		text = v.Text()
+	}
 	t, err := time.Parse(time.RFC3339Nano, text)
 	if err != nil {
 		return 0, &FieldError{Pointer: pointer, Problem: "must be an RFC 3339 time"}
@@ -176,26 +146,26 @@ func isMissing(err error) bool {
 	return ok && fe.Problem == problemMissing
 }
 
-func (d Document) stringAt(pointer string) (string, error) {
+func (d *Document) stringAt(pointer string) (string, error) {
 	v, err := d.Lookup(pointer)
 	if err != nil {
 		return "", err
 	}
-	switch v := v.(type) {
-	case string:
-		if v == "" {
+	switch v.Kind() {
+	case KindString:
+		if v.Text() == "" {
 			return "", &FieldError{Pointer: pointer, Problem: "must not be empty"}
 		}
-		return v, nil
-	case json.Number:
+		return v.Text(), nil
+	case KindNumber:
 		// Numeric ids are common in webhooks; use their exact text.
-		return v.String(), nil
+		return v.Text(), nil
 	default:
 		return "", &FieldError{Pointer: pointer, Problem: "must be a string or a number"}
 	}
 }
 
-func (d Document) intAt(pointer string) (int64, error) {
+func (d *Document) intAt(pointer string) (int64, error) {
 	v, err := d.Lookup(pointer)
 	if err != nil {
 		return 0, err
@@ -204,81 +174,95 @@ func (d Document) intAt(pointer string) (int64, error) {
 }
 
 // integer reads an integer that every reader of the body sees alike: an
-// integer literal within ±(2^53−1), as Decode already requires of every
-// integer; checked again here for documents Decode did not build.
-func integer(v any, pointer string) (int64, error) {
-	n, ok := v.(json.Number)
-	if !ok || !isIntegerLiteral(n.String()) {
-		return 0, &FieldError{Pointer: pointer, Problem: "must be an integer"}
-	}
-	i, ok := parseExactInteger(n.String())
+// integer literal, which Parse admits only within ±(2^53−1).
+func integer(v Value, pointer string) (int64, error) {
+	i, ok := v.Int()
 	if !ok {
-		return 0, &FieldError{Pointer: pointer, Problem: problemInexactInteger}
+		return 0, &FieldError{Pointer: pointer, Problem: "must be an integer"}
 	}
 	return i, nil
 }
 
-// Lookup resolves an RFC 6901 JSON pointer in a decoded document. A member
-// whose object also has a key differing from it only in case is ambiguous:
-// readers that match keys case-insensitively, such as Go's struct decoding,
-// may read the other one.
-func Lookup(doc any, pointer string) (any, error) {
-	return NewDocument(doc).Lookup(pointer)
-}
-
-// Lookup resolves pointer in the document, as the package-level Lookup does.
-func (d Document) Lookup(pointer string) (any, error) {
+// Lookup resolves an RFC 6901 JSON pointer in the document; a null is
+// missing. A member whose object also has a key differing from it only in
+// case is ambiguous: readers that match keys case-insensitively, such as
+// Go's struct decoding, may read the other one.
+func (d *Document) Lookup(pointer string) (Value, error) {
 	if pointer == "" {
-		return d.root, nil
+		return d.Root(), nil
 	}
 	if !strings.HasPrefix(pointer, "/") {
-		return nil, &FieldError{Pointer: pointer, Problem: "not a JSON pointer"}
+		return Value{}, &FieldError{Pointer: pointer, Problem: "not a JSON pointer"}
 	}
-	cur, keys := d.root, d.keys
+	cur := d.Root()
 	for rest, more := pointer[1:], true; more; {
 		var token string
 		token, rest, more = strings.Cut(rest, "/")
 		if strings.IndexByte(token, '~') >= 0 {
 			token = strings.ReplaceAll(strings.ReplaceAll(token, "~1", "/"), "~0", "~")
 		}
-		switch node := cur.(type) {
-		case map[string]any:
-			next, ok := node[token]
-			if !ok {
-				return nil, &FieldError{Pointer: pointer, Problem: problemMissing}
+		switch cur.Kind() {
+		case KindObject:
+			next, ambiguous := cur.member(token)
+			if next.doc == nil {
+				return Value{}, &FieldError{Pointer: pointer, Problem: problemMissing}
 			}
-			if hasCaseVariant(node, keys, token) {
-				return nil, &FieldError{Pointer: pointer, Problem: "ambiguous: keys differing only in case"}
+			if ambiguous {
+				return Value{}, &FieldError{Pointer: pointer, Problem: "ambiguous: keys differing only in case"}
 			}
-			cur, keys = next, nil
-		case []any:
+			cur = next
+		case KindArray:
 			i, err := strconv.Atoi(token)
-			if err != nil || i < 0 || i >= len(node) {
-				return nil, &FieldError{Pointer: pointer, Problem: problemMissing}
+			if err != nil || i < 0 || i >= cur.Len() {
+				return Value{}, &FieldError{Pointer: pointer, Problem: problemMissing}
 			}
-			cur = node[i]
+			cur = cur.item(i)
 		default:
-			return nil, &FieldError{Pointer: pointer, Problem: problemMissing}
+			return Value{}, &FieldError{Pointer: pointer, Problem: problemMissing}
 		}
 	}
-	if cur == nil {
-		return nil, &FieldError{Pointer: pointer, Problem: problemMissing}
+	if cur.Kind() == KindNull {
+		return Value{}, &FieldError{Pointer: pointer, Problem: problemMissing}
 	}
 	return cur, nil
 }
 
-// hasCaseVariant reports whether obj, whose keys are listed in keys when
-// known, has a key other than key that equals it under Unicode case folding.
-func hasCaseVariant(obj map[string]any, keys []string, key string) bool {
-	if keys == nil {
-		for other := range obj {
-			keys = append(keys, other)
+// member finds key in an object (the zero Value when absent) and reports
+// whether another key equals it under Unicode case folding. Folding can
+// change a key's length only outside ASCII (the Kelvin sign is k), so
+// ASCII keys of another length are not compared.
+func (v Value) member(key string) (found Value, ambiguous bool) {
+	keyASCII := isASCII(key)
+	tokens := v.doc.tokens
+	k := v.i + 1
+	for range tokens[v.i].a {
+		if t := &tokens[k]; !t.ascii || !keyASCII || t.escaped || int(t.b-t.a) == len(key) {
+			switch other := v.doc.str(k); {
+			case other == key:
+				found = Value{v.doc, k + 1}
+			case strings.EqualFold(other, key):
+				ambiguous = true
+			}
+		}
+		k = v.doc.next(k + 1)
+	}
+	return found, ambiguous
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
 		}
 	}
-	for _, other := range keys {
-		if other != key && strings.EqualFold(other, key) {
-			return true
-		}
+	return true
+}
+
+// item is an array's i-th item, which must exist.
+func (v Value) item(i int) Value {
+	at := v.i + 1
+	for range i {
+		at = v.doc.next(at)
 	}
-	return false
+	return Value{v.doc, at}
 }

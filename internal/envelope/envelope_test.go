@@ -54,7 +54,7 @@ func TestDecodeIsStrict(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			v, err := Decode([]byte(tc.body))
+			v, err := decode([]byte(tc.body))
 			if tc.ok {
 				if err != nil {
 					t.Fatalf("rejected: %v", err)
@@ -84,11 +84,11 @@ func TestExtractPresence(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := cfg.Streams["presence"]
-	doc, err := Decode([]byte(`{"event_id":"e1","user_id":"u1","presence":"ONLINE","sequence_number":841,"timestamp":1700000000}`))
+	doc, err := Parse([]byte(`{"event_id":"e1","user_id":"u1","presence":"ONLINE","sequence_number":841,"timestamp":1700000000}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := Extract(s, doc, "fallback")
+	f, err := doc.Extract(s, "fallback")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,8 +97,8 @@ func TestExtractPresence(t *testing.T) {
 		t.Fatalf("got %+v, want %+v", f, want)
 	}
 	// Without event_id in the body the delivery id is the event id.
-	doc, _ = Decode([]byte(`{"user_id":"u1","sequence_number":1}`))
-	if f, err = Extract(s, doc, "msg_1"); err != nil || f.EventID != "msg_1" {
+	doc, _ = Parse([]byte(`{"user_id":"u1","sequence_number":1}`))
+	if f, err = doc.Extract(s, "msg_1"); err != nil || f.EventID != "msg_1" {
 		t.Fatalf("fallback id: %+v %v", f, err)
 	}
 	for body, pointer := range map[string]string{
@@ -109,11 +109,11 @@ func TestExtractPresence(t *testing.T) {
 		`{"event_id":"e","user_id":{},"sequence_number":1}`:                  "/user_id",
 		`{"event_id":"e","user_id":"u","sequence_number":1,"timestamp":"x"}`: "/timestamp",
 	} {
-		doc, err := Decode([]byte(body))
+		doc, err := Parse([]byte(body))
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = Extract(s, doc, "")
+		_, err = doc.Extract(s, "")
 		var fe *FieldError
 		if !errors.As(err, &fe) || fe.Pointer != pointer {
 			t.Errorf("%s: error %v, want one at %s", body, err, pointer)
@@ -122,15 +122,15 @@ func TestExtractPresence(t *testing.T) {
 }
 
 func TestLookupFollowsRFC6901(t *testing.T) {
-	doc, err := Decode([]byte(`{"a/b":{"m~n":[10,20]}}`))
+	doc, err := Parse([]byte(`{"a/b":{"m~n":[10,20]}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := Lookup(doc, "/a~1b/m~0n/1")
-	if err != nil || v.(json.Number).String() != "20" {
+	v, err := doc.Lookup("/a~1b/m~0n/1")
+	if err != nil || v.Text() != "20" {
 		t.Fatalf("got %v %v", v, err)
 	}
-	if _, err := Lookup(doc, "/a~1b/m~0n/2"); err == nil {
+	if _, err := doc.Lookup("/a~1b/m~0n/2"); err == nil {
 		t.Fatal("index past the end resolved")
 	}
 }
@@ -150,28 +150,28 @@ func TestExtractRefusesKeysDifferingOnlyInCase(t *testing.T) {
 		`{"event_id":"e","user_id":"u","sequence_number":1,"Sequence_Number":2}`:            "/sequence_number",
 		`{"event_id":"e","user_id":"u","sequence_number":1,"timestamp":1,"TimeStamp":null}`: "/timestamp",
 	} {
-		doc, err := Decode([]byte(body))
+		doc, err := Parse([]byte(body))
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = Extract(s, doc, "fallback")
+		_, err = doc.Extract(s, "fallback")
 		var fe *FieldError
 		if !errors.As(err, &fe) || fe.Pointer != pointer || !strings.HasPrefix(fe.Problem, "ambiguous") {
 			t.Errorf("%s: error %v, want an ambiguity at %s", body, err, pointer)
 		}
 	}
-	doc, err := Decode([]byte(`{"event_id":"e","user_id":"u","sequence_number":1,"note":"a","NOTE":"b"}`))
+	doc, err := Parse([]byte(`{"event_id":"e","user_id":"u","sequence_number":1,"note":"a","NOTE":"b"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Extract(s, doc, ""); err != nil {
+	if _, err := doc.Extract(s, ""); err != nil {
 		t.Errorf("keys no pointer reads: %v", err)
 	}
-	doc, err = Decode([]byte(`{"a":{"b":1,"B":2}}`))
+	doc, err = Parse([]byte(`{"a":{"b":1,"B":2}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Lookup(doc, "/a/b"); err == nil {
+	if _, err := doc.Lookup("/a/b"); err == nil {
 		t.Error("Lookup resolved a key with a case variant beside it")
 	}
 }
@@ -190,7 +190,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		v, err := Decode(body)
+		v, err := decode(body)
 		valid := json.Valid(body) && utf8.Valid(body)
 		if err != nil {
 			var fe *FieldError
@@ -207,6 +207,16 @@ func FuzzDecode(f *testing.F) {
 		}
 		checkFloat64Safe(t, v)
 	})
+}
+
+// decode parses body and builds its generic tree.
+func decode(body []byte) (any, error) {
+	doc, err := Parse(body)
+	if err != nil {
+		return nil, err
+	}
+	defer doc.Release()
+	return doc.Root().Any(), nil
 }
 
 // decodeWithEncodingJSON is the reference value: encoding/json with exact

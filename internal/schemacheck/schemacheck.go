@@ -14,13 +14,14 @@
 package schemacheck
 
 import (
-	"encoding/json"
 	"math"
 	"math/big"
-	"strconv"
+	"slices"
 	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/driftguard/driftguard/internal/envelope"
 )
 
 // Checker is a compiled schema's fast validity test.
@@ -38,10 +39,10 @@ func Compile(sch *jsonschema.Schema) *Checker {
 	return &Checker{root: n}
 }
 
-// Valid reports whether doc satisfies the schema. doc is a value as
-// encoding/json with UseNumber builds it (map[string]any, []any, string,
-// json.Number, bool, nil); a value of any other type is not valid.
-func (c *Checker) Valid(doc any) bool { return c.root.valid(doc) }
+// Valid reports whether v, a value of a body envelope.Parse read, satisfies
+// the schema. It reads the flat document as it is, so a valid body costs
+// no tree: the library's tree is built only for a body the checker refuses.
+func (c *Checker) Valid(v envelope.Value) bool { return c.root.valid(v) }
 
 // jsonType is a bit per JSON type, as in the `type` keyword.
 type jsonType uint8
@@ -72,10 +73,16 @@ type node struct {
 	hasEnum  bool
 	enum     []any
 
-	properties map[string]*node
+	// members are the properties and the required names, so one lookup
+	// per member of a document answers both; memberNames lists their
+	// names, in the same order, for the lookup.
+	members     []member
+	memberNames []string
 	// additional validates members not named in properties; nil allows any.
-	additional   *node
-	required     []string
+	additional *node
+	// required counts the distinct required names: a document has no
+	// duplicate keys, so counting the required members it has is enough.
+	required     int
 	minMembers   int
 	maxMembers   int
 	items        *node
@@ -88,6 +95,19 @@ type node struct {
 	maximum      *bound
 	exclusiveMin *bound
 	exclusiveMax *bound
+}
+
+// maxScannedMembers bounds the member names a schema may have for the
+// checker, which finds a document's member among them by scanning: for the
+// few names of a webhook schema, faster than hashing it. A schema with more
+// is left to the library.
+const maxScannedMembers = 64
+
+// member is what a schema says of one member name.
+type member struct {
+	// node validates the member; nil when properties does not name it.
+	node     *node
+	required bool
 }
 
 // unlimited marks a max* keyword that is absent.
@@ -133,7 +153,7 @@ func compile(sch *jsonschema.Schema) (*node, bool) {
 		minMembers: intOr(sch.MinProperties, 0), maxMembers: intOr(sch.MaxProperties, unlimited),
 		minItems: intOr(sch.MinItems, 0), maxItems: intOr(sch.MaxItems, unlimited),
 		minLength: intOr(sch.MinLength, 0), maxLength: intOr(sch.MaxLength, unlimited),
-		pattern: sch.Pattern, required: sch.Required,
+		pattern: sch.Pattern,
 		minimum: newBound(sch.Minimum), maximum: newBound(sch.Maximum),
 		exclusiveMin: newBound(sch.ExclusiveMinimum), exclusiveMax: newBound(sch.ExclusiveMaximum),
 	}
@@ -156,15 +176,28 @@ func compile(sch *jsonschema.Schema) (*node, bool) {
 		}
 		n.hasEnum, n.enum = true, sch.Enum.Values
 	}
-	if len(sch.Properties) > 0 {
-		n.properties = make(map[string]*node, len(sch.Properties))
-		for name, sub := range sch.Properties {
-			c, ok := compile(sub)
-			if !ok {
-				return nil, false
-			}
-			n.properties[name] = c
+	for name, sub := range sch.Properties {
+		c, ok := compile(sub)
+		if !ok {
+			return nil, false
 		}
+		n.memberNames = append(n.memberNames, name)
+		n.members = append(n.members, member{node: c})
+	}
+	for _, name := range sch.Required {
+		i := slices.Index(n.memberNames, name)
+		if i < 0 {
+			i = len(n.members)
+			n.memberNames = append(n.memberNames, name)
+			n.members = append(n.members, member{})
+		}
+		if !n.members[i].required {
+			n.members[i].required = true
+			n.required++
+		}
+	}
+	if len(n.members) > maxScannedMembers {
+		return nil, false
 	}
 	switch additional := sch.AdditionalProperties.(type) {
 	case nil:
@@ -232,35 +265,36 @@ func intOr(p *int, def int) int {
 	return *p
 }
 
-func (n *node) valid(v any) bool {
+func (n *node) valid(v envelope.Value) bool {
 	if n.never {
 		return false
 	}
 	var t jsonType
-	switch v := v.(type) {
-	case nil:
+	switch v.Kind() {
+	case envelope.KindNull:
 		t = typeNull
-	case bool:
+	case envelope.KindBool:
 		t = typeBoolean
-	case string:
+	case envelope.KindString:
 		t = typeString
-		if !n.validString(v) {
+		if !n.validString(v.Text()) {
 			return false
 		}
-	case json.Number:
+	case envelope.KindNumber:
 		t = typeNumber
-		if !n.validNumber(string(v)) {
+		num := number{value: v}
+		if !n.validNumber(&num) {
 			return false
 		}
-		if n.types&typeInteger != 0 && n.types&typeNumber == 0 && !isInteger(string(v)) {
+		if n.types&typeInteger != 0 && n.types&typeNumber == 0 && !num.isInteger() {
 			return false
 		}
-	case []any:
+	case envelope.KindArray:
 		t = typeArray
 		if !n.validArray(v) {
 			return false
 		}
-	case map[string]any:
+	case envelope.KindObject:
 		t = typeObject
 		if !n.validObject(v) {
 			return false
@@ -287,23 +321,23 @@ func (n *node) valid(v any) bool {
 }
 
 // sameScalar compares v with a string, boolean or null.
-func sameScalar(v, want any) bool {
+func sameScalar(v envelope.Value, want any) bool {
 	switch want := want.(type) {
 	case nil:
-		return v == nil
+		return v.Kind() == envelope.KindNull
 	case bool:
-		b, ok := v.(bool)
-		return ok && b == want
+		return v.Kind() == envelope.KindBool && v.Bool() == want
 	case string:
-		s, ok := v.(string)
-		return ok && s == want
+		return v.Kind() == envelope.KindString && v.Text() == want
 	}
 	return false
 }
 
 func (n *node) validString(s string) bool {
-	if n.minLength > 0 || n.maxLength != unlimited {
-		// JSON Schema counts code points, not bytes.
+	// JSON Schema counts code points, not bytes. A string has no more
+	// code points than bytes and no fewer than a quarter of them, which
+	// settles most lengths without counting.
+	if (n.minLength > 0 || n.maxLength != unlimited) && (len(s) > n.maxLength || (len(s)+3)/4 < n.minLength) {
 		if length := utf8.RuneCountInString(s); length < n.minLength || length > n.maxLength {
 			return false
 		}
@@ -311,12 +345,12 @@ func (n *node) validString(s string) bool {
 	return n.pattern == nil || n.pattern.MatchString(s)
 }
 
-func (n *node) validArray(items []any) bool {
-	if len(items) < n.minItems || len(items) > n.maxItems {
+func (n *node) validArray(arr envelope.Value) bool {
+	if arr.Len() < n.minItems || arr.Len() > n.maxItems {
 		return false
 	}
 	if n.items != nil {
-		for _, item := range items {
+		for item := range arr.Items() {
 			if !n.items.valid(item) {
 				return false
 			}
@@ -325,66 +359,60 @@ func (n *node) validArray(items []any) bool {
 	return true
 }
 
-func (n *node) validObject(obj map[string]any) bool {
-	if len(obj) < n.minMembers || len(obj) > n.maxMembers {
+func (n *node) validObject(obj envelope.Value) bool {
+	if obj.Len() < n.minMembers || obj.Len() > n.maxMembers {
 		return false
 	}
-	for _, name := range n.required {
-		if _, ok := obj[name]; !ok {
-			return false
+	required := 0
+	for name, value := range obj.Members() {
+		var m member
+		if i := slices.Index(n.memberNames, name); i >= 0 {
+			m = n.members[i]
 		}
-	}
-	if n.additional == nil {
-		// Only the named members have schemas: look them up rather than
-		// walk the document.
-		for name, sub := range n.properties {
-			if member, ok := obj[name]; ok && !sub.valid(member) {
-				return false
-			}
+		if m.required {
+			required++
 		}
-		return true
-	}
-	for name, member := range obj {
-		sub, ok := n.properties[name]
-		if !ok {
+		sub := m.node
+		if sub == nil {
 			sub = n.additional
 		}
-		if !sub.valid(member) {
+		if sub != nil && !sub.valid(value) {
 			return false
 		}
 	}
-	return true
+	return required == n.required
 }
 
-func (n *node) validNumber(literal string) bool {
+func (n *node) validNumber(num *number) bool {
 	if n.minimum == nil && n.maximum == nil && n.exclusiveMin == nil && n.exclusiveMax == nil {
 		return true
 	}
-	num := number{literal: literal}
 	return (n.minimum == nil || num.cmp(n.minimum) >= 0) &&
 		(n.maximum == nil || num.cmp(n.maximum) <= 0) &&
 		(n.exclusiveMin == nil || num.cmp(n.exclusiveMin) > 0) &&
 		(n.exclusiveMax == nil || num.cmp(n.exclusiveMax) < 0)
 }
 
-// number is a JSON number literal, parsed at most once into each form.
+// number is a JSON number, parsed at most once into each form.
 type number struct {
-	literal string
+	value   envelope.Value
 	int     int64
 	intDone bool
 	intOK   bool
 	rat     *big.Rat
 }
 
-func (x *number) cmp(b *bound) int {
+// integer parses the number as an integer literal, once.
+func (x *number) integer() (int64, bool) {
 	if !x.intDone {
 		x.intDone = true
-		if plainInteger(x.literal) {
-			i, err := strconv.ParseInt(x.literal, 10, 64)
-			x.int, x.intOK = i, err == nil
-		}
+		x.int, x.intOK = x.value.Int()
 	}
-	if x.intOK && b.hasInt {
+	return x.int, x.intOK
+}
+
+func (x *number) cmp(b *bound) int {
+	if _, ok := x.integer(); ok && b.hasInt {
 		switch {
 		case x.int < b.int:
 			return -1
@@ -395,7 +423,7 @@ func (x *number) cmp(b *bound) int {
 	}
 	if x.rat == nil {
 		x.rat = new(big.Rat)
-		if _, ok := x.rat.SetString(x.literal); !ok {
+		if _, ok := x.rat.SetString(x.value.Text()); !ok {
 			// Not reachable for a literal the strict decoder accepted;
 			// compare as zero rather than panic.
 			x.rat.SetInt64(0)
@@ -404,23 +432,12 @@ func (x *number) cmp(b *bound) int {
 	return x.rat.Cmp(b.rat)
 }
 
-// plainInteger reports whether a JSON number literal has neither fraction
-// nor exponent.
-func plainInteger(literal string) bool {
-	for i := 0; i < len(literal); i++ {
-		if c := literal[i]; (c < '0' || c > '9') && !(i == 0 && c == '-') {
-			return false
-		}
-	}
-	return literal != "" && literal != "-"
-}
-
-// isInteger reports whether the literal's value is an integer, as the
+// isInteger reports whether the number's value is an integer, as the
 // `integer` type means it: 1.0 and 1e2 are integers.
-func isInteger(literal string) bool {
-	if plainInteger(literal) {
+func (x *number) isInteger() bool {
+	if _, ok := x.integer(); ok {
 		return true
 	}
-	r, ok := new(big.Rat).SetString(literal)
+	r, ok := new(big.Rat).SetString(x.value.Text())
 	return ok && r.IsInt()
 }

@@ -27,8 +27,6 @@ func Sign(key []byte, id, timestamp string, body []byte) []byte {
 	return NewKey(key).SignStandard(nil, id, timestamp, body)
 }
 
-var dot = []byte{'.'}
-
 // Key is a signing key whose keyed HMAC states are pooled: a verifier
 // then pays for hashing the delivery, not for the key schedule and the
 // allocations of hmac.New on every request.
@@ -36,29 +34,56 @@ type Key struct {
 	pool sync.Pool
 }
 
+// keyState is a keyed HMAC and a scratch buffer for what is hashed besides
+// the body and for the sum: bytes written through the hash.Hash interface
+// escape, so a buffer of the caller's own would be a heap allocation on
+// every request.
+type keyState struct {
+	mac     hash.Hash
+	scratch []byte
+}
+
 // NewKey returns key ready to sign.
 func NewKey(key []byte) *Key {
 	k := &Key{}
-	k.pool.New = func() any { return hmac.New(sha256.New, key) }
+	k.pool.New = func() any { return &keyState{mac: hmac.New(sha256.New, key)} }
 	return k
+}
+
+func (k *Key) state() *keyState {
+	s := k.pool.Get().(*keyState)
+	s.mac.Reset()
+	return s
+}
+
+// finish appends the sum of s to dst and puts s back.
+func (k *Key) finish(s *keyState, dst []byte) []byte {
+	s.scratch = s.mac.Sum(s.scratch[:0])
+	dst = append(dst, s.scratch...)
+	k.pool.Put(s)
+	return dst
 }
 
 // Sign appends HMAC-SHA256 over the parts, in order, to dst.
 func (k *Key) Sign(dst []byte, parts ...[]byte) []byte {
-	mac := k.pool.Get().(hash.Hash)
-	mac.Reset()
+	s := k.state()
 	for _, p := range parts {
-		mac.Write(p)
+		s.mac.Write(p)
 	}
-	dst = mac.Sum(dst)
-	k.pool.Put(mac)
-	return dst
+	return k.finish(s, dst)
 }
 
 // SignStandard appends the Standard Webhooks v1 signature of the delivery,
 // HMAC-SHA256(key, id "." timestamp "." body), to dst.
 func (k *Key) SignStandard(dst []byte, id, timestamp string, body []byte) []byte {
-	return k.Sign(dst, []byte(id), dot, []byte(timestamp), dot, body)
+	s := k.state()
+	s.scratch = append(s.scratch[:0], id...)
+	s.scratch = append(s.scratch, '.')
+	s.scratch = append(s.scratch, timestamp...)
+	s.scratch = append(s.scratch, '.')
+	s.mac.Write(s.scratch)
+	s.mac.Write(body)
+	return k.finish(s, dst)
 }
 
 // SignatureHeader returns the webhook-signature value for one secret.

@@ -1,0 +1,138 @@
+package ingest
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/driftguard/driftguard/internal/envelope"
+)
+
+// outgoing is one record with its headers and its per-event header bytes,
+// allocated together: one allocation per event instead of one for each.
+// It is not reused, because a Producer may keep the records it is given.
+type outgoing struct {
+	rec     kgo.Record
+	headers [5]kgo.RecordHeader
+	// room holds the key, event id, type and received-at bytes when they
+	// fit, as they do for ids of typical length.
+	room [96]byte
+}
+
+// newOutgoing builds the record of an event for topic; the stream's own
+// header values are shared by all its records.
+func newOutgoing(s *edgeStream, topic string, body []byte, f envelope.Fields, receivedAt time.Time) *outgoing {
+	o := &outgoing{}
+	buf := o.room[:0]
+	if n := len(f.Key) + len(f.EventID) + len(f.Type) + 20; n > len(o.room) {
+		buf = make([]byte, 0, n)
+	}
+	buf = append(buf, f.Key...)
+	buf = append(buf, f.EventID...)
+	buf = append(buf, f.Type...)
+	buf = strconv.AppendInt(buf, receivedAt.UnixMilli(), 10)
+	key, rest := buf[:len(f.Key):len(f.Key)], buf[len(f.Key):]
+	eventID, rest := rest[:len(f.EventID):len(f.EventID)], rest[len(f.EventID):]
+	eventType, receivedAtMs := rest[:len(f.Type):len(f.Type)], rest[len(f.Type):]
+	o.headers = [5]kgo.RecordHeader{
+		{Key: envelope.HeaderStream, Value: s.nameBytes},
+		{Key: envelope.HeaderEventID, Value: eventID},
+		{Key: envelope.HeaderType, Value: eventType},
+		{Key: envelope.HeaderReceivedAt, Value: receivedAtMs},
+		{Key: envelope.HeaderScheme, Value: s.schemeBytes},
+	}
+	o.rec = kgo.Record{Topic: topic, Key: key, Value: body, Headers: o.headers[:]}
+	return o
+}
+
+// ackWaiter receives one record's ack. Waiters are pooled: a channel and
+// the promise bound to it cost two allocations a request otherwise. One
+// whose wait ended at the deadline is not reused, since its promise may
+// still run.
+type ackWaiter struct {
+	acked   chan error
+	promise func(*kgo.Record, error)
+}
+
+var ackWaiters = sync.Pool{New: func() any {
+	w := &ackWaiter{acked: make(chan error, 1)}
+	w.promise = func(_ *kgo.Record, err error) { w.acked <- err }
+	return w
+}}
+
+// deadlines hands out produce contexts shared by every request that starts
+// within one step, so a request pays for no timer and no cancellation of
+// its own: one context with one timer serves them all. A request's
+// deadline is thus between timeout−step and timeout after it started:
+// never later than the configured deadline, at most a step earlier.
+type deadlines struct {
+	timeout, step time.Duration
+	current       atomic.Pointer[deadline]
+	mu            sync.Mutex
+}
+
+// deadline is a produce context for requests starting within a step of
+// start.
+type deadline struct {
+	start time.Time
+	ctx   context.Context
+	// cancel is not called: the context ends at its deadline, and with a
+	// background parent nothing else holds it.
+	cancel context.CancelFunc
+}
+
+// deadlineSteps is how many steps a timeout is cut into.
+const deadlineSteps = 50
+
+func newDeadlines(timeout time.Duration) *deadlines {
+	return &deadlines{timeout: timeout, step: max(timeout/deadlineSteps, time.Microsecond)}
+}
+
+// next returns the context a request starting now produces under, and now.
+// The clock is read after the current deadline is loaded, so a request
+// never shares a deadline that started after it.
+func (d *deadlines) next() (context.Context, time.Time) {
+	cur := d.current.Load()
+	now := time.Now()
+	if cur != nil && now.Sub(cur.start) < d.step {
+		return cur.ctx, now
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if cur = d.current.Load(); cur != nil && now.Sub(cur.start) < d.step && !now.Before(cur.start) {
+		return cur.ctx, now
+	}
+	cur = &deadline{start: now}
+	cur.ctx, cur.cancel = context.WithDeadline(context.Background(), now.Add(d.timeout))
+	d.current.Store(cur)
+	return cur.ctx, now
+}
+
+// produceAndWait writes the record and waits for the broker's ack or the
+// deadline, whichever comes first; a nil error means the record, now with
+// its partition and offset, is durable.
+func (h *Handler) produceAndWait(rec *kgo.Record) error {
+	ctx, start := h.deadlines.next()
+	w := ackWaiters.Get().(*ackWaiter)
+	// Wait for the ack or the deadline: franz-go cannot fail a record
+	// whose idempotent produce request is in flight, so waiting for the
+	// promise alone could hang past the deadline when the broker vanishes.
+	// An event answered 503 may still land; the publisher's retry is then
+	// a duplicate, which the processors recognise. The request's own
+	// context is not watched: a client that went away costs a wait no
+	// longer than the deadline, and its event may land all the same.
+	h.producer.Produce(ctx, rec, w.promise)
+	var err error
+	select {
+	case err = <-w.acked:
+		ackWaiters.Put(w)
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	h.metrics.produceLatency.Observe(time.Since(start).Seconds())
+	return err
+}
