@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/partition"
+	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/webhook"
 )
 
@@ -105,7 +105,7 @@ func newLoopbackTarget(b *testing.B, h http.Handler) *loopbackTarget {
 func (lt *loopbackTarget) round(b *testing.B, clients, n int, header http.Header) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	startCPU := processCPU(b)
+	startCPU := testenv.ProcessCPU(b)
 	start := time.Now()
 	for range clients {
 		wg.Go(func() {
@@ -119,7 +119,7 @@ func (lt *loopbackTarget) round(b *testing.B, clients, n int, header http.Header
 	}
 	wg.Wait()
 	lt.elapsed += time.Since(start)
-	lt.cpu += processCPU(b) - startCPU
+	lt.cpu += testenv.ProcessCPU(b) - startCPU
 	lt.requests += n
 }
 
@@ -127,15 +127,6 @@ func (lt *loopbackTarget) rate() float64 { return float64(lt.requests) / lt.elap
 
 func (lt *loopbackTarget) cpuPerRequest() float64 {
 	return float64(lt.cpu.Microseconds()) / float64(lt.requests)
-}
-
-// processCPU is the user and system time this process has used.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkServeHTTP is the full edge without the network, so its own CPU
