@@ -173,14 +173,33 @@ func (b *block) insertQuery(database string) string {
 	return "INSERT INTO " + database + "." + b.table + " (" + strings.Join(names, ", ") + ")"
 }
 
-// prepare opens the block's INSERT ahead of send, so the round trip that
-// starts it overlaps the batch before. On failure nothing is kept and send
-// opens it again.
+// prepare opens the block's INSERT and streams its rows to the server in
+// small Data packets, all but the end of the data, which send adds: the
+// writer does it for the next batch while the batch before is being
+// written, so the copying and sending overlap the server's work on that
+// one. clickhouse-go reuses its column buffers from packet to packet
+// instead of growing them anew to the whole block for each INSERT, and the
+// server squashes the packets of one INSERT into one block (see oneBlock),
+// as it does those of clickhouse-client. On failure nothing is kept and
+// send prepares again.
 func (b *block) prepare(ctx context.Context, conn driver.Conn, database string) error {
 	b.discard()
 	batch, err := conn.PrepareBatch(ch.Context(ctx, ch.WithSettings(oneBlock)), b.insertQuery(database))
 	if err != nil {
 		return err
+	}
+	for from, to := 0, 0; from < b.rows(); from = to {
+		to = b.chunkEnd(from)
+		for i, c := range b.cols {
+			if err := c.send(batch.Column(i), from, to); err != nil {
+				batch.Abort()
+				return fmt.Errorf("column %s: %w", c.name(), err)
+			}
+		}
+		if err := batch.Flush(); err != nil {
+			batch.Abort()
+			return err
+		}
 	}
 	b.prepared = batch
 	return nil
@@ -221,10 +240,12 @@ func (b *block) text(name string, i int) string {
 	panic("table " + b.table + " has no String column " + name)
 }
 
-// discard closes a prepared INSERT without sending its rows.
+// discard drops a prepared INSERT without writing its rows: its
+// connection is reset (see Open), and the server drops an INSERT whose
+// data did not end. Closing the batch instead would end the data.
 func (b *block) discard() {
 	if b.prepared != nil {
-		b.prepared.Close()
+		b.prepared.Abort()
 		b.prepared = nil
 	}
 }
@@ -237,13 +258,8 @@ var oneBlock = ch.Settings{
 	"min_insert_block_size_bytes": 0,
 }
 
-// send runs one INSERT of the whole block, streamed in small Data packets:
-// clickhouse-go reuses its column buffers from packet to packet instead of
-// growing them anew to the whole block for each INSERT, and the server
-// squashes the packets of one INSERT into one block (see oneBlock), as it
-// does those of clickhouse-client. On failure the INSERT is aborted (its
-// connection dropped) rather than closed, which would write the packets sent
-// so far.
+// send ends the block's INSERT, prepared ahead or here, and waits for the
+// server to have written it.
 func (b *block) send(ctx context.Context, conn driver.Conn, database string) error {
 	if b.prepared == nil {
 		if err := b.prepare(ctx, conn, database); err != nil {
@@ -252,19 +268,6 @@ func (b *block) send(ctx context.Context, conn driver.Conn, database string) err
 	}
 	batch := b.prepared
 	b.prepared = nil
-	for from, to := 0, 0; from < b.rows(); from = to {
-		to = b.chunkEnd(from)
-		for i, c := range b.cols {
-			if err := c.send(batch.Column(i), from, to); err != nil {
-				batch.Abort()
-				return fmt.Errorf("column %s: %w", c.name(), err)
-			}
-		}
-		if err := batch.Flush(); err != nil {
-			batch.Abort()
-			return err
-		}
-	}
 	return batch.Send()
 }
 

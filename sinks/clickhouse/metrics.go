@@ -35,7 +35,7 @@ func newMetrics(ops *telemetry.Ops) *metrics {
 		}, []string{"table"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "driftguard_sink_insert_seconds",
-			Help:    "Time of one successful INSERT by table.",
+			Help:    "Time of one successful INSERT by table, from the end of its data to the server's answer (the rows are mostly streamed ahead, while the batch before is written).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
 		}, []string{"table"}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,11 +29,18 @@ import (
 )
 
 // Open connects to ClickHouse over the native protocol.
+//
+// Its connections close with a reset (SO_LINGER 0), never an orderly
+// end: ClickHouse 18.16 writes the rows an INSERT has received when its
+// client's connection ends in order, and the sink relies on an INSERT it
+// abandons, or that its dying process leaves open, writing nothing. A
+// reset makes the server fail the INSERT instead.
 func Open(ctx context.Context, c config.ClickHouse) (driver.Conn, error) {
 	conn, err := ch.Open(&ch.Options{
 		Addr:        []string{c.Addr},
 		Auth:        ch.Auth{Database: "default", Username: c.Username, Password: c.Password},
 		DialTimeout: 5 * time.Second,
+		DialContext: dialResetOnClose,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse %s: %w", c.Addr, err)
@@ -42,6 +50,21 @@ func Open(ctx context.Context, c config.ClickHouse) (driver.Conn, error) {
 	if err := conn.Ping(pingCtx); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("clickhouse %s: %w", c.Addr, err)
+	}
+	return conn, nil
+}
+
+// dialResetOnClose dials addr with a 5 s timeout; closing the connection,
+// or the process ending, resets it (see Open).
+func dialResetOnClose(ctx context.Context, addr string) (net.Conn, error) {
+	d := net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if err := conn.(*net.TCPConn).SetLinger(0); err != nil {
+		conn.Close()
+		return nil, err
 	}
 	return conn, nil
 }

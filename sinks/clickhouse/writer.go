@@ -46,8 +46,10 @@ func (w *writer) due() bool {
 func (w *writer) idle() bool { return w.inflight == nil && w.cur.records == 0 }
 
 // flush hands the current batch to a background INSERT, once the batch
-// before it has landed and been committed. Its INSERTs are prepared first,
-// while the batch before is still being written.
+// before it has landed and been committed. Its rows are streamed to the
+// server first, while the batch before is still being written; if that
+// one fails, the prepared INSERT is dropped (see discard) and sent again
+// after it.
 func (w *writer) flush(ctx context.Context) error {
 	w.s.prepare(ctx, w.cur)
 	if err := w.settle(true); err != nil {
