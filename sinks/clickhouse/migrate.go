@@ -41,6 +41,11 @@ func Open(ctx context.Context, c config.ClickHouse) (driver.Conn, error) {
 		Auth:        ch.Auth{Database: "default", Username: c.Username, Password: c.Password},
 		DialTimeout: 5 * time.Second,
 		DialContext: dialResetOnClose,
+		// The sink holds up to two batches' INSERTs open at once (one
+		// prepared, one being written; one per table each), and reads
+		// positions beside them.
+		MaxOpenConns: 12,
+		MaxIdleConns: 10,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse %s: %w", c.Addr, err)
