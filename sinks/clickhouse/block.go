@@ -395,7 +395,6 @@ func (b *tableBlock[R]) add(r *kgo.Record, row *R) {
 }
 
 type (
-	state      = envelope.State
 	deadLetter = envelope.DeadLetter
 )
 
@@ -448,16 +447,16 @@ func (b *eventsBlock) add(r *kgo.Record, o *outcomeRow) {
 	b.from(r)
 }
 
-func newStateBlock() *tableBlock[state] {
+func newStateBlock() *tableBlock[stateRow] {
 	return newTableBlock("entity_state", []string{"stream", "entity_key"}, sourceColumns,
-		col("stream", func(_ *kgo.Record, st *state) string { return st.Stream }),
-		col("entity_key", func(_ *kgo.Record, st *state) string { return st.Key }),
-		col("version", func(_ *kgo.Record, st *state) uint64 { return uint64(max(st.Version, 0)) }),
-		col("state", func(_ *kgo.Record, st *state) string { return string(st.State) }),
-		col("updated_at_ms", func(_ *kgo.Record, st *state) int64 { return st.UpdatedAtMs }),
-		col("expires_at_ms", func(_ *kgo.Record, st *state) int64 { return st.ExpiresAtMs }),
-		col("updated_at", func(_ *kgo.Record, st *state) int64 { return seconds(st.UpdatedAtMs) }),
-		topicCol[state]("topic"), partitionCol[state]("partition"), offsetCol[state]("offset"),
+		col("stream", func(_ *kgo.Record, st *stateRow) string { return st.Stream }),
+		col("entity_key", func(_ *kgo.Record, st *stateRow) string { return st.Key }),
+		col("version", func(_ *kgo.Record, st *stateRow) uint64 { return uint64(max(st.Version, 0)) }),
+		col("state", func(_ *kgo.Record, st *stateRow) string { return st.state }),
+		col("updated_at_ms", func(_ *kgo.Record, st *stateRow) int64 { return st.UpdatedAtMs }),
+		col("expires_at_ms", func(_ *kgo.Record, st *stateRow) int64 { return st.ExpiresAtMs }),
+		col("updated_at", func(_ *kgo.Record, st *stateRow) int64 { return seconds(st.UpdatedAtMs) }),
+		topicCol[stateRow]("topic"), partitionCol[stateRow]("partition"), offsetCol[stateRow]("offset"),
 	)
 }
 
@@ -508,7 +507,12 @@ func newOrphansBlock() *tableBlock[deadLetter] {
 func decode[T any](kind string, r *kgo.Record) (*T, error) {
 	v := new(T)
 	if err := json.Unmarshal(r.Value, v); err != nil {
-		return nil, fmt.Errorf("%s record %s/%d/%d: %w", kind, r.Topic, r.Partition, r.Offset, err)
+		return nil, recordError(kind, r, err)
 	}
 	return v, nil
+}
+
+// recordError names the record of kind that could not be decoded.
+func recordError(kind string, r *kgo.Record, err error) error {
+	return fmt.Errorf("%s record %s/%d/%d: %w", kind, r.Topic, r.Partition, r.Offset, err)
 }

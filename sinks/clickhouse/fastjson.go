@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -12,30 +13,17 @@ import (
 	"github.com/driftguard/driftguard/internal/envelope"
 )
 
-// decodeOutcome reads an outcome record's value. Outcomes are most of what
-// the sink reads and encoding/json spends more time on them than the
-// INSERT does, so the flat objects the processors write (strings without
-// escapes, integers, a raw payload) are read by a scanner of its own; any
-// other input goes to encoding/json, so the result is always what
-// encoding/json gives (FuzzDecodeOutcome holds the two to that).
+// Outcome and state records are nearly all the sink reads, and
+// encoding/json spends more time on them than the INSERT does. So the flat
+// objects the processors write (strings without escapes, integers, one raw
+// JSON value) are read by a scanner of its own; any other input goes to
+// encoding/json, so the result is always what encoding/json gives
+// (FuzzDecodeOutcome and FuzzDecodeState hold the two to that).
 //
 // The fast path reads data as a string without copying it, and every
-// string field, payload included, is a part of that string: no allocation
-// at all (row is the caller's, reused record after record). The strings
-// are copied into the block's columns right after.
-func decodeOutcome(data []byte, row *outcomeRow) error {
-	*row = outcomeRow{}
-	var ok bool
-	if row.payload, ok = scanOutcome(data, &row.Outcome); ok {
-		return nil
-	}
-	*row = outcomeRow{}
-	if err := json.Unmarshal(data, &row.Outcome); err != nil {
-		return err
-	}
-	row.payload, row.Payload = string(row.Payload), nil
-	return nil
-}
+// string field, the raw value included, is a part of that string: no
+// allocation at all (rows are the caller's, reused record after record).
+// The strings are copied into the block's columns right after.
 
 // outcomeRow is a decoded outcome with its payload as the string the
 // payload column takes (Payload is left nil).
@@ -44,62 +32,117 @@ type outcomeRow struct {
 	payload string
 }
 
-// outcomeKeys are the JSON names of envelope.Outcome's fields, read from
-// its tags so that a case-folded spelling of any of them, a field added
-// later included, goes to encoding/json. Their order is the struct's, the
-// order the processors write them in.
-var outcomeKeys = func() []string {
-	t := reflect.TypeFor[envelope.Outcome]()
-	keys := make([]string, t.NumField())
-	for i := range keys {
-		keys[i], _, _ = strings.Cut(t.Field(i).Tag.Get("json"), ",")
-	}
-	return keys
-}()
+// stateRow is a decoded state with its state as the string the state
+// column takes (State is left nil).
+type stateRow struct {
+	envelope.State
+	state string
+}
 
-// quotedKeys are outcomeKeys as they start a member: `"stream":`.
-var quotedKeys = func() []string {
-	out := make([]string, len(outcomeKeys))
-	for i, k := range outcomeKeys {
-		out[i] = `"` + k + `":`
-	}
-	return out
-}()
+func decodeOutcome(data []byte, row *outcomeRow) (err error) {
+	row.payload, err = decodeFlat(data, &row.Outcome, &row.Payload, outcomeFields)
+	return err
+}
 
-// The fields scanOutcome reads, by their index in outcomeKeys.
-var (
-	fieldStream         = outcomeField("stream")
-	fieldKey            = outcomeField("key")
-	fieldEventID        = outcomeField("event_id")
-	fieldType           = outcomeField("type")
-	fieldOutcome        = outcomeField("outcome")
-	fieldReason         = outcomeField("reason")
-	fieldMessageID      = outcomeField("message_id")
-	fieldVersion        = outcomeField("version")
-	fieldGap            = outcomeField("gap")
-	fieldBufferDepth    = outcomeField("buffer_depth")
-	fieldOccurredAtMs   = outcomeField("occurred_at_ms")
-	fieldReceivedAtMs   = outcomeField("received_at_ms")
-	fieldProcessedAtMs  = outcomeField("processed_at_ms")
-	fieldInputPartition = outcomeField("input_partition")
-	fieldInputOffset    = outcomeField("input_offset")
-	fieldPayload        = outcomeField("payload")
+func decodeState(data []byte, row *stateRow) (err error) {
+	row.state, err = decodeFlat(data, &row.State, &row.State.State, stateFields)
+	return err
+}
+
+// decodeFlat reads data into v, by scanFlat or else encoding/json, and
+// returns v's raw field as a string, leaving the field nil.
+func decodeFlat[T any](data []byte, v *T, raw *json.RawMessage, fields *flatFields) (string, error) {
+	var zero T
+	*v = zero
+	if text, ok := scanFlat(data, v, fields); ok {
+		return text, nil
+	}
+	*v = zero
+	if err := json.Unmarshal(data, v); err != nil {
+		return "", err
+	}
+	text := string(*raw)
+	*raw = nil
+	return text, nil
+}
+
+// flatFields describe the fields of a flat record type: strings,
+// integers and one raw JSON value. Their keys are the JSON names, read
+// from the tags so that a case-folded spelling of any of them, a field
+// added later included, goes to encoding/json; their order is the
+// struct's, the order the processors write them in. quoted are the keys as
+// they start a member (`"stream":`), and kinds and offsets say how to store
+// each value.
+type flatFields struct {
+	keys, quoted []string
+	kinds        []fieldKind
+	offsets      []uintptr
+}
+
+type fieldKind uint8
+
+const (
+	// kindOther is a field the scanner cannot fill; its key hands the
+	// record to encoding/json.
+	kindOther fieldKind = iota
+	kindString
+	kindInt
+	kindInt32
+	kindInt64
+	kindRaw
 )
 
-// outcomeField is the index of key in outcomeKeys, or -1.
-func outcomeField(key string) int {
-	for i, k := range outcomeKeys {
+var rawMessage = reflect.TypeFor[json.RawMessage]()
+
+func fieldsOf[T any]() *flatFields {
+	t := reflect.TypeFor[T]()
+	n := t.NumField()
+	f := &flatFields{keys: make([]string, n), quoted: make([]string, n), kinds: make([]fieldKind, n), offsets: make([]uintptr, n)}
+	for i := range n {
+		field := t.Field(i)
+		f.keys[i], _, _ = strings.Cut(field.Tag.Get("json"), ",")
+		f.quoted[i] = `"` + f.keys[i] + `":`
+		f.offsets[i] = field.Offset
+		switch {
+		case field.Type == rawMessage && !slices.Contains(f.kinds, kindRaw):
+			f.kinds[i] = kindRaw // one per record: scanFlat returns it
+		case field.Type.Kind() == reflect.String:
+			f.kinds[i] = kindString
+		case field.Type.Kind() == reflect.Int:
+			f.kinds[i] = kindInt
+		case field.Type.Kind() == reflect.Int32:
+			f.kinds[i] = kindInt32
+		case field.Type.Kind() == reflect.Int64:
+			f.kinds[i] = kindInt64
+		}
+	}
+	return f
+}
+
+// index is the index of key among the fields, or noField.
+func (f *flatFields) index(key string) int {
+	for i, k := range f.keys {
 		if k == key {
 			return i
 		}
 	}
-	return -1
+	return noField
 }
 
-// scanOutcome fills o but its Payload, which it returns as a string, from
-// a flat JSON object; or reports false when the input needs encoding/json
-// (escapes, nulls, floats, case-folded keys, anything invalid).
-func scanOutcome(data []byte, o *envelope.Outcome) (payload string, _ bool) {
+// noField is the index of a key that is none of the fields.
+const noField = -1
+
+var (
+	outcomeFields = fieldsOf[envelope.Outcome]()
+	stateFields   = fieldsOf[envelope.State]()
+)
+
+// scanFlat fills v, a record of fields, but its raw field, which it
+// returns as a string, from a flat JSON object; or reports false when the
+// input needs encoding/json (escapes, nulls, floats, case-folded keys,
+// anything invalid, a field of another kind). Members of other keys are
+// passed over, as encoding/json does.
+func scanFlat[T any](data []byte, v *T, fields *flatFields) (raw string, _ bool) {
 	s := scanner{b: data, s: unsafe.String(unsafe.SliceData(data), len(data))}
 	if !s.skip('{') {
 		return "", false
@@ -107,60 +150,44 @@ func scanOutcome(data []byte, o *envelope.Outcome) (payload string, _ bool) {
 	if s.skip('}') {
 		return "", s.end()
 	}
+	base := unsafe.Pointer(v)
 	next := 0 // where the key after the last one would be, in write order
 	for {
-		field, ok := s.member(next)
+		field, ok := s.member(fields, next)
 		if !ok {
 			return "", false
 		}
-		if field >= 0 {
-			next = field + 1
-		}
-		switch field {
-		case fieldStream:
-			o.Stream, ok = s.str()
-		case fieldKey:
-			o.Key, ok = s.str()
-		case fieldEventID:
-			o.EventID, ok = s.str()
-		case fieldType:
-			o.EventType, ok = s.str()
-		case fieldOutcome:
-			o.Outcome, ok = s.str()
-		case fieldReason:
-			o.Reason, ok = s.str()
-		case fieldMessageID:
-			o.MessageID, ok = s.str()
-		case fieldVersion:
-			o.Version, ok = s.int(64)
-		case fieldGap:
-			o.Gap, ok = s.int(64)
-		case fieldBufferDepth:
-			var n int64
-			n, ok = s.int(strconv.IntSize)
-			o.BufferDepth = int(n)
-		case fieldOccurredAtMs:
-			o.OccurredAtMs, ok = s.int(64)
-		case fieldReceivedAtMs:
-			o.ReceivedAtMs, ok = s.int(64)
-		case fieldProcessedAtMs:
-			o.ProcessedAtMs, ok = s.int(64)
-		case fieldInputPartition:
-			var n int64
-			n, ok = s.int(32)
-			o.InputPartition = int32(n)
-		case fieldInputOffset:
-			o.InputOffset, ok = s.int(64)
-		case fieldPayload:
-			payload, ok = s.value()
-		default:
+		if field == noField {
 			_, ok = s.value()
+		} else {
+			next = field + 1
+			// The offsets are those of T's fields, of the kinds fieldsOf
+			// found there.
+			at := unsafe.Add(base, fields.offsets[field])
+			switch fields.kinds[field] {
+			case kindString:
+				*(*string)(at), ok = s.str()
+			case kindInt64:
+				*(*int64)(at), ok = s.int(64)
+			case kindInt32:
+				var n int64
+				n, ok = s.int(32)
+				*(*int32)(at) = int32(n)
+			case kindInt:
+				var n int64
+				n, ok = s.int(strconv.IntSize)
+				*(*int)(at) = int(n)
+			case kindRaw:
+				raw, ok = s.value()
+			default:
+				ok = false
+			}
 		}
 		if !ok {
 			return "", false
 		}
 		if s.skip('}') {
-			return payload, s.end()
+			return raw, s.end()
 		}
 		if !s.skip(',') {
 			return "", false
@@ -168,16 +195,16 @@ func scanOutcome(data []byte, o *envelope.Outcome) (payload string, _ bool) {
 	}
 }
 
-// member reads a member's key and colon, and returns the key's index in
-// outcomeKeys, or -1 for a key the outcome does not have. The processors
-// write the keys in order, some left out, so the next few expected keys
-// are matched as they stand first; any other spelling goes through str.
-// It reports false for a key that encoding/json would match case-folded.
-func (s *scanner) member(next int) (int, bool) {
+// member reads a member's key and colon, and returns the key's index
+// among fields, or noField for a key that is none of them. The processors write
+// the keys in order, some left out, so the next few expected keys are
+// matched as they stand first; any other spelling goes through str. It
+// reports false for a key that encoding/json would match case-folded.
+func (s *scanner) member(fields *flatFields, next int) (int, bool) {
 	s.space()
-	for i := next; i < min(next+3, len(quotedKeys)); i++ {
-		if strings.HasPrefix(s.s[s.i:], quotedKeys[i]) {
-			s.i += len(quotedKeys[i])
+	for i := next; i < min(next+3, len(fields.quoted)); i++ {
+		if strings.HasPrefix(s.s[s.i:], fields.quoted[i]) {
+			s.i += len(fields.quoted[i])
 			return i, true
 		}
 	}
@@ -185,16 +212,16 @@ func (s *scanner) member(next int) (int, bool) {
 	if !ok || !s.skip(':') {
 		return 0, false
 	}
-	if field := outcomeField(key); field >= 0 {
+	if field := fields.index(key); field >= 0 {
 		return field, true
 	}
 	// encoding/json matches keys case-insensitively.
-	for _, k := range outcomeKeys {
+	for _, k := range fields.keys {
 		if strings.EqualFold(k, key) {
 			return 0, false
 		}
 	}
-	return -1, true
+	return noField, true
 }
 
 // scanner reads JSON from b at i, skipping white space before each token;

@@ -34,63 +34,98 @@ func FuzzDecodeOutcome(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var want envelope.Outcome
-		stdErr := json.Unmarshal(data, &want)
-		var got envelope.Outcome
-		if payload, ok := scanOutcome(data, &got); ok {
-			if payload != "" {
-				got.Payload = json.RawMessage(payload)
-			}
-			if stdErr != nil {
-				t.Fatalf("scanner took %q, which encoding/json refuses: %v", data, stdErr)
-			}
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("%q: scanner read\n%+v\nencoding/json\n%+v", data, got, want)
-			}
-		}
-		var row outcomeRow
-		err := decodeOutcome(data, &row)
-		if (err == nil) != (stdErr == nil) {
-			t.Fatalf("%q: decodeOutcome %v; encoding/json %v", data, err, stdErr)
-		}
-		if err == nil {
-			got := row.Outcome
-			if row.payload != "" || want.Payload != nil {
-				got.Payload = json.RawMessage(row.payload)
-			}
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("%q: decodeOutcome %+v, encoding/json %+v", data, got, want)
-			}
-		}
+		agreesWithJSON(t, data, func(o *envelope.Outcome) *json.RawMessage { return &o.Payload }, outcomeFields)
 	})
+}
+
+// The same for state records.
+//
+//	go test -run '^$' -fuzz '^FuzzDecodeState$' -fuzztime 100000x ./sinks/clickhouse
+func FuzzDecodeState(f *testing.F) {
+	full, _ := json.Marshal(envelope.State{Stream: "presence", Key: "alice", Version: 843,
+		State:       json.RawMessage(`{"presence":"BUSY","devices":[{"id":"d1","until":1.5e3}],"note":"a \"b\""}`),
+		UpdatedAtMs: 1_700_000_000_000, ExpiresAtMs: -1})
+	for _, seed := range []string{
+		string(full), `{}`, `{"state":null}`, `{"state":"x"}`, `{"State":{}}`, `{"STATE":1,"state":2}`, `{"version":1e2}`,
+		`{"updated_at_ms":-0}`, `{"expires_at_ms":9223372036854775807}`, `{"key":"é"}`, `{"state":{"a":[}}`,
+		` {"stream" :"s", "state": [ 1 , {"b":true} ] } `, `{"stream":"s","stream":"t"}`, `{"other":{"state":1},"state":0}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		agreesWithJSON(t, data, func(st *envelope.State) *json.RawMessage { return &st.State }, stateFields)
+	})
+}
+
+// agreesWithJSON checks a record scanner against encoding/json on data:
+// what scanFlat takes, encoding/json takes and reads alike; and decodeFlat
+// fails exactly where encoding/json does and otherwise reads the same. raw
+// is the record's one raw JSON field, which scanFlat returns as a string.
+func agreesWithJSON[T any](t *testing.T, data []byte, raw func(*T) *json.RawMessage, fields *flatFields) {
+	t.Helper()
+	var want T
+	stdErr := json.Unmarshal(data, &want)
+	var got T
+	if text, ok := scanFlat(data, &got, fields); ok {
+		if text != "" {
+			*raw(&got) = json.RawMessage(text)
+		}
+		if stdErr != nil {
+			t.Fatalf("scanner took %q, which encoding/json refuses: %v", data, stdErr)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q: scanner read\n%+v\nencoding/json\n%+v", data, got, want)
+		}
+	}
+	var row T
+	text, err := decodeFlat(data, &row, raw(&row), fields)
+	if (err == nil) != (stdErr == nil) {
+		t.Fatalf("%q: decodeFlat %v; encoding/json %v", data, err, stdErr)
+	}
+	if err == nil {
+		if text != "" || *raw(&want) != nil {
+			*raw(&row) = json.RawMessage(text)
+		}
+		if !reflect.DeepEqual(row, want) {
+			t.Fatalf("%q: decodeFlat %+v, encoding/json %+v", data, row, want)
+		}
+	}
 }
 
 // The records the processors write take the fast path.
 func TestScannerReadsWhatProcessorsWrite(t *testing.T) {
-	o := envelope.Outcome{Stream: "presence", Key: "alice", EventID: "alice-843", EventType: "presence.changed", Version: 843,
-		Outcome: "applied", Gap: 1, ProcessedAtMs: 1_700_000_000_200, InputPartition: 4, InputOffset: 7,
-		Payload: json.RawMessage(`{"event_id":"alice-843","user_id":"alice","presence":"BUSY","note":"a \"quoted\" word"}`)}
-	data, err := json.Marshal(o)
+	takesFastPath(t, envelope.Outcome{Stream: "presence", Key: "alice", EventID: "alice-843", EventType: "presence.changed",
+		Version: 843, Outcome: "applied", Gap: 1, ProcessedAtMs: 1_700_000_000_200, InputPartition: 4, InputOffset: 7,
+		Payload: json.RawMessage(`{"event_id":"alice-843","user_id":"alice","presence":"BUSY","note":"a \"quoted\" word"}`)},
+		func(o *envelope.Outcome) *json.RawMessage { return &o.Payload }, outcomeFields)
+	takesFastPath(t, envelope.State{Stream: "presence", Key: "alice", Version: 843, State: json.RawMessage(`{"presence":"BUSY"}`),
+		UpdatedAtMs: 1_700_000_000_200, ExpiresAtMs: 1_700_000_300_000},
+		func(st *envelope.State) *json.RawMessage { return &st.State }, stateFields)
+}
+
+func takesFastPath[T any](t *testing.T, want T, raw func(*T) *json.RawMessage, fields *flatFields) {
+	t.Helper()
+	data, err := json.Marshal(want)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got envelope.Outcome
-	payload, ok := scanOutcome(data, &got)
+	var got T
+	text, ok := scanFlat(data, &got, fields)
 	if !ok {
 		t.Fatalf("scanner left %s to encoding/json", data)
 	}
-	got.Payload = json.RawMessage(payload)
-	if !reflect.DeepEqual(got, o) {
-		t.Fatalf("scanner read %+v, want %+v", got, o)
+	*raw(&got) = json.RawMessage(text)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("scanner read %+v, want %+v", got, want)
 	}
 }
 
-// The scanner next to encoding/json on an outcome as the processors write
-// it, in one run:
+// The scanners next to encoding/json on records as the processors write
+// them, in one run:
 //
-//	go test -run '^$' -bench DecodeOutcome ./sinks/clickhouse
-func BenchmarkDecodeOutcome(b *testing.B) {
-	data, err := json.Marshal(envelope.Outcome{Stream: "presence", Key: "user-004217", EventID: "user-004217-000000184217",
+//	go test -run '^$' -bench DecodeRecords ./sinks/clickhouse
+func BenchmarkDecodeRecords(b *testing.B) {
+	outcome, err := json.Marshal(envelope.Outcome{Stream: "presence", Key: "user-004217", EventID: "user-004217-000000184217",
 		EventType: "presence.changed", Version: 184217, Outcome: "applied", Gap: 1,
 		OccurredAtMs: 1_700_000_000_000, ReceivedAtMs: 1_700_000_000_050, ProcessedAtMs: 1_700_000_000_200,
 		InputPartition: 3, InputOffset: 184217,
@@ -99,22 +134,45 @@ func BenchmarkDecodeOutcome(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Run("scanner", func(b *testing.B) {
+	state, err := json.Marshal(envelope.State{Stream: "presence", Key: "user-004217", Version: 184217,
+		State:       json.RawMessage(`{"presence":"ONLINE","device_id":"dev-1","sequence_number":184217}`),
+		UpdatedAtMs: 1_700_000_000_200, ExpiresAtMs: 1_700_000_300_000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchDecode(b, "outcome", outcome, decodeOutcome)
+	benchDecode(b, "state", state, decodeState)
+}
+
+func benchDecode[R any](b *testing.B, name string, data []byte, decode func([]byte, *R) error) {
+	b.Run(name+"/scanner", func(b *testing.B) {
 		b.SetBytes(int64(len(data)))
-		var row outcomeRow
+		var row R
 		for b.Loop() {
-			if err := decodeOutcome(data, &row); err != nil {
+			if err := decode(data, &row); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
-	b.Run("encoding-json", func(b *testing.B) {
+	b.Run(name+"/encoding-json", func(b *testing.B) {
 		b.SetBytes(int64(len(data)))
 		for b.Loop() {
-			var o envelope.Outcome
-			if err := json.Unmarshal(data, &o); err != nil {
+			var row R
+			if err := json.Unmarshal(data, &row); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
+}
+
+// Every field of the records the scanner reads is of a kind it fills: a
+// field of another kind would send every record to encoding/json.
+func TestScannerFillsEveryField(t *testing.T) {
+	for name, fields := range map[string]*flatFields{"outcome": outcomeFields, "state": stateFields} {
+		for i, kind := range fields.kinds {
+			if kind == kindOther {
+				t.Errorf("%s field %q is of a kind the scanner does not fill", name, fields.keys[i])
+			}
+		}
+	}
 }

@@ -221,7 +221,7 @@ func (s *Sink) Insert(ctx context.Context, records []*kgo.Record) error {
 // batch is the rows gathered for the next flush, one block per table.
 type batch struct {
 	events  *eventsBlock
-	state   *tableBlock[state]
+	state   *tableBlock[stateRow]
 	dlq     *tableBlock[deadLetter]
 	orphans *tableBlock[deadLetter]
 	// records and bytes measure what was polled, for the flush thresholds.
@@ -297,6 +297,7 @@ func (s *Sink) addRun(b *batch, run []*kgo.Record) {
 		held[i] = s.heldOffset(heldKey{table, first.Topic, first.Partition})
 	}
 	var o outcomeRow
+	var st stateRow
 	for _, r := range run {
 		b.records++
 		b.bytes += len(r.Key) + len(r.Value)
@@ -307,14 +308,15 @@ func (s *Sink) addRun(b *batch, run []*kgo.Record) {
 		switch kind {
 		case outcomesTopic:
 			if err = decodeOutcome(r.Value, &o); err != nil {
-				err = fmt.Errorf("outcome record %s/%d/%d: %w", r.Topic, r.Partition, r.Offset, err)
+				err = recordError("outcome", r, err)
 			} else {
 				b.events.add(r, &o)
 			}
 		case stateTopic:
-			var st *state
-			if st, err = decode[state]("state", r); err == nil {
-				b.state.add(r, st)
+			if err = decodeState(r.Value, &st); err != nil {
+				err = recordError("state", r, err)
+			} else {
+				b.state.add(r, &st)
 			}
 		case dlqTopic:
 			var dl *deadLetter
