@@ -139,13 +139,12 @@ type source struct {
 type block struct {
 	table string
 	cols  []column
-	// key names the String columns that lead the table's ORDER BY, and at
-	// the columns of a row's source topic, partition and offset: landed
-	// finds the block's rows in the table by them.
+	// key names the String columns that lead the table's ORDER BY: landed
+	// finds the block's rows in the table by them and pos.
 	key []string
-	at  [3]string
-	// src is each row's source record, for the positions.
-	src []source
+	// pos are the columns of each row's source record, whose offsets the
+	// positions track.
+	pos position
 	// prepared, when set, is the block's INSERT with every column
 	// appended, built by prepare ahead of send.
 	prepared driver.Batch
@@ -163,7 +162,21 @@ func newTexts(b *block, name string) *texts {
 	return c
 }
 
-func (b *block) rows() int { return len(b.src) }
+// position is the columns of a row's source topic, partition and offset,
+// among a block's columns.
+type position struct {
+	topic     *texts
+	partition *values[int32]
+	offset    *values[int64]
+}
+
+func (b *block) rows() int { return len(b.pos.offset.v) }
+
+// source is where row i was read; its topic is a view of the column, to
+// be copied if kept past the block's next change.
+func (b *block) source(i int) source {
+	return source{b.pos.topic.value(i), b.pos.partition.v[i], b.pos.offset.v[i]}
+}
 
 func (b *block) insertQuery(database string) string {
 	names := make([]string, len(b.cols))
@@ -276,14 +289,15 @@ func (b *block) highest() map[heldKey]int64 {
 	out := map[heldKey]int64{}
 	// Rows come in runs of one partition, in offset order: one map write
 	// per run.
-	for i := 0; i < len(b.src); {
-		run := b.src[i]
-		for i < len(b.src) && b.src[i].partition == run.partition && b.src[i].topic == run.topic {
-			i++
+	for i := 0; i < b.rows(); {
+		run := b.source(i)
+		last := run.offset
+		for ; i < b.rows() && b.pos.partition.v[i] == run.partition && b.pos.topic.value(i) == run.topic; i++ {
+			last = b.pos.offset.v[i]
 		}
 		k := heldKey{b.table, run.topic, run.partition}
-		if o, ok := out[k]; !ok || b.src[i-1].offset > o {
-			out[k] = b.src[i-1].offset
+		if o, ok := out[k]; !ok || last > o {
+			out[k] = last
 		}
 	}
 	return out
@@ -292,8 +306,9 @@ func (b *block) highest() map[heldKey]int64 {
 // keepAfter drops the rows at or below held(source), those a table already
 // holds.
 func (b *block) keepAfter(held func(heldKey) int64) (dropped int) {
-	mask := make([]bool, len(b.src))
-	for i, s := range b.src {
+	mask := make([]bool, b.rows())
+	for i := range mask {
+		s := b.source(i)
 		mask[i] = s.offset > held(heldKey{b.table, s.topic, s.partition})
 		if !mask[i] {
 			dropped++
@@ -305,14 +320,6 @@ func (b *block) keepAfter(held func(heldKey) int64) (dropped int) {
 	for _, c := range b.cols {
 		c.keep(mask)
 	}
-	n := 0
-	for i, s := range b.src {
-		if mask[i] {
-			b.src[n] = s
-			n++
-		}
-	}
-	b.src = b.src[:n]
 	return dropped
 }
 
@@ -321,11 +328,6 @@ func (b *block) reset() {
 	for _, c := range b.cols {
 		c.reset()
 	}
-	b.src = b.src[:0]
-}
-
-func (b *block) from(r *kgo.Record) {
-	b.src = append(b.src, source{r.Topic, r.Partition, r.Offset})
 }
 
 // seconds is a unix-ms time as a DateTime (seconds).
@@ -359,19 +361,6 @@ func col[R, T any](name string, get func(r *kgo.Record, row *R) T) rowColumn[R] 
 	return &valuesOf[R, T]{values: values[T]{col: name}, get: get}
 }
 
-// The source record's position, under the table's names for it.
-func topicCol[R any](name string) rowColumn[R] {
-	return col(name, func(r *kgo.Record, _ *R) string { return r.Topic })
-}
-
-func partitionCol[R any](name string) rowColumn[R] {
-	return col(name, func(r *kgo.Record, _ *R) int32 { return r.Partition })
-}
-
-func offsetCol[R any](name string) rowColumn[R] {
-	return col(name, func(r *kgo.Record, _ *R) int64 { return r.Offset })
-}
-
 // tableBlock is the block of a table whose rows come from records decoded
 // as R.
 type tableBlock[R any] struct {
@@ -379,8 +368,14 @@ type tableBlock[R any] struct {
 	rowCols []rowColumn[R]
 }
 
+// newTableBlock makes the block of cols, followed by the source record's
+// topic, partition and offset under the table's names for them, at.
 func newTableBlock[R any](table string, key []string, at [3]string, cols ...rowColumn[R]) *tableBlock[R] {
-	b := &tableBlock[R]{block: block{table: table, key: key, at: at}, rowCols: cols}
+	topic := &textsOf[R]{texts{col: at[0]}, func(r *kgo.Record, _ *R) string { return r.Topic }}
+	partition := &valuesOf[R, int32]{values[int32]{col: at[1]}, func(r *kgo.Record, _ *R) int32 { return r.Partition }}
+	offset := &valuesOf[R, int64]{values[int64]{col: at[2]}, func(r *kgo.Record, _ *R) int64 { return r.Offset }}
+	cols = append(cols, topic, partition, offset)
+	b := &tableBlock[R]{block: block{table: table, key: key, pos: position{&topic.texts, &partition.values, &offset.values}}, rowCols: cols}
 	for _, c := range cols {
 		b.cols = append(b.cols, c)
 	}
@@ -391,7 +386,6 @@ func (b *tableBlock[R]) add(r *kgo.Record, row *R) {
 	for _, c := range b.rowCols {
 		c.add(r, row)
 	}
-	b.from(r)
 }
 
 type (
@@ -410,7 +404,7 @@ type eventsBlock struct {
 }
 
 func newEventsBlock() *eventsBlock {
-	b := &eventsBlock{block: block{table: "events", key: []string{"stream", "entity_key"}, at: sourceColumns}}
+	b := &eventsBlock{block: block{table: "events", key: []string{"stream", "entity_key"}}}
 	b.stream, b.key, b.eventID = newTexts(&b.block, "stream"), newTexts(&b.block, "entity_key"), newTexts(&b.block, "event_id")
 	b.eventType = newTexts(&b.block, "event_type")
 	b.version = newColumn[int64](&b.block, "version")
@@ -421,6 +415,7 @@ func newEventsBlock() *eventsBlock {
 	b.topic, b.partition, b.offset = newTexts(&b.block, "topic"), newColumn[int32](&b.block, "partition"), newColumn[int64](&b.block, "offset")
 	b.inputPartition, b.inputOffset = newColumn[int32](&b.block, "input_partition"), newColumn[int64](&b.block, "input_offset")
 	b.payload = newTexts(&b.block, "payload")
+	b.pos = position{b.topic, b.partition, b.offset}
 	return b
 }
 
@@ -444,7 +439,6 @@ func (b *eventsBlock) add(r *kgo.Record, o *outcomeRow) {
 	b.inputPartition.add(o.InputPartition)
 	b.inputOffset.add(o.InputOffset)
 	b.payload.add(o.payload)
-	b.from(r)
 }
 
 func newStateBlock() *tableBlock[stateRow] {
@@ -456,12 +450,11 @@ func newStateBlock() *tableBlock[stateRow] {
 		col("updated_at_ms", func(_ *kgo.Record, st *stateRow) int64 { return st.UpdatedAtMs }),
 		col("expires_at_ms", func(_ *kgo.Record, st *stateRow) int64 { return st.ExpiresAtMs }),
 		col("updated_at", func(_ *kgo.Record, st *stateRow) int64 { return seconds(st.UpdatedAtMs) }),
-		topicCol[stateRow]("topic"), partitionCol[stateRow]("partition"), offsetCol[stateRow]("offset"),
 	)
 }
 
-// The columns of a row's source record: in events and entity_state; and
-// in dlq and orphans, whose topic/partition/offset name the original event.
+// The columns of a row's source record: in entity_state; and in dlq and
+// orphans, whose topic/partition/offset name the original event.
 var (
 	sourceColumns    = [3]string{"topic", "partition", "offset"}
 	dlqSourceColumns = [3]string{"source_topic", "source_partition", "source_offset"}
@@ -482,7 +475,6 @@ func newDLQBlock() *tableBlock[deadLetter] {
 		col("offset", func(_ *kgo.Record, dl *deadLetter) int64 { return dl.Offset }),
 		col("dead_at_ms", func(_ *kgo.Record, dl *deadLetter) int64 { return dl.AtMs }),
 		col("dead_at", func(_ *kgo.Record, dl *deadLetter) int64 { return seconds(dl.AtMs) }),
-		topicCol[deadLetter]("source_topic"), partitionCol[deadLetter]("source_partition"), offsetCol[deadLetter]("source_offset"),
 		col("payload", func(_ *kgo.Record, dl *deadLetter) string { return string(dl.Payload) }),
 	)
 }
@@ -498,7 +490,6 @@ func newOrphansBlock() *tableBlock[deadLetter] {
 		col("expired_at_ms", func(_ *kgo.Record, dl *deadLetter) int64 { return dl.AtMs }),
 		col("expired_at", func(_ *kgo.Record, dl *deadLetter) int64 { return seconds(dl.AtMs) }),
 		col("status", func(_ *kgo.Record, _ *deadLetter) string { return StatusPermanentlyOrphaned }),
-		topicCol[deadLetter]("source_topic"), partitionCol[deadLetter]("source_partition"), offsetCol[deadLetter]("source_offset"),
 		col("payload", func(_ *kgo.Record, dl *deadLetter) string { return string(dl.Payload) }),
 	)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -400,13 +401,14 @@ func (s *Sink) heldOffset(k heldKey) int64 {
 // reload reads again the positions of every topic the block has rows of.
 func (s *Sink) reload(ctx context.Context, blk *block) error {
 	seen := map[string]bool{}
-	for _, src := range blk.src {
-		if !seen[src.topic] {
-			seen[src.topic] = true
+	for i := range blk.rows() {
+		if topic := blk.pos.topic.value(i); !seen[topic] {
+			topic = strings.Clone(topic) // kept in loaded; the column's buffer is reused
+			seen[topic] = true
 			s.heldMu.Lock()
-			delete(s.loaded, tableTopic{blk.table, src.topic})
+			delete(s.loaded, tableTopic{blk.table, topic})
 			s.heldMu.Unlock()
-			if err := s.load(ctx, tableTopic{blk.table, src.topic}); err != nil {
+			if err := s.load(ctx, tableTopic{blk.table, topic}); err != nil {
 				return err
 			}
 		}
@@ -453,11 +455,13 @@ func (s *Sink) load(ctx context.Context, tt tableTopic) error {
 
 // raise records that a table holds a partition's rows up to offset.
 // Positions only grow: a background INSERT may have raised one since a
-// query read it.
+// query read it. k's topic is copied, as it may be a view of a block's
+// column, whose buffer is reused.
 func (s *Sink) raise(k heldKey, offset int64) {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
 	if held, ok := s.held[k]; !ok || offset > held {
+		k.topic = strings.Clone(k.topic)
 		s.held[k] = offset
 	}
 }
@@ -477,16 +481,18 @@ func (s *Sink) landed(ctx context.Context, blk *block) error {
 	}
 	type span struct{ first, last int }
 	spans := map[topicPartition]span{}
-	for i, src := range blk.src {
+	offsets := blk.pos.offset.v
+	for i := range blk.rows() {
+		src := blk.source(i)
 		k := topicPartition{src.topic, src.partition}
 		sp, ok := spans[k]
 		if !ok {
 			sp = span{i, i}
 		}
-		if src.offset < blk.src[sp.first].offset {
+		if src.offset < offsets[sp.first] {
 			sp.first = i
 		}
-		if src.offset > blk.src[sp.last].offset {
+		if src.offset > offsets[sp.last] {
 			sp.last = i
 		}
 		spans[k] = sp
@@ -498,11 +504,11 @@ func (s *Sink) landed(ctx context.Context, blk *block) error {
 			for c, name := range blk.key {
 				keys[c].Value = append(keys[c].Value, blk.text(name, i))
 			}
-			src := blk.src[i]
+			src := blk.source(i)
 			at = append(at, ch.GroupSet{Value: []any{src.topic, src.partition, src.offset}})
 		}
 	}
-	position := "`" + blk.at[0] + "`, `" + blk.at[1] + "`, `" + blk.at[2] + "`"
+	position := "`" + blk.pos.topic.name() + "`, `" + blk.pos.partition.name() + "`, `" + blk.pos.offset.name() + "`"
 	query := "SELECT " + position + " FROM " + s.cfg.ClickHouse.Database + "." + blk.table + " WHERE "
 	var args []any
 	for c, name := range blk.key {
@@ -530,8 +536,8 @@ func (s *Sink) landed(ctx context.Context, blk *block) error {
 		return err
 	}
 	for k, sp := range spans {
-		if found[blk.src[sp.first]] && found[blk.src[sp.last]] {
-			s.raise(heldKey{blk.table, k.topic, k.partition}, blk.src[sp.last].offset)
+		if found[blk.source(sp.first)] && found[blk.source(sp.last)] {
+			s.raise(heldKey{blk.table, k.topic, k.partition}, offsets[sp.last])
 		}
 	}
 	return nil
