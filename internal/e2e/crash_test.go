@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -70,23 +69,15 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 	out := newOutputReader(t, brokers, names)
 
 	produce := func(ins []*crashInput) error {
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		var firstErr error
-		for _, in := range ins {
-			wg.Add(1)
-			cl.Produce(ctx, inputRecord(names[in.stream], in.key, in.body), func(r *kgo.Record, err error) {
-				defer wg.Done()
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil && firstErr == nil {
-					firstErr = err
-				}
-				in.partition, in.offset = r.Partition, r.Offset
-			})
+		recs := make([]*kgo.Record, len(ins))
+		for i, in := range ins {
+			recs[i] = inputRecord(names[in.stream], in.key, in.body)
 		}
-		wg.Wait()
-		return firstErr
+		res := cl.ProduceSync(ctx, recs...)
+		for i, in := range ins {
+			in.partition, in.offset = recs[i].Partition, recs[i].Offset
+		}
+		return res.FirstErr()
 	}
 
 	// Each round produces a slice of the history, half before the start and
@@ -131,9 +122,9 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 	out.readToEnd(ctx)
 
 	decisions := out.checkDecisions(history.inputs)
-	checkPresence(t, history, decisions, out.last(names["presence"]))
-	checkWorkflow(t, history, decisions, out.last(names["workflow"]))
-	checkChat(t, history, decisions, out.last(names["chat"]))
+	checkPresence(t, history, decisions, out.last("presence"))
+	checkWorkflow(t, history, decisions, out.last("workflow"))
+	checkChat(t, history, decisions, out.last("chat"))
 }
 
 // writeCatalogueCopies writes a config file defining each catalogue stream
@@ -186,7 +177,6 @@ type outputReader struct {
 	cl     *kgo.Client
 	base   map[string]string // topic → catalogue stream
 	kinds  map[string]string // topic → outcomes, state or table
-	mu     sync.Mutex
 	count  int
 	final  map[inputPos][]envelope.Outcome
 	states map[string]map[string]json.RawMessage // stream → key → last state record
@@ -221,8 +211,6 @@ func (r *outputReader) poll(ctx context.Context) {
 	pollCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	fetches := r.cl.PollFetches(pollCtx)
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	fetches.EachRecord(func(rec *kgo.Record) {
 		if r.next[rec.Topic] == nil {
 			r.next[rec.Topic] = map[int32]int64{}
@@ -251,14 +239,10 @@ func (r *outputReader) poll(ctx context.Context) {
 }
 
 func (r *outputReader) outcomes() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	return r.count
 }
 
 func (r *outputReader) decidedAll(ins []*crashInput) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	for _, in := range ins {
 		if len(r.final[in.pos()]) == 0 {
 			return false
@@ -280,8 +264,6 @@ func (r *outputReader) readToEnd(ctx context.Context) {
 	}
 	waitFor(r.t, ctx, "the outputs read to their end", func() bool {
 		r.poll(ctx)
-		r.mu.Lock()
-		defer r.mu.Unlock()
 		done := true
 		ends.Each(func(o kadm.ListedOffset) {
 			done = done && r.next[o.Topic][o.Partition] >= o.Offset
@@ -293,10 +275,7 @@ func (r *outputReader) readToEnd(ctx context.Context) {
 // last is a stream's last state record and table value per key.
 type lastRecords struct{ states, tables map[string]json.RawMessage }
 
-func (r *outputReader) last(name string) lastRecords {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	base := r.base[topics.For(name).State]
+func (r *outputReader) last(base string) lastRecords {
 	return lastRecords{r.states[base], r.tables[base]}
 }
 
@@ -304,8 +283,6 @@ func (r *outputReader) last(name string) lastRecords {
 // identically if a restart decided its input again, and that no event id
 // was applied from two deliveries. It returns each delivery's decision.
 func (r *outputReader) checkDecisions(ins []*crashInput) map[inputPos]envelope.Outcome {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	decisions := map[inputPos]envelope.Outcome{}
 	repeated := 0
 	appliedAt := map[string]inputPos{}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -49,7 +50,7 @@ type processRunner struct {
 // newProcessRunner builds the binary into dir.
 func newProcessRunner(t *testing.T, dir, configFile string, brokers []string, streams ...string) *processRunner {
 	t.Helper()
-	return &processRunner{t: t, configFile: configFile, streams: streams, brokers: brokers, bin: buildDriftguard(t, dir), dir: dir}
+	return &processRunner{t: t, configFile: configFile, streams: streams, brokers: brokers, bin: buildDriftguard(t), dir: dir}
 }
 
 func newProcessHarness(t *testing.T, ctx context.Context, dir, configFile, stream string) *processHarness {
@@ -146,15 +147,39 @@ func presenceStreamYAML(stream string) string {
 		"    version: /sequence_number\n    occurred_at: /timestamp\n    schemas: {presence.changed: streams/presence.schema.json}\n    limits: {partitions: 6}\n", stream)
 }
 
-// buildDriftguard builds the binary, so the test can kill a real process.
-func buildDriftguard(t testing.TB, dir string) string {
+// buildDriftguard returns the binary, built once for all the tests of the
+// run, so a test can kill a real process.
+func buildDriftguard(t testing.TB) string {
 	t.Helper()
-	bin := filepath.Join(dir, "driftguard")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/driftguard/driftguard/cmd/driftguard").CombinedOutput()
+	bin, err := driftguardBinary()
 	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+		t.Fatal(err)
 	}
 	return bin
+}
+
+// binDir holds the binary for the run; TestMain removes it.
+var binDir string
+
+var driftguardBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "driftguard-e2e-")
+	if err != nil {
+		return "", err
+	}
+	binDir = dir
+	bin := filepath.Join(dir, "driftguard")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/driftguard/driftguard/cmd/driftguard").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
 }
 
 // testWriter sends a child process's output to the test log.

@@ -120,7 +120,7 @@ type sinkHarness struct {
 	bin        string
 	conn       driver.Conn
 	cl         *kgo.Client
-	outcomes   string
+	stream     string
 }
 
 // newSinkHarness configures a stream named after prefix, with the given
@@ -145,10 +145,10 @@ func newSinkHarness(tb testing.TB, ctx context.Context, prefix, clickhouse strin
 	cfg.Kafka.Brokers = brokers
 	cfg.ClickHouse.Addr = testenv.ClickHouse(tb)
 	cfg.ClickHouse.Database = testenv.UniqueName("dg_" + prefix)
-	h := &sinkHarness{tb: tb, ctx: ctx, cfg: cfg, configFile: configFile, outcomes: topics.For(stream).Outcomes}
+	h := &sinkHarness{tb: tb, ctx: ctx, cfg: cfg, configFile: configFile, stream: stream}
 	h.conn, h.cl = prepare(tb, ctx, cfg, brokers)
 	tb.Cleanup(h.cl.Close)
-	h.bin = buildDriftguard(tb, dir)
+	h.bin = buildDriftguard(tb)
 	return h
 }
 
@@ -164,17 +164,18 @@ func (h *sinkHarness) start() *exec.Cmd {
 // produce writes outcome records from to to (exclusive) over 500 keys, as
 // the processors write them.
 func (h *sinkHarness) produce(from, to int) error {
+	recs := make([]*kgo.Record, 0, to-from)
 	for i := from; i < to; i++ {
 		key := fmt.Sprintf("u%03d", i%500)
-		value, err := json.Marshal(envelope.Outcome{Stream: strings.TrimSuffix(h.outcomes, ".outcomes"), Key: key,
+		value, err := json.Marshal(envelope.Outcome{Stream: h.stream, Key: key,
 			EventID: fmt.Sprintf("e%06d", i), EventType: "presence.changed", Version: int64(i), Outcome: envelope.OutcomeApplied,
 			ProcessedAtMs: time.Now().UnixMilli(), Payload: json.RawMessage(`{"presence":"ONLINE","user_id":"` + key + `"}`)})
 		if err != nil {
 			return err
 		}
-		h.cl.Produce(h.ctx, &kgo.Record{Topic: h.outcomes, Key: []byte(key), Value: value}, nil)
+		recs = append(recs, &kgo.Record{Topic: topics.For(h.stream).Outcomes, Key: []byte(key), Value: value})
 	}
-	return h.cl.Flush(h.ctx)
+	return h.cl.ProduceSync(h.ctx, recs...).FirstErr()
 }
 
 // rows counts events, 0 while ClickHouse cannot say.
