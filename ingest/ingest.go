@@ -35,25 +35,30 @@ type Producer interface {
 
 // Handler serves POST /v1/webhooks/{stream}.
 type Handler struct {
-	streams        map[string]*edgeStream
-	producer       Producer
-	produceTimeout time.Duration
-	deadlines      *deadlines
-	log            *slog.Logger
-	now            func() time.Time
-	metrics        *metrics
+	streams   map[string]*edgeStream
+	producer  Producer
+	deadlines *deadlines
+	log       *slog.Logger
+	now       func() time.Time
+	metrics   *metrics
 }
 
 type edgeStream struct {
-	cfg       *config.Stream
-	topic     string
-	ephemeral string
-	scheme    Scheme
+	cfg            *config.Stream
+	topic          string
+	ephemeralTopic string
+	scheme         Scheme
 	// schemas are the stream's schemas by event type.
 	schemas map[string]eventSchema
 	// nameBytes and schemeBytes are the dg-stream and dg-scheme header
 	// values; records share them, and nothing writes to them.
 	nameBytes, schemeBytes []byte
+	// accepted counts the stream's 202s, and ephemeral its accepted
+	// ephemeral signals by type (the catalogue's ephemeral_types, which
+	// go to the ephemeral topic): series bound once, since looking one up
+	// by its labels is most of what counting a request costs.
+	accepted  prometheus.Counter
+	ephemeral map[string]prometheus.Counter
 }
 
 // eventSchema is an event type's schema and, when the schema has one, its
@@ -80,17 +85,17 @@ type Options struct {
 // usable secret or schema.
 func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Handler, error) {
 	h := &Handler{
-		streams:        map[string]*edgeStream{},
-		producer:       producer,
-		produceTimeout: opts.ProduceTimeout,
-		log:            opts.Logger,
-		now:            opts.Now,
-		metrics:        newMetrics(opts.Registerer),
+		streams:  map[string]*edgeStream{},
+		producer: producer,
+		log:      opts.Logger,
+		now:      opts.Now,
+		metrics:  newMetrics(opts.Registerer),
 	}
-	if h.produceTimeout == 0 {
-		h.produceTimeout = 5 * time.Second
+	produceTimeout := opts.ProduceTimeout
+	if produceTimeout == 0 {
+		produceTimeout = 5 * time.Second
 	}
-	h.deadlines = newDeadlines(h.produceTimeout)
+	h.deadlines = newDeadlines(produceTimeout)
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -103,9 +108,13 @@ func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Han
 			return nil, err
 		}
 		names := topics.For(s.Name)
-		es := &edgeStream{cfg: s, topic: names.In, ephemeral: names.Ephemeral, scheme: scheme,
+		es := &edgeStream{cfg: s, topic: names.In, ephemeralTopic: names.Ephemeral, scheme: scheme,
 			nameBytes: []byte(s.Name), schemeBytes: []byte(scheme.Name()),
-			schemas: map[string]eventSchema{}}
+			schemas: map[string]eventSchema{}, accepted: h.metrics.acceptedCounter(s.Name),
+			ephemeral: map[string]prometheus.Counter{}}
+		for _, typ := range s.EphemeralTypes {
+			es.ephemeral[typ] = h.metrics.ephemeral.WithLabelValues(s.Name, typ)
+		}
 		for typ := range s.Schemas {
 			sch, err := compileSchema(s, typ)
 			if err != nil {
@@ -113,7 +122,6 @@ func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Han
 			}
 			es.schemas[typ] = eventSchema{schema: sch, checker: schemacheck.Compile(sch)}
 		}
-		h.metrics.bindStream(s.Name)
 		h.streams[s.Name] = es
 	}
 	return h, nil
@@ -155,7 +163,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer h.metrics.inFlight.Dec()
 	name := r.PathValue("stream")
 	s := h.streams[name]
-	h.metrics.observe(name, h.serve(w, r, name, s), s != nil)
+	res := h.serve(w, r, name, s)
+	if s != nil && res.status == http.StatusAccepted {
+		s.accepted.Inc()
+		return
+	}
+	h.metrics.observe(name, res, s != nil)
 }
 
 // serve follows design §3's order of work for stream s (nil when name is
@@ -263,7 +276,7 @@ func (h *Handler) validate(s *edgeStream, doc *envelope.Document, deliveryID str
 		}
 	}
 	// Schema-valid can still be unusable for ordering, e.g. a version over 2^63.
-	fields, err := doc.Extract(s.cfg, deliveryID)
+	fields, err := doc.ExtractTyped(s.cfg, typ, deliveryID)
 	if err != nil {
 		return fields, fieldProblem(err)
 	}
@@ -306,9 +319,9 @@ func schemaProblems(err error) []FieldProblem {
 
 func (h *Handler) produce(w http.ResponseWriter, s *edgeStream, body []byte, f envelope.Fields, receivedAt time.Time) result {
 	topic := s.topic
-	ephemeral := s.cfg.IsEphemeral(f.Type)
-	if ephemeral {
-		topic = s.ephemeral
+	ephemeral := s.ephemeral[f.Type]
+	if ephemeral != nil {
+		topic = s.ephemeralTopic
 	}
 	out := newOutgoing(s, topic, body, f, receivedAt)
 	if err := h.produceAndWait(&out.rec); err != nil {
@@ -316,9 +329,8 @@ func (h *Handler) produce(w http.ResponseWriter, s *edgeStream, body []byte, f e
 		w.Header().Set("Retry-After", "5")
 		return writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the event was not durably written; retry later", nil)
 	}
-	if ephemeral {
-		// Types are the catalogue's ephemeral_types: a bounded label.
-		h.metrics.ephemeral.WithLabelValues(s.cfg.Name, f.Type).Inc()
+	if ephemeral != nil {
+		ephemeral.Inc()
 	}
 	return writeAccepted(w, Accepted{
 		Status: "accepted", Stream: s.cfg.Name, EventID: f.EventID,

@@ -13,14 +13,10 @@ type metrics struct {
 	ephemeral      *prometheus.CounterVec
 	inFlight       prometheus.Gauge
 	produceLatency prometheus.Histogram
-	// accepted is each known stream's 202 series, bound once: looking a
-	// series up by its labels is most of what counting a request costs.
-	accepted map[string]prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		accepted: map[string]prometheus.Counter{},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "driftguard_ingest_requests_total",
 			Help: "Webhook requests by stream and HTTP status.",
@@ -49,18 +45,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-// bindStream binds the 202 series of a stream the edge serves.
-func (m *metrics) bindStream(stream string) {
-	m.accepted[stream] = m.requests.WithLabelValues(stream, strconv.Itoa(http.StatusAccepted))
+// acceptedCounter is the 202 series of a stream the edge serves.
+func (m *metrics) acceptedCounter(stream string) prometheus.Counter {
+	return m.requests.WithLabelValues(stream, strconv.Itoa(http.StatusAccepted))
 }
 
-// observe counts a request; unknown stream names are folded into one label
-// so a scanner cannot blow up the series count.
+// observe counts a request but an accepted one of a known stream, which
+// its stream's bound counter counts; unknown stream names are folded into
+// one label so a scanner cannot blow up the series count.
 func (m *metrics) observe(stream string, res result, known bool) {
-	if c := m.accepted[stream]; c != nil && res.status == http.StatusAccepted {
-		c.Inc()
-		return
-	}
 	if !known {
 		stream = "unknown"
 	}

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+
+	"github.com/driftguard/driftguard/internal/envelope"
 )
 
 // Problem is an RFC 9457 problem details body.
@@ -55,11 +57,11 @@ func writeAccepted(w http.ResponseWriter, a Accepted) result {
 	pooled := replyBuffers.Get().(*[]byte)
 	buf := (*pooled)[:0]
 	buf = append(buf, `{"status":`...)
-	buf = appendJSONString(buf, a.Status)
+	buf = envelope.AppendJSONString(buf, a.Status, true)
 	buf = append(buf, `,"stream":`...)
-	buf = appendJSONString(buf, a.Stream)
+	buf = envelope.AppendJSONString(buf, a.Stream, true)
 	buf = append(buf, `,"event_id":`...)
-	buf = appendJSONString(buf, a.EventID)
+	buf = envelope.AppendJSONString(buf, a.EventID, true)
 	buf = append(buf, `,"partition":`...)
 	buf = strconv.AppendInt(buf, int64(a.Partition), 10)
 	buf = append(buf, `,"offset":`...)
@@ -83,17 +85,3 @@ var replyBuffers = sync.Pool{New: func() any {
 const maxPooledReply = 1 << 10
 
 var jsonContentType = []string{"application/json"}
-
-// appendJSONString appends s as a JSON string. Plain printable ASCII, what
-// ids nearly always are, is copied; anything else is left to encoding/json.
-func appendJSONString(buf []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			quoted, _ := json.Marshal(s)
-			return append(buf, quoted...)
-		}
-	}
-	buf = append(buf, '"')
-	buf = append(buf, s...)
-	return append(buf, '"')
-}

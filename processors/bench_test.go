@@ -31,8 +31,7 @@ const benchEvents = 50_000
 //	DRIFTGUARD_TEST_KAFKA=127.0.0.1:19092 go test -run='^$' -bench=ProcessorAgainstRaw -benchtime=1x ./processors/
 func BenchmarkProcessorAgainstRawConsumer(b *testing.B) {
 	brokers := testenv.Kafka(b)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
+	ctx := testenv.Context(b, 10*time.Minute)
 	for range b.N {
 		s := presence(b)
 		s.Name = testenv.UniqueName("bench")
@@ -60,9 +59,9 @@ func BenchmarkProcessorAgainstRawConsumer(b *testing.B) {
 
 		b.StopTimer()
 		raw := rawConsume(b, ctx, brokers, in)
-		selfBefore, brokerBefore := cpuTime(b, "self"), cpuTime(b, os.Getenv(testenv.EnvKafkaPID))
+		selfBefore, brokerBefore := testenv.ProcessCPU(b), brokerCPU(b)
 		decided := decideAll(b, ctx, brokers, s)
-		selfCPU, brokerCPU := cpuTime(b, "self")-selfBefore, cpuTime(b, os.Getenv(testenv.EnvKafkaPID))-brokerBefore
+		selfCPU, brokerUsed := testenv.ProcessCPU(b)-selfBefore, brokerCPU(b)-brokerBefore
 		b.StartTimer()
 		rawRate, procRate := benchEvents/raw.Seconds(), benchEvents/decided.Seconds()
 		b.ReportMetric(rawRate, "raw-events/s")
@@ -72,15 +71,17 @@ func BenchmarkProcessorAgainstRawConsumer(b *testing.B) {
 		// event does much less. The broker's counts the records the
 		// processor writes (table, outcome, state).
 		b.ReportMetric(float64(selfCPU.Microseconds())/benchEvents, "processor-cpu-µs/event")
-		if brokerCPU > 0 {
-			b.ReportMetric(float64(brokerCPU.Microseconds())/benchEvents, "broker-cpu-µs/event")
+		if brokerUsed > 0 {
+			b.ReportMetric(float64(brokerUsed.Microseconds())/benchEvents, "broker-cpu-µs/event")
 		}
 	}
 }
 
-// cpuTime is the user+system CPU time of a process (pid or "self") so far,
-// from /proc; 0 where there is none (another OS, no broker pid).
-func cpuTime(b *testing.B, pid string) time.Duration {
+// brokerCPU is the user+system CPU time of the broker process named by
+// DRIFTGUARD_TEST_KAFKA_PID so far, from /proc; 0 where there is none
+// (another OS, no broker pid).
+func brokerCPU(b *testing.B) time.Duration {
+	pid := os.Getenv(testenv.EnvKafkaPID)
 	if pid == "" {
 		return 0
 	}

@@ -171,33 +171,16 @@ func publicState(s *config.Stream, e *Entity, key string) (json.RawMessage, int6
 	return state, expires, err
 }
 
-// deviceFields reads the device id and the derived field of a body on a
-// stream with devices; an absent device id means the entity itself.
-func deviceFields(s *config.Stream, doc *envelope.Document) (device, value string, err error) {
+// deviceFields reads the device id and the derived field (at
+// derivePointer) of a body on a stream with devices; an absent device id
+// means the entity itself.
+func deviceFields(s *config.Stream, derivePointer string, doc *envelope.Document) (device, value string, err error) {
 	if !s.Devices.Enabled() {
 		return "", "", nil
 	}
-	if device, err = optionalString(doc, s.Devices.Field); err != nil || device == "" {
+	if device, err = doc.OptionalString(s.Devices.Field); err != nil || device == "" {
 		return "", "", err
 	}
-	value, err = optionalString(doc, "/"+envelope.EscapePointer(s.Devices.Derive))
+	value, err = doc.OptionalString(derivePointer)
 	return device, value, err
-}
-
-// optionalString is the string at pointer, "" when the field is absent; a
-// field of another type is an error.
-func optionalString(doc *envelope.Document, pointer string) (string, error) {
-	v, err := doc.Lookup(pointer)
-	// Lookup returns its *FieldError unwrapped; errors.As would allocate
-	// on every event.
-	if fe, ok := err.(*envelope.FieldError); ok && fe.Problem == "missing" {
-		return "", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	if v.Kind() != envelope.KindString {
-		return "", &envelope.FieldError{Pointer: pointer, Problem: "must be a string"}
-	}
-	return v.Text(), nil
 }

@@ -67,7 +67,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // test can pass goka.WithTester; Kafka-facing defaults come from
 // GokaOptions.
 func New(brokers []string, s *config.Stream, opts Options, gokaOpts ...goka.ProcessorOption) (*Processor, error) {
-	h := &handler{stream: s, names: topics.For(s.Name), opts: opts, policy: policyFor(s)}
+	h := &handler{stream: s, names: topics.For(s.Name), opts: opts, policy: policyFor(s),
+		derivePointer: "/" + envelope.EscapePointer(s.Devices.Derive)}
 	if h.opts.Logger == nil {
 		h.opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -103,6 +104,9 @@ type handler struct {
 	names  topics.Names
 	opts   Options
 	policy policy
+	// derivePointer points at the field device rows derive the entity's
+	// value from (devices), built once.
+	derivePointer string
 	// visitedQuarantine sums the quarantined children seen by one timer
 	// visit.
 	visitedQuarantine atomic.Int64
@@ -177,13 +181,14 @@ func (h *handler) store(ctx goka.Context, entity *Entity, effects Effects, atMs 
 // letters and the replay request, for the key being processed.
 func (h *handler) emitEffects(ctx goka.Context, effects Effects, atMs int64) {
 	for _, d := range effects.Decisions {
-		h.emit(ctx, h.names.Outcomes, &envelope.Outcome{
+		o := envelope.Outcome{
 			Stream: h.stream.Name, Key: ctx.Key(), EventID: d.Event.EventID, EventType: d.Event.Type,
 			Version: d.Version, Outcome: d.Outcome, Reason: d.Reason, Gap: d.Gap, BufferDepth: d.BufferDepth, MessageID: d.MessageID,
 			OccurredAtMs: d.Event.OccurredAtMs, ReceivedAtMs: d.Event.ReceivedAtMs, ProcessedAtMs: atMs,
 			InputPartition: d.Event.InputPartition, InputOffset: d.Event.InputOffset,
 			Payload: d.Event.Body,
-		})
+		}
+		ctx.Emit(goka.Stream(h.names.Outcomes), ctx.Key(), appendOutcome(make([]byte, 0, 512+len(o.Key)+len(o.EventID)+len(o.Payload)), &o))
 		if d.DeadLetter != "" {
 			h.emitDeadLetter(ctx, d.Event, d.DeadLetter, fmt.Sprintf("event %s at version %d", d.Event.EventID, d.Version), atMs)
 		}
@@ -199,21 +204,22 @@ func (h *handler) emitEffects(ctx goka.Context, effects Effects, atMs int64) {
 // changed, its state record at its current revision. The record is built
 // first: a failure stops before the table write.
 func (h *handler) writeBack(ctx goka.Context, entity *Entity, changed bool) {
-	var state *envelope.State
+	var state []byte
 	if changed {
 		public, expiresAt, err := publicState(h.stream, entity, ctx.Key())
 		if err != nil {
 			ctx.Fail(fmt.Errorf("public state of %s: %w", ctx.Key(), err))
 			return
 		}
-		state = &envelope.State{
+		st := envelope.State{
 			Stream: h.stream.Name, Key: ctx.Key(), Version: entity.NextRevision - 1, State: public,
 			UpdatedAtMs: entity.lastUpdate(), ExpiresAtMs: expiresAt,
 		}
+		state = appendState(make([]byte, 0, 192+len(st.Key)+len(st.State)), &st)
 	}
 	ctx.SetValue(entity)
 	if state != nil {
-		h.emit(ctx, h.names.State, state)
+		ctx.Emit(goka.Stream(h.names.State), ctx.Key(), state)
 	}
 }
 
@@ -237,7 +243,7 @@ func (h *handler) decode(ctx goka.Context, body []byte) (Event, error) {
 	}
 	ev := Event{Fields: fields, Body: body, ReceivedAtMs: ctx.Timestamp().UnixMilli(),
 		InputPartition: ctx.Partition(), InputOffset: ctx.Offset()}
-	if ev.Device, ev.Value, err = deviceFields(h.stream, doc); err != nil {
+	if ev.Device, ev.Value, err = deviceFields(h.stream, h.derivePointer, doc); err != nil {
 		return Event{}, err
 	}
 	if v, ok := headers[envelope.HeaderReceivedAt]; ok {
@@ -270,18 +276,12 @@ func (h *handler) emitDeadLetter(ctx goka.Context, ev Event, reason, detail stri
 	})
 }
 
+// emit writes v as JSON to topic, for the rare records (dead letters,
+// replay requests); outcomes and states are encoded by hand.
 func (h *handler) emit(ctx goka.Context, topic string, v any) {
-	var data []byte
-	switch v := v.(type) {
-	case *envelope.Outcome:
-		data = appendOutcome(make([]byte, 0, 512+len(v.Key)+len(v.EventID)+len(v.Payload)), v)
-	case *envelope.State:
-		data = appendState(make([]byte, 0, 192+len(v.Key)+len(v.State)), v)
-	default:
-		var err error
-		if data, err = json.Marshal(v); err != nil {
-			ctx.Fail(fmt.Errorf("encoding %s record: %w", topic, err))
-		}
+	data, err := json.Marshal(v)
+	if err != nil {
+		ctx.Fail(fmt.Errorf("encoding %s record: %w", topic, err))
 	}
 	ctx.Emit(goka.Stream(topic), ctx.Key(), data)
 }

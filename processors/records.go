@@ -2,7 +2,6 @@ package processors
 
 import (
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/driftguard/driftguard/internal/envelope"
 )
@@ -61,7 +60,7 @@ func appendStringField(b []byte, sep byte, name, value string) []byte {
 	b = append(b, sep, '"')
 	b = append(b, name...)
 	b = append(b, '"', ':')
-	return appendJSONString(b, value)
+	return envelope.AppendJSONString(b, value, false)
 }
 
 func appendIntField(b []byte, name string, value int64) []byte {
@@ -69,53 +68,4 @@ func appendIntField(b []byte, name string, value int64) []byte {
 	b = append(b, name...)
 	b = append(b, '"', ':')
 	return strconv.AppendInt(b, value, 10)
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as a JSON string: quotes, backslashes and
-// control characters escaped, invalid UTF-8 replaced by U+FFFD, and U+2028
-// and U+2029 escaped for JavaScript readers, as encoding/json does.
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= utf8.RuneSelf {
-			r, size := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
-				b = append(b, s[start:i]...)
-				if r == utf8.RuneError {
-					b = append(b, `\ufffd`...)
-				} else {
-					b = append(b, `\u202`...)
-					b = append(b, hexDigits[r&0xf])
-				}
-				start = i + size
-			}
-			i += size
-			continue
-		}
-		if c >= 0x20 && c != '"' && c != '\\' {
-			i++
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-		}
-		i++
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }

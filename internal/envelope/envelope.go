@@ -56,11 +56,18 @@ func EscapePointer(token string) string {
 // when the stream has no event id pointer or the body lacks it (design §2:
 // fall back to the webhook-id header).
 func (d *Document) Extract(s *config.Stream, fallbackID string) (Fields, error) {
-	var f Fields
-	var err error
-	if f.Type, err = d.EventType(s); err != nil {
-		return f, err
+	eventType, err := d.EventType(s)
+	if err != nil {
+		return Fields{Type: eventType}, err
 	}
+	return d.ExtractTyped(s, eventType, fallbackID)
+}
+
+// ExtractTyped is Extract for a caller that has read the event's type
+// already, with EventType.
+func (d *Document) ExtractTyped(s *config.Stream, eventType, fallbackID string) (Fields, error) {
+	f := Fields{Type: eventType}
+	var err error
 	if f.Key, err = d.stringAt(s.KeyPointer(f.Type)); err != nil {
 		return f, err
 	}
@@ -137,6 +144,22 @@ func rfc3339Millis(v Value, pointer string) (int64, error) {
 		return 0, &FieldError{Pointer: pointer, Problem: "must be an RFC 3339 time"}
 	}
 	return t.UnixMilli(), nil
+}
+
+// OptionalString is the string at pointer, "" when the field is absent; a
+// field of another type is an error.
+func (d *Document) OptionalString(pointer string) (string, error) {
+	v, err := d.Lookup(pointer)
+	if isMissing(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if v.Kind() != KindString {
+		return "", &FieldError{Pointer: pointer, Problem: "must be a string"}
+	}
+	return v.Text(), nil
 }
 
 func isMissing(err error) bool {

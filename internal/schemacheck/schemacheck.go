@@ -421,15 +421,20 @@ func (x *number) cmp(b *bound) int {
 		}
 		return 0
 	}
+	return x.exact().Cmp(b.rat)
+}
+
+// exact parses the number as a rational, once.
+func (x *number) exact() *big.Rat {
 	if x.rat == nil {
 		x.rat = new(big.Rat)
 		if _, ok := x.rat.SetString(x.value.Text()); !ok {
 			// Not reachable for a literal the strict decoder accepted;
-			// compare as zero rather than panic.
+			// read as zero rather than panic.
 			x.rat.SetInt64(0)
 		}
 	}
-	return x.rat.Cmp(b.rat)
+	return x.rat
 }
 
 // isInteger reports whether the number's value is an integer, as the
@@ -438,6 +443,5 @@ func (x *number) isInteger() bool {
 	if _, ok := x.integer(); ok {
 		return true
 	}
-	r, ok := new(big.Rat).SetString(x.value.Text())
-	return ok && r.IsInt()
+	return x.exact().IsInt()
 }
