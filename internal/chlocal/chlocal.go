@@ -33,8 +33,9 @@ type Server struct {
 	dir  string
 	bin  string
 	cmd  *exec.Cmd
-	// done receives the process's exit, and is refilled when read.
-	done chan error
+	// exited is closed when the process has exited, with exitErr.
+	exited  chan struct{}
+	exitErr error
 }
 
 // ErrNotInstalled means no clickhouse-server binary was found.
@@ -107,8 +108,9 @@ func (s *Server) launch(ctx context.Context, timeout time.Duration) error {
 		logFile.Close()
 		return fmt.Errorf("starting %s: %w", s.bin, err)
 	}
-	s.cmd, s.done = cmd, make(chan error, 1)
-	go func() { s.done <- cmd.Wait(); logFile.Close() }()
+	exited := make(chan struct{})
+	s.cmd, s.exited = cmd, exited
+	go func() { s.exitErr = cmd.Wait(); logFile.Close(); close(exited) }()
 	deadline := time.Now().Add(timeout)
 	for {
 		conn, err := net.DialTimeout("tcp", s.Addr, 200*time.Millisecond)
@@ -117,9 +119,8 @@ func (s *Server) launch(ctx context.Context, timeout time.Duration) error {
 			return nil
 		}
 		select {
-		case err := <-s.done:
-			s.done <- err
-			return fmt.Errorf("clickhouse-server exited at start (%v); see %s", err, filepath.Join(s.dir, "log"))
+		case <-s.exited:
+			return fmt.Errorf("clickhouse-server exited at start (%v); see %s", s.exitErr, filepath.Join(s.dir, "log"))
 		case <-ctx.Done():
 			s.Kill()
 			return ctx.Err()
@@ -136,8 +137,7 @@ func (s *Server) launch(ctx context.Context, timeout time.Duration) error {
 // an outage; Restart brings it back on the same address and data.
 func (s *Server) Kill() {
 	_ = s.cmd.Process.Kill()
-	err := <-s.done
-	s.done <- err
+	<-s.exited
 }
 
 // Restart runs the server again after Kill.
@@ -149,8 +149,7 @@ func (s *Server) Restart(ctx context.Context, timeout time.Duration) error {
 func (s *Server) Stop() {
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-s.done:
-		s.done <- err
+	case <-s.exited:
 	case <-time.After(15 * time.Second):
 		s.Kill()
 	}

@@ -59,10 +59,11 @@ func Open(ctx context.Context, c config.ClickHouse) (driver.Conn, error) {
 	return conn, nil
 }
 
-// dialResetOnClose dials addr with a 5 s timeout; closing the connection,
-// or the process ending, resets it (see Open).
+// dialResetOnClose dials addr within ctx, which clickhouse-go bounds by its
+// DialTimeout; closing the connection, or the process ending, resets it
+// (see Open).
 func dialResetOnClose(ctx context.Context, addr string) (net.Conn, error) {
-	d := net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	d := net.Dialer{KeepAlive: 30 * time.Second}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err

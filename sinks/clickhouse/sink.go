@@ -432,20 +432,16 @@ func (s *Sink) load(ctx context.Context, tt tableTopic) error {
 		return fmt.Errorf("%s: reading the positions of %s: %w", tt.table, tt.topic, err)
 	}
 	defer rows.Close()
-	got := map[int32]int64{}
 	for rows.Next() {
 		var partition int32
 		var offset int64
 		if err := rows.Scan(&partition, &offset); err != nil {
 			return err
 		}
-		got[partition] = offset
+		s.raise(heldKey{tt.table, tt.topic, partition}, offset)
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("%s: reading the positions of %s: %w", tt.table, tt.topic, err)
-	}
-	for partition, offset := range got {
-		s.raise(heldKey{tt.table, tt.topic, partition}, offset)
 	}
 	s.heldMu.Lock()
 	s.loaded[tt] = true

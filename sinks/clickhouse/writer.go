@@ -18,8 +18,11 @@ type writer struct {
 	cur      *batch
 	spare    *batch
 	inflight *batch
-	done     chan error
-	flushAt  time.Time
+	// done is closed when the batch in flight has landed, or failed with
+	// err (only once ctx ended).
+	done    chan struct{}
+	err     error
+	flushAt time.Time
 }
 
 func (s *Sink) newWriter(commit func([]*kgo.Record)) *writer {
@@ -60,9 +63,10 @@ func (w *writer) flush(ctx context.Context) error {
 	}
 	b := w.cur
 	w.cur, w.spare, w.inflight = w.spare, nil, b
-	w.done = make(chan error, 1)
+	w.done = make(chan struct{})
 	go func() {
-		w.done <- w.s.untilDone(ctx, "inserting", func(retry bool) error { return w.s.flush(ctx, b, retry) })
+		w.err = w.s.untilDone(ctx, "inserting", func(retry bool) error { return w.s.flush(ctx, b, retry) })
+		close(w.done)
 	}()
 	return nil
 }
@@ -73,19 +77,17 @@ func (w *writer) settle(wait bool) error {
 	if w.inflight == nil {
 		return nil
 	}
-	var err error
 	if wait {
-		err = <-w.done
+		<-w.done
 	} else {
 		select {
-		case err = <-w.done:
+		case <-w.done:
 		default:
 			return nil
 		}
 	}
-	if err != nil {
-		w.done <- err // a later wait sees it too
-		return err
+	if w.err != nil {
+		return w.err
 	}
 	w.commit(w.inflight.lastRecords())
 	w.inflight.reset()
@@ -96,7 +98,6 @@ func (w *writer) settle(wait bool) error {
 // wait returns once no INSERT runs in the background.
 func (w *writer) wait() {
 	if w.inflight != nil {
-		err := <-w.done
-		w.done <- err
+		<-w.done
 	}
 }
