@@ -17,7 +17,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
-	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/processors"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
@@ -170,17 +169,7 @@ func newHistory(t *testing.T, ctx context.Context, brokers []string) *history {
 	t.Cleanup(h.cl.Close)
 
 	log := testenv.Logger(t)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- service.RunAll(runCtx, processors.NewService(cfg, brokers, "", log, nil), sinkch.New(cfg, brokers, h.conn, log, nil))
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("processors and sink: %v", err)
-		}
-	})
+	runServices(t, ctx, "processors and sink", processors.NewService(cfg, brokers, "", log, nil), sinkch.New(cfg, brokers, h.conn, log, nil))
 	return h
 }
 

@@ -84,22 +84,26 @@ func startPipeline(t *testing.T, brokers []string) *pipeline {
 	ops := telemetry.NewOps()
 	ing := ingest.NewService(cfg, brokers, log, ops)
 	ing.Listener = ln
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- service.RunAll(runCtx, ing,
-			processors.NewService(cfg, brokers, "", log, ops),
-			sinkch.New(cfg, brokers, conn, log, ops))
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("pipeline: %v", err)
-		}
-	})
+	runServices(t, ctx, "pipeline", ing,
+		processors.NewService(cfg, brokers, "", log, ops),
+		sinkch.New(cfg, brokers, conn, log, ops))
 	p := &pipeline{cfg: cfg, stream: stream, url: "http://" + ln.Addr().String(), ch: conn}
 	p.waitReady(t, ctx)
 	return p
+}
+
+// runServices runs svcs until the test ends, and fails the test if they
+// stopped with an error.
+func runServices(t testing.TB, ctx context.Context, what string, svcs ...service.Service) {
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- service.RunAll(runCtx, svcs...) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	})
 }
 
 // prepare gives the test a migrated ClickHouse database of its own, dropped

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -20,15 +18,12 @@ import (
 // the DLQ and driftguard.orphans, and no child is lost or decided twice.
 func TestOrdersLostAndFoundSurvivesSIGKILL(t *testing.T) {
 	ctx := testenv.Context(t, 90*time.Second)
-	dir := t.TempDir()
 
 	// A uniquely named copy of the orders stream with a short TTL, defined
 	// in a config file the way an operator would.
 	stream := testenv.UniqueName("orders")
 	const ttl = 4 * time.Second
-	configFile := filepath.Join(dir, "driftguard.yaml")
-	writeOrdersConfig(t, configFile, stream, ttl)
-	h := newProcessHarness(t, ctx, dir, configFile, stream)
+	h := newProcessHarness(t, ctx, "orders", stream, ordersConfig(stream, ttl))
 	proc := h.start("state")
 
 	child := func(id, parent string) []byte {
@@ -108,11 +103,10 @@ func dumpEvents(t *testing.T, conn driver.Conn, database, stream string) {
 	}
 }
 
-// writeOrdersConfig writes a config file defining stream as a copy of the
+// ordersConfig is a config file defining stream as a copy of the
 // shipped orders entry with the given TTL and a fast timer tick.
-func writeOrdersConfig(t *testing.T, path, stream string, ttl time.Duration) {
-	t.Helper()
-	yaml := fmt.Sprintf(`processing:
+func ordersConfig(stream string, ttl time.Duration) string {
+	return fmt.Sprintf(`processing:
   timer_tick: 200ms
 streams:
   %s:
@@ -131,7 +125,4 @@ streams:
       order.payment_received: streams/orders.child.schema.json
     limits: {partitions: 3}
 `, stream, ttl)
-	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }

@@ -18,7 +18,6 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
-	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
@@ -53,29 +52,55 @@ func newProcessRunner(t *testing.T, dir, configFile string, brokers []string, st
 	return &processRunner{t: t, configFile: configFile, streams: streams, brokers: brokers, bin: buildDriftguard(t), dir: dir}
 }
 
-func newProcessHarness(t *testing.T, ctx context.Context, dir, configFile, stream string) *processHarness {
+// newProcessHarness writes yaml as the operator's config file, defining
+// stream, and runs the sink for it into a database named after prefix.
+func newProcessHarness(t *testing.T, ctx context.Context, prefix, stream, yaml string) *processHarness {
 	t.Helper()
-	brokers := testenv.Kafka(t)
-	chAddr := testenv.ClickHouse(t)
-	cfg, err := config.Load(configFile, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Streams = map[string]*config.Stream{stream: cfg.Streams[stream]}
-	cfg.Kafka.Brokers = brokers
-	cfg.ClickHouse.Addr = chAddr
-	cfg.ClickHouse.Database = testenv.UniqueName("dg_" + strings.Split(stream, "_")[0])
+	dir := t.TempDir()
+	configFile := writeConfig(t, dir, yaml)
+	h := &processHarness{ctx: ctx, stream: stream}
+	h.cfg, h.conn, h.cl = loadOnServices(t, ctx, configFile, prefix, stream)
+	cfg, brokers := h.cfg, h.cfg.Kafka.Brokers
 	cfg.ClickHouse.BatchPeriod = 100 * time.Millisecond
-	h := &processHarness{ctx: ctx, cfg: cfg, stream: stream}
-	h.conn, h.cl = prepare(t, ctx, cfg, brokers)
-	t.Cleanup(h.cl.Close)
 
-	sinkCtx, stopSink := context.WithCancel(ctx)
-	sinkDone := make(chan error, 1)
-	go func() { sinkDone <- service.RunAll(sinkCtx, sinkch.New(cfg, brokers, h.conn, testenv.Logger(t), nil)) }()
-	t.Cleanup(func() { stopSink(); <-sinkDone })
+	runServices(t, ctx, "sink", sinkch.New(cfg, brokers, h.conn, testenv.Logger(t), nil))
 	h.processRunner = newProcessRunner(t, dir, configFile, brokers, stream)
 	return h
+}
+
+// writeConfig writes yaml as dir's config file and returns its path.
+func writeConfig(tb testing.TB, dir, yaml string) string {
+	tb.Helper()
+	configFile := filepath.Join(dir, "driftguard.yaml")
+	if err := os.WriteFile(configFile, []byte(yaml), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	return configFile
+}
+
+// loadOnServices loads the config file, kept to only the named streams
+// when there are any, pointed at the real broker and server, with a
+// migrated database of its own named after prefix and the streams' topics,
+// and returns a client of the broker closed at the end.
+func loadOnServices(tb testing.TB, ctx context.Context, configFile, prefix string, only ...string) (*config.Config, driver.Conn, *kgo.Client) {
+	tb.Helper()
+	cfg, err := config.Load(configFile, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if len(only) > 0 {
+		kept := map[string]*config.Stream{}
+		for _, name := range only {
+			kept[name] = cfg.Streams[name]
+		}
+		cfg.Streams = kept
+	}
+	cfg.Kafka.Brokers = testenv.Kafka(tb)
+	cfg.ClickHouse.Addr = testenv.ClickHouse(tb)
+	cfg.ClickHouse.Database = testenv.UniqueName("dg_" + prefix)
+	conn, cl := prepare(tb, ctx, cfg, cfg.Kafka.Brokers)
+	tb.Cleanup(cl.Close)
+	return cfg, conn, cl
 }
 
 // start runs `driftguard process` for the streams with its table storage in

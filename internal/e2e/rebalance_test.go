@@ -3,8 +3,6 @@ package e2e
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -18,14 +16,9 @@ import (
 // applied twice, and the final state is the ordered replay.
 func TestProcessorRebalanceLosesAndDoublesNothing(t *testing.T) {
 	ctx := testenv.Context(t, 3*time.Minute)
-	dir := t.TempDir()
 
 	stream := testenv.UniqueName("presence")
-	configFile := filepath.Join(dir, "driftguard.yaml")
-	if err := os.WriteFile(configFile, []byte("streams:\n"+presenceStreamYAML(stream)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	h := newProcessHarness(t, ctx, dir, configFile, stream)
+	h := newProcessHarness(t, ctx, "presence", stream, "streams:\n"+presenceStreamYAML(stream))
 
 	// 60 users, each a shuffled, partly duplicated version history.
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -129,26 +128,11 @@ type sinkHarness struct {
 // to its successor after 6 s).
 func newSinkHarness(tb testing.TB, ctx context.Context, prefix, clickhouse string) *sinkHarness {
 	tb.Helper()
-	dir := tb.TempDir()
 	stream := testenv.UniqueName(prefix)
-	configFile := filepath.Join(dir, "driftguard.yaml")
 	yaml := fmt.Sprintf("clickhouse:\n%s  consumer_group: %s\n  session_timeout: 6s\nstreams:\n", clickhouse, stream+"-sink") +
 		presenceStreamYAML(stream)
-	if err := os.WriteFile(configFile, []byte(yaml), 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	brokers := testenv.Kafka(tb)
-	cfg, err := config.Load(configFile, nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cfg.Kafka.Brokers = brokers
-	cfg.ClickHouse.Addr = testenv.ClickHouse(tb)
-	cfg.ClickHouse.Database = testenv.UniqueName("dg_" + prefix)
-	h := &sinkHarness{tb: tb, ctx: ctx, cfg: cfg, configFile: configFile, stream: stream}
-	h.conn, h.cl = prepare(tb, ctx, cfg, brokers)
-	tb.Cleanup(h.cl.Close)
-	h.bin = buildDriftguard(tb)
+	h := &sinkHarness{tb: tb, ctx: ctx, configFile: writeConfig(tb, tb.TempDir(), yaml), stream: stream, bin: buildDriftguard(tb)}
+	h.cfg, h.conn, h.cl = loadOnServices(tb, ctx, h.configFile, prefix)
 	return h
 }
 
