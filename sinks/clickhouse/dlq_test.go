@@ -2,7 +2,6 @@ package clickhouse_test
 
 import (
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -30,7 +29,7 @@ func TestSinkArchivesDeadLettersAndOrphans(t *testing.T) {
 		Detail: "not JSON", AtMs: 1_700_000_000_500, Payload: []byte("garbage")}
 	records := []any{orphan, poison}
 	for attempt := range 2 {
-		sink := sinkch.New(cfg, nil, conn, slog.New(slog.DiscardHandler), nil)
+		sink := quietSink(cfg, conn)
 		recs := make([]*kgo.Record, 0, len(records))
 		for i, v := range records {
 			recs = append(recs, record(t, dlq, 2, int64(10+i), v))

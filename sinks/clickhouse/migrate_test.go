@@ -2,16 +2,17 @@ package clickhouse_test
 
 import (
 	"context"
-	"github.com/driftguard/driftguard/internal/kafka"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"io/fs"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/schemas"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
@@ -222,6 +223,35 @@ func migratedDatabase(t testing.TB, ctx context.Context) (driver.Conn, *config.C
 	}
 	cfg.ClickHouse = c
 	return conn, cfg
+}
+
+// quietSink is a sink of cfg writing through conn, logging nothing.
+func quietSink(cfg *config.Config, conn driver.Conn) *sinkch.Sink {
+	return sinkch.New(cfg, nil, conn, slog.New(slog.DiscardHandler), nil)
+}
+
+// migrateBelow creates the database and runs every migration below
+// version, as an older release left it, and returns the migrations.
+func migrateBelow(t testing.TB, ctx context.Context, conn driver.Conn, database string, version int) []sinkch.Migration {
+	t.Helper()
+	migrations, err := sinkch.Migrations(database)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+database); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migrations {
+		if m.Version >= version {
+			break
+		}
+		for _, stmt := range m.Statements {
+			if err := conn.Exec(ctx, stmt); err != nil {
+				t.Fatalf("migration %d: %v\n%s", m.Version, err, stmt)
+			}
+		}
+	}
+	return migrations
 }
 
 // withFakeBroker points cfg at a fresh embedded broker (so the sink's fixed

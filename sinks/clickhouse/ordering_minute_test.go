@@ -23,10 +23,6 @@ const orderingVersion = 3
 func TestOrderingMinuteBackfillsOnceAndCountsEveryBlock(t *testing.T) {
 	conn, c := openTestDatabase(t)
 	ctx := testenv.Context(t, time.Minute)
-	migrations, err := sinkch.Migrations(c.Database)
-	if err != nil {
-		t.Fatal(err)
-	}
 	exec := func(stmt string) {
 		t.Helper()
 		if err := conn.Exec(ctx, stmt); err != nil {
@@ -34,15 +30,9 @@ func TestOrderingMinuteBackfillsOnceAndCountsEveryBlock(t *testing.T) {
 		}
 	}
 	// The database as the migrations before ordering_minute left it.
-	exec("CREATE DATABASE IF NOT EXISTS " + c.Database)
 	var backfill string
-	for _, m := range migrations {
-		switch {
-		case m.Version < orderingVersion:
-			for _, stmt := range m.Statements {
-				exec(stmt)
-			}
-		case m.Version == orderingVersion:
+	for _, m := range migrateBelow(t, ctx, conn, c.Database, orderingVersion) {
+		if m.Version == orderingVersion {
 			// Its table, and a backfill interrupted after stream a.
 			exec(m.Statements[0])
 			backfill = m.Statements[1]

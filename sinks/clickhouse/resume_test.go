@@ -103,23 +103,7 @@ func TestSinkRestartAfterInsertBeforeCommitDoesNotDoubleRows(t *testing.T) {
 func TestPositionsMigrationHonoursEarlierRows(t *testing.T) {
 	ctx := testenv.Context(t, time.Minute)
 	conn, c := openTestDatabase(t)
-	migrations, err := sinkch.Migrations(c.Database)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+c.Database); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range migrations {
-		if m.Version >= 4 {
-			break
-		}
-		for _, stmt := range m.Statements {
-			if err := conn.Exec(ctx, stmt); err != nil {
-				t.Fatalf("migration %d: %v", m.Version, err)
-			}
-		}
-	}
+	migrateBelow(t, ctx, conn, c.Database, 4)
 	outcomes := topics.For("presence").Outcomes
 	outcome := func(offset int64) *kgo.Record {
 		return record(t, outcomes, 1, offset, envelope.Outcome{Stream: "presence", Key: "alice",
@@ -161,7 +145,7 @@ func TestPositionsMigrationHonoursEarlierRows(t *testing.T) {
 	for offset := int64(3); offset <= 7; offset++ {
 		again = append(again, outcome(offset))
 	}
-	if err := sinkch.New(cfg, nil, conn, slog.New(slog.DiscardHandler), nil).Insert(ctx, again); err != nil {
+	if err := quietSink(cfg, conn).Insert(ctx, again); err != nil {
 		t.Fatal(err)
 	}
 	var rows, positions uint64
@@ -278,7 +262,7 @@ func presenceOutcomes(t *testing.T, key string, partition int32, from, to int64)
 func sinkOverDatabase(t *testing.T) (context.Context, func() *sinkch.Sink, func() uint64) {
 	ctx := testenv.Context(t, time.Minute)
 	conn, cfg := migratedDatabase(t, ctx)
-	newSink := func() *sinkch.Sink { return sinkch.New(cfg, nil, conn, slog.New(slog.DiscardHandler), nil) }
+	newSink := func() *sinkch.Sink { return quietSink(cfg, conn) }
 	return ctx, newSink, func() uint64 {
 		var n uint64
 		if err := conn.QueryRow(ctx, "SELECT count() FROM "+cfg.ClickHouse.Database+".events").Scan(&n); err != nil {
@@ -299,7 +283,7 @@ func TestRetryFindsLandedRowsWhosePositionWasLost(t *testing.T) {
 	ctx := testenv.Context(t, time.Minute)
 	conn, cfg := migratedDatabase(t, ctx)
 	db := cfg.ClickHouse.Database
-	newSink := func() *sinkch.Sink { return sinkch.New(cfg, nil, conn, slog.New(slog.DiscardHandler), nil) }
+	newSink := func() *sinkch.Sink { return quietSink(cfg, conn) }
 	var records []*kgo.Record
 	records = append(records, presenceOutcomes(t, "dave", 0, 0, 5)...)
 	records = append(records, presenceOutcomes(t, "erin", 3, 7, 9)...)
@@ -366,7 +350,7 @@ func TestRetryResendsRowsThatLandedInPart(t *testing.T) {
 	ctx := testenv.Context(t, time.Minute)
 	conn, cfg := migratedDatabase(t, ctx)
 	db := cfg.ClickHouse.Database
-	newSink := func() *sinkch.Sink { return sinkch.New(cfg, nil, conn, slog.New(slog.DiscardHandler), nil) }
+	newSink := func() *sinkch.Sink { return quietSink(cfg, conn) }
 	records := presenceOutcomes(t, "frank", 0, 0, 5)
 	retrying := newSink()
 	pending, err := retrying.Gather(ctx, records)

@@ -3,7 +3,6 @@ package clickhouse_test
 import (
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	"github.com/driftguard/driftguard/internal/envelope"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
-	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
 )
 
 func record(t *testing.T, topic string, partition int32, offset int64, value any) *kgo.Record {
@@ -43,7 +41,7 @@ func state(key string, version int64, presence string) envelope.State {
 func TestSinkInsertWritesOutcomesAndLatestState(t *testing.T) {
 	ctx := testenv.Context(t, time.Minute)
 	conn, cfg := migratedDatabase(t, ctx)
-	sink := sinkch.New(cfg, nil, conn, slog.New(slog.DiscardHandler), nil)
+	sink := quietSink(cfg, conn)
 	names := topics.For("presence")
 
 	applied := envelope.Outcome{
