@@ -35,18 +35,7 @@ func BenchmarkProcessorAgainstRawConsumer(b *testing.B) {
 	for range b.N {
 		s := presence(b)
 		s.Name = testenv.UniqueName("bench")
-		cfg, err := config.Default()
-		if err != nil {
-			b.Fatal(err)
-		}
-		cfg.Streams = map[string]*config.Stream{s.Name: s}
-		cl, err := kafka.NewClient(brokers, kgo.ProducerLinger(5*time.Millisecond))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := kafka.EnsureTopics(ctx, cl, cfg, true); err != nil {
-			b.Fatal(err)
-		}
+		cl := streamTopics(b, ctx, brokers, s, kgo.ProducerLinger(5*time.Millisecond))
 		in := topics.For(s.Name).In
 		for i := range benchEvents {
 			user := fmt.Sprintf("user-%d", i%5000)

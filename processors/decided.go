@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"iter"
 	"slices"
 
 	"github.com/driftguard/driftguard/internal/envelope"
@@ -68,17 +69,41 @@ func logHeader(raw []byte, pos int) (end, rest int, dOffset, dAt int64, err erro
 	return end, start + k1 + k2, dOffset, dAt, nil
 }
 
+// logEntry is one remembered input: its offset and at_ms, and where its
+// replay starts (rest) and its bytes end.
+type logEntry struct {
+	offset, at int64
+	rest, end  int
+}
+
+// entries walks the inputs of raw, oldest first, ending with the error of
+// a damaged header.
+func entries(raw []byte) iter.Seq2[logEntry, error] {
+	return func(yield func(logEntry, error) bool) {
+		var e logEntry
+		for pos := 0; pos < len(raw); pos = e.end {
+			end, rest, dOffset, dAt, err := logHeader(raw, pos)
+			if err != nil {
+				yield(logEntry{}, err)
+				return
+			}
+			e = logEntry{offset: e.offset + dOffset, at: e.at + dAt, rest: rest, end: end}
+			if !yield(e, nil) {
+				return
+			}
+		}
+	}
+}
+
 // readDecidedLog takes a stored memory, checking its inputs' headers.
 func readDecidedLog(raw []byte) (decidedLog, error) {
 	l := decidedLog{raw: raw}
-	for pos := 0; pos < len(raw); l.n++ {
-		end, _, dOffset, dAt, err := logHeader(raw, pos)
+	for e, err := range entries(raw) {
 		if err != nil {
 			return decidedLog{}, err
 		}
-		l.lastOffset += dOffset
-		l.lastAt += dAt
-		pos = end
+		l.n++
+		l.lastOffset, l.lastAt = e.offset, e.at
 	}
 	return l, nil
 }
@@ -101,17 +126,15 @@ func (l *decidedLog) add(in *DecidedInput) error {
 // forget cuts the inputs before offset committed off the front, and the
 // oldest beyond keep.
 func (l *decidedLog) forget(committed int64, keep int) {
-	var pos, drop, end, rest int
-	var offset, at int64
-	for ; drop < l.n; drop++ {
-		var dOffset, dAt int64
-		end, rest, dOffset, dAt, _ = logHeader(l.raw, pos) // checked when read
-		offset += dOffset
-		at += dAt
-		if offset >= committed && l.n-drop <= keep {
+	var drop int
+	var kept logEntry // the first input left
+	// The headers were checked when the memory was read.
+	for e := range entries(l.raw) {
+		if e.offset >= committed && l.n-drop <= keep {
+			kept = e
 			break
 		}
-		pos = end
+		drop++
 	}
 	switch {
 	case drop == 0:
@@ -120,12 +143,12 @@ func (l *decidedLog) forget(committed int64, keep int) {
 	default:
 		// The first input left is written relative to 0 instead of the
 		// one dropped before it.
-		first := binary.AppendVarint(nil, offset)
-		first = binary.AppendVarint(first, at)
-		first = append(first, l.raw[rest:end]...)
-		raw := make([]byte, 0, binary.MaxVarintLen64+len(first)+len(l.raw)-end+32)
+		first := binary.AppendVarint(nil, kept.offset)
+		first = binary.AppendVarint(first, kept.at)
+		first = append(first, l.raw[kept.rest:kept.end]...)
+		raw := make([]byte, 0, binary.MaxVarintLen64+len(first)+len(l.raw)-kept.end+32)
 		raw = append(binary.AppendUvarint(raw, uint64(len(first))), first...)
-		l.raw = append(raw, l.raw[end:]...)
+		l.raw = append(raw, l.raw[kept.end:]...)
 		l.n -= drop
 	}
 }
@@ -133,39 +156,29 @@ func (l *decidedLog) forget(committed int64, keep int) {
 // inputs decodes the whole memory.
 func (l decidedLog) inputs() ([]DecidedInput, error) {
 	var out []DecidedInput
-	var offset, at int64
-	for pos := 0; pos < len(l.raw); {
-		end, rest, dOffset, dAt, err := logHeader(l.raw, pos)
+	for e, err := range entries(l.raw) {
 		if err != nil {
 			return nil, err
 		}
-		offset += dOffset
-		at += dAt
-		in, err := decodeDecidedBody(l.raw[rest:end], offset, at)
+		in, err := decodeDecidedBody(l.raw[e.rest:e.end], e.offset, e.at)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, in)
-		pos = end
 	}
 	return out, nil
 }
 
 // find decodes the input at offset, if remembered.
 func (l decidedLog) find(offset int64) (DecidedInput, bool, error) {
-	var at, o int64
-	for pos := 0; pos < len(l.raw); {
-		end, rest, dOffset, dAt, err := logHeader(l.raw, pos)
+	for e, err := range entries(l.raw) {
 		if err != nil {
 			return DecidedInput{}, false, err
 		}
-		o += dOffset
-		at += dAt
-		if o == offset {
-			in, err := decodeDecidedBody(l.raw[rest:end], o, at)
+		if e.offset == offset {
+			in, err := decodeDecidedBody(l.raw[e.rest:e.end], e.offset, e.at)
 			return in, err == nil, err
 		}
-		pos = end
 	}
 	return DecidedInput{}, false, nil
 }

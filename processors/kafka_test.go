@@ -95,12 +95,7 @@ func TestProducerIsSafeAndCopartitioned(t *testing.T) {
 		t.Error("idempotent writes are off")
 	}
 	topic := testenv.UniqueName("producer")
-	admin, err := kafka.NewClient(brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	if _, err := kadm.NewClient(admin).CreateTopic(ctx, 6, 1, nil, topic); err != nil {
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 6, 1, nil, topic); err != nil {
 		t.Fatal(err)
 	}
 	type result struct {

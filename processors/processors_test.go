@@ -47,17 +47,14 @@ func outcomes(t *testing.T, qt *tester.QueueTracker) []envelope.Outcome {
 func records[T any](t *testing.T, qt *tester.QueueTracker) []T {
 	t.Helper()
 	var out []T
-	for {
-		_, raw, ok := qt.NextRaw()
-		if !ok {
-			return out
-		}
+	for _, raw := range rawRecords(qt) {
 		var v T
 		if err := json.Unmarshal(raw, &v); err != nil {
 			t.Fatalf("record %s: %v", raw, err)
 		}
 		out = append(out, v)
 	}
+	return out
 }
 
 func TestProcessorPresenceOutcomesAndState(t *testing.T) {

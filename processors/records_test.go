@@ -47,14 +47,7 @@ func sameAsEncodingJSON(t *rapid.T, v any, hand []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var a, b map[string]any
-	if err := json.Unmarshal(hand, &a); err != nil {
-		t.Fatalf("hand-encoded %s: %v", hand, err)
-	}
-	if err := json.Unmarshal(want, &b); err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(a, b) {
+	if !sameJSON(t, hand, want) {
 		t.Fatalf("hand-encoded %s\nencoding/json %s", hand, want)
 	}
 }

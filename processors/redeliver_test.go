@@ -14,9 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"pgregory.net/rapid"
 
-	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
-	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
 )
@@ -121,13 +119,7 @@ type crashOutputs struct{ outcomes, states, deadLetters, replays [][]byte }
 func drain(qts ...*tester.QueueTracker) crashOutputs {
 	var got [4][][]byte
 	for i, qt := range qts {
-		for {
-			_, raw, ok := qt.NextRaw()
-			if !ok {
-				break
-			}
-			got[i] = append(got[i], raw)
-		}
+		got[i] = rawRecords(qt)
 	}
 	return crashOutputs{got[0], got[1], got[2], got[3]}
 }
@@ -261,19 +253,8 @@ func TestRedeliveryMemoryForgetsCommittedInputs(t *testing.T) {
 	s := presence(t)
 	s.Name = testenv.UniqueName("forget")
 	s.Limits.Partitions = 1
-	cfg, err := config.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Streams = map[string]*config.Stream{s.Name: s}
-	cl, err := kafka.NewClient(brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := streamTopics(t, ctx, brokers, s)
 	defer cl.Close()
-	if _, err := kafka.EnsureTopics(ctx, cl, cfg, true); err != nil {
-		t.Fatal(err)
-	}
 	in := topics.For(s.Name).In
 	produce := func(version int64) {
 		body := presenceBody(fmt.Sprint("e", version), "alice", version, "ONLINE")

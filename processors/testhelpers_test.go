@@ -1,12 +1,17 @@
 package processors
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"testing"
 
+	"github.com/lovoo/goka/tester"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"pgregory.net/rapid"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/kafka"
 )
 
 // seen reports whether id is in the row's recent-ids memory.
@@ -54,4 +59,36 @@ func redeliveries(t *rapid.T, ev Event) []Event {
 		out = append(out, retry)
 	}
 	return out
+}
+
+// streamTopics creates the topics of stream s on the brokers and returns a
+// client of them, with opts, for the caller to close.
+func streamTopics(t testing.TB, ctx context.Context, brokers []string, s *config.Stream, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cfg, err := config.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Streams = map[string]*config.Stream{s.Name: s}
+	cl, err := kafka.NewClient(brokers, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kafka.EnsureTopics(ctx, cl, cfg, true); err != nil {
+		cl.Close()
+		t.Fatal(err)
+	}
+	return cl
+}
+
+// rawRecords takes every record left on a tracker.
+func rawRecords(qt *tester.QueueTracker) [][]byte {
+	var out [][]byte
+	for {
+		_, raw, ok := qt.NextRaw()
+		if !ok {
+			return out
+		}
+		out = append(out, raw)
+	}
 }
