@@ -11,7 +11,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/driftguard/driftguard/internal/config"
-	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/testenv"
 )
 
 // seen reports whether id is in the row's recent-ids memory.
@@ -70,15 +70,7 @@ func streamTopics(t testing.TB, ctx context.Context, brokers []string, s *config
 		t.Fatal(err)
 	}
 	cfg.Streams = map[string]*config.Stream{s.Name: s}
-	cl, err := kafka.NewClient(brokers, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kafka.EnsureTopics(ctx, cl, cfg, true); err != nil {
-		cl.Close()
-		t.Fatal(err)
-	}
-	return cl
+	return testenv.Topics(t, ctx, cfg, brokers, opts...)
 }
 
 // rawRecords takes every record left on a tracker.

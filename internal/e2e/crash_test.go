@@ -63,7 +63,7 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 	configFile := filepath.Join(dir, "driftguard.yaml")
 	cfg := writeCatalogueCopies(t, configFile, names)
 	cfg.Kafka.Brokers = brokers
-	cl := ensureTopics(t, ctx, cfg, brokers)
+	cl := testenv.Topics(t, ctx, cfg, brokers)
 	defer cl.Close()
 	runner := newProcessRunner(t, dir, configFile, brokers, cfg.StreamNames()...)
 	out := newOutputReader(t, brokers, names)

@@ -20,7 +20,6 @@ import (
 	"github.com/driftguard/driftguard/ingest"
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/devmode"
-	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/testenv"
@@ -121,22 +120,7 @@ func prepare(t testing.TB, ctx context.Context, cfg *config.Config, brokers []st
 	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse.Database, nil); err != nil {
 		t.Fatal(err)
 	}
-	return conn, ensureTopics(t, ctx, cfg, brokers)
-}
-
-// ensureTopics creates the configured streams' topics and returns a client
-// of the broker.
-func ensureTopics(t testing.TB, ctx context.Context, cfg *config.Config, brokers []string) *kgo.Client {
-	t.Helper()
-	cl, err := kafka.NewClient(brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kafka.EnsureTopics(ctx, cl, cfg, true); err != nil {
-		cl.Close()
-		t.Fatal(err)
-	}
-	return cl
+	return conn, testenv.Topics(t, ctx, cfg, brokers)
 }
 
 func (p *pipeline) waitReady(t *testing.T, ctx context.Context) {

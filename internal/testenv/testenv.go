@@ -19,6 +19,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/kafka"
 )
 
 // Environment variables the test task sets.
@@ -124,4 +128,19 @@ func ProcessCPU(t testing.TB) time.Duration {
 		t.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// Topics creates the topics of cfg's streams on the brokers and returns a
+// client of the brokers, with opts, for the caller to close.
+func Topics(t testing.TB, ctx context.Context, cfg *config.Config, brokers []string, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kafka.NewClient(brokers, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kafka.EnsureTopics(ctx, cl, cfg, true); err != nil {
+		cl.Close()
+		t.Fatal(err)
+	}
+	return cl
 }
