@@ -42,7 +42,7 @@ type Sink struct {
 	// one of its partitions is seen (loaded records which topics were read).
 	heldMu sync.Mutex
 	held   map[heldKey]int64
-	loaded map[tableTopic]bool
+	loaded map[string]bool
 	// failing is set while inserts fail; /readyz reports it.
 	failing atomic.Bool
 }
@@ -52,8 +52,6 @@ type heldKey struct {
 	topic     string
 	partition int32
 }
-
-type tableTopic struct{ table, topic string }
 
 type topicKind int
 
@@ -73,7 +71,7 @@ var tablesOf = map[topicKind][]string{
 // New builds the sink. conn must reach a migrated database; ops may be nil.
 func New(cfg *config.Config, brokers []string, conn driver.Conn, log *slog.Logger, ops *telemetry.Ops) *Sink {
 	s := &Sink{cfg: cfg, brokers: brokers, conn: conn, log: log, ops: ops, kinds: map[string]topicKind{},
-		held: map[heldKey]int64{}, loaded: map[tableTopic]bool{}, metrics: newMetrics(ops)}
+		held: map[heldKey]int64{}, loaded: map[string]bool{}, metrics: newMetrics(ops)}
 	for _, name := range cfg.StreamNames() {
 		n := topics.For(name)
 		s.kinds[n.Outcomes] = outcomesTopic
@@ -264,10 +262,8 @@ func (s *Sink) add(ctx context.Context, b *batch, records []*kgo.Record) error {
 		if i > 0 && r.Topic == records[i-1].Topic {
 			continue
 		}
-		for _, table := range tablesOf[s.kinds[r.Topic]] {
-			if err := s.load(ctx, tableTopic{table, r.Topic}); err != nil {
-				return err
-			}
+		if err := s.load(ctx, r.Topic); err != nil {
+			return err
 		}
 	}
 	// A poll returns each partition's records together: positions are
@@ -406,9 +402,9 @@ func (s *Sink) reload(ctx context.Context, blk *block) error {
 			topic = strings.Clone(topic) // kept in loaded; the column's buffer is reused
 			seen[topic] = true
 			s.heldMu.Lock()
-			delete(s.loaded, tableTopic{blk.table, topic})
+			delete(s.loaded, topic)
 			s.heldMu.Unlock()
-			if err := s.load(ctx, tableTopic{blk.table, topic}); err != nil {
+			if err := s.load(ctx, topic); err != nil {
 				return err
 			}
 		}
@@ -416,35 +412,37 @@ func (s *Sink) reload(ctx context.Context, blk *block) error {
 	return nil
 }
 
-// load reads, unless known, the positions a table holds of every partition
-// of a topic: sink_positions keeps a handful of rows per partition (one per
-// unmerged part), so this is cheap however large the table is.
-func (s *Sink) load(ctx context.Context, tt tableTopic) error {
+// load reads, unless known, the positions every table holds of every
+// partition of a topic, in one query (a DLQ topic feeds two tables):
+// sink_positions keeps a handful of rows per table and partition (one per
+// unmerged part), so this is cheap however large the tables are.
+func (s *Sink) load(ctx context.Context, topic string) error {
 	s.heldMu.Lock()
-	known := s.loaded[tt]
+	known := s.loaded[topic]
 	s.heldMu.Unlock()
 	if known {
 		return nil
 	}
-	rows, err := s.conn.Query(ctx, "SELECT `partition`, max(max_offset) FROM "+s.cfg.ClickHouse.Database+
-		".sink_positions WHERE table_name = ? AND `topic` = ? GROUP BY `partition`", tt.table, tt.topic)
+	rows, err := s.conn.Query(ctx, "SELECT table_name, `partition`, max(max_offset) FROM "+s.cfg.ClickHouse.Database+
+		".sink_positions WHERE `topic` = ? GROUP BY table_name, `partition`", topic)
 	if err != nil {
-		return fmt.Errorf("%s: reading the positions of %s: %w", tt.table, tt.topic, err)
+		return fmt.Errorf("reading the positions of %s: %w", topic, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var partition int32
+		var k heldKey
 		var offset int64
-		if err := rows.Scan(&partition, &offset); err != nil {
+		if err := rows.Scan(&k.table, &k.partition, &offset); err != nil {
 			return err
 		}
-		s.raise(heldKey{tt.table, tt.topic, partition}, offset)
+		k.topic = topic
+		s.raise(k, offset)
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("%s: reading the positions of %s: %w", tt.table, tt.topic, err)
+		return fmt.Errorf("reading the positions of %s: %w", topic, err)
 	}
 	s.heldMu.Lock()
-	s.loaded[tt] = true
+	s.loaded[topic] = true
 	s.heldMu.Unlock()
 	return nil
 }
@@ -547,9 +545,9 @@ func (s *Sink) forget(partitions map[string][]int32) {
 			delete(s.held, k)
 		}
 	}
-	for tt := range s.loaded {
-		if len(partitions[tt.topic]) > 0 {
-			delete(s.loaded, tt)
+	for topic := range s.loaded {
+		if len(partitions[topic]) > 0 {
+			delete(s.loaded, topic)
 		}
 	}
 	s.metrics.forgetLag(partitions)
