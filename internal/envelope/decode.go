@@ -410,10 +410,12 @@ func (p *parser) number() error {
 	if !p.consume('0') && !p.digits() {
 		return p.syntaxError("in a number")
 	}
-	if p.consume('.') && !p.digits() {
+	fraction := p.consume('.')
+	if fraction && !p.digits() {
 		return p.syntaxError("after the decimal point of a number")
 	}
-	if p.consume('e') || p.consume('E') {
+	exponent := p.consume('e') || p.consume('E')
+	if exponent {
 		if !p.consume('+') {
 			p.consume('-')
 		}
@@ -421,11 +423,11 @@ func (p *parser) number() error {
 			return p.syntaxError("in the exponent of a number")
 		}
 	}
-	literal := p.text[start:p.pos]
-	if problem := numberProblem(literal); problem != "" {
+	literal, integer := p.text[start:p.pos], !fraction && !exponent
+	if problem := numberProblem(literal, integer); problem != "" {
 		return &FieldError{Problem: problem}
 	}
-	p.scalar(KindNumber, int32(start), int32(p.pos))
+	p.scalar(KindNumber, int32(start), int32(p.pos)).truth = integer
 	return nil
 }
 
@@ -494,12 +496,13 @@ func within(err error, token string) error {
 }
 
 // numberProblem says why a float64 reader would change a number literal,
-// or returns "" when it would not.
-func numberProblem(literal string) string {
+// an integer one when it has neither fraction nor exponent, or returns ""
+// when it would not.
+func numberProblem(literal string, integer bool) string {
 	if len(literal) > maxNumberLength {
 		return problemTooLong
 	}
-	if isIntegerLiteral(literal) {
+	if integer {
 		if _, ok := parseExactInteger(literal); !ok {
 			return problemInexactInteger
 		}
@@ -517,17 +520,6 @@ func numberProblem(literal string) string {
 		return problemTooSmall
 	}
 	return ""
-}
-
-// isIntegerLiteral reports whether a number literal has neither a fraction
-// nor an exponent.
-func isIntegerLiteral(literal string) bool {
-	for i := 0; i < len(literal); i++ {
-		if c := literal[i]; c == '.' || c == 'e' || c == 'E' {
-			return false
-		}
-	}
-	return true
 }
 
 // parseExactInteger parses an integer literal within ±(2^53−1).

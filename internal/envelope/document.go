@@ -38,9 +38,10 @@ type Document struct {
 // written once each, and small ones copy in plain moves.
 type token struct {
 	kind Kind
-	// truth is a boolean's value; escaped says a string is unescaped[a]
-	// rather than text[a:b]; ascii says a string is all ASCII, which
-	// spares most case-folding comparisons of keys.
+	// truth is a boolean's value, and for a number whether its literal is
+	// an integer (neither fraction nor exponent); escaped says a string is
+	// unescaped[a] rather than text[a:b]; ascii says a string is all
+	// ASCII, which spares most case-folding comparisons of keys.
 	truth, escaped, ascii bool
 	// A string's content or a number's literal is text[a:b]. A container
 	// holds a members or items, and b is the index of the token after it
@@ -139,7 +140,7 @@ func (v Value) Text() string {
 // exponent; ok is false for any other value. Parse admits such literals
 // only within ±(2^53−1), so each of a Document's has its value.
 func (v Value) Int() (n int64, ok bool) {
-	if v.Kind() != KindNumber || !isIntegerLiteral(v.Text()) {
+	if v.Kind() != KindNumber || !v.doc.tokens[v.i].truth {
 		return 0, false
 	}
 	return parseExactInteger(v.Text())

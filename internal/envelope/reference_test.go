@@ -77,7 +77,7 @@ func referenceValue(dec *json.Decoder, tok json.Token, pointer string, depth int
 		next() // }
 		return obj, nil
 	case json.Number:
-		if problem := numberProblem(t.String()); problem != "" {
+		if problem := numberProblem(t.String(), !strings.ContainsAny(t.String(), ".eE")); problem != "" {
 			return nil, &FieldError{Pointer: pointer, Problem: problem}
 		}
 	}

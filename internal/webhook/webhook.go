@@ -64,12 +64,10 @@ func (k *Key) finish(s *keyState, dst []byte) []byte {
 	return dst
 }
 
-// Sign appends HMAC-SHA256 over the parts, in order, to dst.
-func (k *Key) Sign(dst []byte, parts ...[]byte) []byte {
+// Sign appends HMAC-SHA256 over body to dst.
+func (k *Key) Sign(dst, body []byte) []byte {
 	s := k.state()
-	for _, p := range parts {
-		s.mac.Write(p)
-	}
+	s.mac.Write(body)
 	return k.finish(s, dst)
 }
 
