@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/driftguard/driftguard/internal/config"
-	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 )
 
@@ -300,7 +300,7 @@ func TestBrokerPauseAndResume(t *testing.T) {
 	}
 	where := map[string][]place{}
 	for _, r := range records {
-		id := headerMap(t, r)[envelope.HeaderEventID]
+		id := headerMap(t, r)[record.HeaderEventID]
 		where[id] = append(where[id], place{r.Partition, r.Offset})
 	}
 	landed503 := 0

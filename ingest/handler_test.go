@@ -24,6 +24,7 @@ import (
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
 	"github.com/driftguard/driftguard/internal/partition"
+	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 )
 
@@ -163,7 +164,7 @@ func TestHandlerStatuses(t *testing.T) {
 	var gotIDs, wantIDs []string
 	at := map[[2]int64]*kgo.Record{}
 	for _, r := range records {
-		gotIDs = append(gotIDs, headerMap(t, r)[envelope.HeaderEventID])
+		gotIDs = append(gotIDs, headerMap(t, r)[record.HeaderEventID])
 		at[[2]int64{int64(r.Partition), r.Offset}] = r
 	}
 	for _, a := range accepted {
@@ -232,11 +233,11 @@ func checkRecord(t *testing.T, rec *kgo.Record, a acceptedDelivery, stream *conf
 		t.Errorf("event %s: partition %d, want %d for key %q", a.reply.EventID, rec.Partition, want, rec.Key)
 	}
 	want := map[string]string{
-		envelope.HeaderStream:     "presence",
-		envelope.HeaderEventID:    a.reply.EventID,
-		envelope.HeaderType:       "presence.changed",
-		envelope.HeaderReceivedAt: strconv.FormatInt(testNow.UnixMilli(), 10),
-		envelope.HeaderScheme:     config.SchemeStandardWebhooks,
+		record.HeaderStream:     "presence",
+		record.HeaderEventID:    a.reply.EventID,
+		record.HeaderType:       "presence.changed",
+		record.HeaderReceivedAt: strconv.FormatInt(testNow.UnixMilli(), 10),
+		record.HeaderScheme:     config.SchemeStandardWebhooks,
 	}
 	if got := headerMap(t, rec); !maps.Equal(got, want) {
 		t.Errorf("event %s: headers %v, want %v", a.reply.EventID, got, want)
@@ -355,7 +356,7 @@ func TestBrokerWithoutAckIs503(t *testing.T) {
 			restore()
 			var ids []string
 			for _, rec := range readTopic(t, brokers, presenceIn) {
-				ids = append(ids, headerMap(t, rec)[envelope.HeaderEventID])
+				ids = append(ids, headerMap(t, rec)[record.HeaderEventID])
 			}
 			if !slices.Equal(ids, want) {
 				t.Errorf("%s holds %q, want only %q, accepted before the failure", presenceIn, ids, want)

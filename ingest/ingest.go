@@ -25,6 +25,7 @@ import (
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
 	"github.com/driftguard/driftguard/internal/schemacheck"
+	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/topics"
 )
 
@@ -96,9 +97,7 @@ func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Han
 		produceTimeout = 5 * time.Second
 	}
 	h.deadlines = newDeadlines(produceTimeout)
-	if h.log == nil {
-		h.log = slog.New(slog.DiscardHandler)
-	}
+	h.log = telemetry.OrDiscard(h.log)
 	if h.now == nil {
 		h.now = time.Now
 	}

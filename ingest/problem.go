@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/record"
 )
 
 // Problem is an RFC 9457 problem details body.
@@ -57,11 +57,11 @@ func writeAccepted(w http.ResponseWriter, a Accepted) result {
 	pooled := replyBuffers.Get().(*[]byte)
 	buf := (*pooled)[:0]
 	buf = append(buf, `{"status":`...)
-	buf = envelope.AppendJSONString(buf, a.Status, true)
+	buf = record.AppendJSONString(buf, a.Status, true)
 	buf = append(buf, `,"stream":`...)
-	buf = envelope.AppendJSONString(buf, a.Stream, true)
+	buf = record.AppendJSONString(buf, a.Stream, true)
 	buf = append(buf, `,"event_id":`...)
-	buf = envelope.AppendJSONString(buf, a.EventID, true)
+	buf = record.AppendJSONString(buf, a.EventID, true)
 	buf = append(buf, `,"partition":`...)
 	buf = strconv.AppendInt(buf, int64(a.Partition), 10)
 	buf = append(buf, `,"offset":`...)

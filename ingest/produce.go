@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/record"
 )
 
 // outgoing is one record with its headers and its per-event header bytes,
@@ -39,11 +40,11 @@ func newOutgoing(s *edgeStream, topic string, body []byte, f envelope.Fields, re
 	eventID, rest := rest[:len(f.EventID):len(f.EventID)], rest[len(f.EventID):]
 	eventType, receivedAtMs := rest[:len(f.Type):len(f.Type)], rest[len(f.Type):]
 	o.headers = [5]kgo.RecordHeader{
-		{Key: envelope.HeaderStream, Value: s.nameBytes},
-		{Key: envelope.HeaderEventID, Value: eventID},
-		{Key: envelope.HeaderType, Value: eventType},
-		{Key: envelope.HeaderReceivedAt, Value: receivedAtMs},
-		{Key: envelope.HeaderScheme, Value: s.schemeBytes},
+		{Key: record.HeaderStream, Value: s.nameBytes},
+		{Key: record.HeaderEventID, Value: eventID},
+		{Key: record.HeaderType, Value: eventType},
+		{Key: record.HeaderReceivedAt, Value: receivedAtMs},
+		{Key: record.HeaderScheme, Value: s.schemeBytes},
 	}
 	o.rec = kgo.Record{Topic: topic, Key: key, Value: body, Headers: o.headers[:]}
 	return o

@@ -20,13 +20,31 @@ type Service struct {
 	brokers []string
 	log     *slog.Logger
 	ops     *telemetry.Ops
-	// Listener, when set, is used instead of listening on cfg.HTTP.Addr.
+	ln      net.Listener
+}
+
+// ServiceOptions configure the ingest service. Zero values mean defaults.
+type ServiceOptions struct {
+	// Config is the loaded configuration; required.
+	Config *config.Config
+	// Brokers default to the configured ones.
+	Brokers []string
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Ops receives the edge's metrics and readiness checks, served on its
+	// listener; nil means ones of its own.
+	Ops *telemetry.Ops
+	// Listener is used instead of listening on http.addr.
 	Listener net.Listener
 }
 
 // NewService builds the ingest service.
-func NewService(cfg *config.Config, brokers []string, log *slog.Logger, ops *telemetry.Ops) *Service {
-	return &Service{cfg: cfg, brokers: brokers, log: log, ops: ops}
+func NewService(opts ServiceOptions) *Service {
+	s := &Service{cfg: opts.Config, brokers: opts.Config.BrokersOr(opts.Brokers), log: telemetry.OrDiscard(opts.Logger), ops: opts.Ops, ln: opts.Listener}
+	if s.ops == nil {
+		s.ops = telemetry.NewOps()
+	}
+	return s
 }
 
 // Name implements service.Service.
@@ -55,7 +73,7 @@ func (s *Service) Run(ctx context.Context) error {
 	mux := http.NewServeMux()
 	h.Register(mux)
 	s.ops.Register(mux)
-	ln := s.Listener
+	ln := s.ln
 	if ln == nil {
 		if ln, err = net.Listen("tcp", s.cfg.HTTP.Addr); err != nil {
 			return err

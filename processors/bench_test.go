@@ -33,13 +33,13 @@ func BenchmarkProcessorAgainstRawConsumer(b *testing.B) {
 	brokers := testenv.Kafka(b)
 	ctx := testenv.Context(b, 10*time.Minute)
 	for range b.N {
-		s := presence(b)
+		s := testenv.Shipped(b, "presence")
 		s.Name = testenv.UniqueName("bench")
 		cl := streamTopics(b, ctx, brokers, s, kgo.ProducerLinger(5*time.Millisecond))
 		in := topics.For(s.Name).In
 		for i := range benchEvents {
 			user := fmt.Sprintf("user-%d", i%5000)
-			cl.Produce(ctx, &kgo.Record{Topic: in, Key: []byte(user), Value: presenceBody(fmt.Sprint(i), user, int64(i), "ONLINE")}, nil)
+			cl.Produce(ctx, &kgo.Record{Topic: in, Key: []byte(user), Value: testenv.Presence{EventID: fmt.Sprint(i), User: user, Version: int64(i)}.Body()}, nil)
 		}
 		if err := cl.Flush(ctx); err != nil {
 			b.Fatal(err)

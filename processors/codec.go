@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+
+	"github.com/driftguard/driftguard/processors/decide"
 )
 
-// entityCodec stores Entity in the table (LevelDB and the changelog topic)
+// entityCodec stores the table value (LevelDB and the changelog topic)
 // in a compact binary form: the table is written on every event, and JSON
 // with its reflection and quoting was a large part of each decision's cost.
 // The first byte is the format version; values written as JSON by earlier
@@ -43,11 +45,12 @@ const (
 )
 
 func (entityCodec) Encode(value any) ([]byte, error) {
-	e, ok := value.(*Entity)
+	v, ok := value.(*tableValue)
 	if !ok {
 		return nil, fmt.Errorf("entity codec: got %T", value)
 	}
-	b := make([]byte, 0, 64+len(e.State)+8*len(e.Recent)+len(e.Decided.raw))
+	e := &v.Entity
+	b := make([]byte, 0, 64+len(e.State)+8*len(e.Recent)+len(v.Decided.raw))
 	b = append(b, entityFormat2, flags(e.Applied, e.Terminal, e.ParentSeen))
 	for _, n := range []int64{e.Version, e.UpdatedAtMs, e.ExpiresAtMs, e.NextRevision, e.DeadlineMs, e.GapSinceMs} {
 		b = binary.AppendVarint(b, n)
@@ -71,27 +74,28 @@ func (entityCodec) Encode(value any) ([]byte, error) {
 			return nil, fmt.Errorf("entity codec: %w", err)
 		}
 	}
-	b = binary.AppendVarint(b, e.NextInput)
-	return appendBytes(b, e.Decided.raw), nil
+	b = binary.AppendVarint(b, v.NextInput)
+	return appendBytes(b, v.Decided.raw), nil
 }
 
-// DecodeTableValue reads a value of a `<stream>-table` changelog record,
-// for tools and tests that read the changelog.
-func DecodeTableValue(data []byte) (*Entity, error) {
+// DecodeTableValue reads the entity of a `<stream>-table` changelog
+// record, for tools and tests that read the changelog.
+func DecodeTableValue(data []byte) (*decide.Entity, error) {
 	v, err := entityCodec{}.Decode(data)
 	if err != nil {
 		return nil, err
 	}
-	return v.(*Entity), nil
+	return &v.(*tableValue).Entity, nil
 }
 
 func (entityCodec) Decode(data []byte) (any, error) {
-	var e Entity
+	var v tableValue
+	e := &v.Entity
 	if len(data) > 0 && data[0] == '{' {
-		if err := json.Unmarshal(data, &e); err != nil {
+		if err := json.Unmarshal(data, &v); err != nil {
 			return nil, fmt.Errorf("entity codec: %w", err)
 		}
-		return &e, nil
+		return &v, nil
 	}
 	if len(data) == 0 || data[0] != entityFormat1 && data[0] != entityFormat2 {
 		return nil, fmt.Errorf("entity codec: unknown format %q", data[:min(len(data), 1)])
@@ -104,10 +108,10 @@ func (entityCodec) Decode(data []byte) (any, error) {
 	e.State = r.bytes()
 	e.Recent = r.ids()
 	if n := r.count(); n > 0 {
-		e.Devices = make(map[string]*Device, n)
+		e.Devices = make(map[string]*decide.Device, n)
 		for range n {
 			id := r.str()
-			d := &Device{}
+			d := &decide.Device{}
 			d.Applied, _, _ = r.flags()
 			d.Version, d.UpdatedAtMs, d.ExpiresAtMs = r.varint(), r.varint(), r.varint()
 			d.Value = r.str()
@@ -119,9 +123,9 @@ func (entityCodec) Decode(data []byte) (any, error) {
 	r.json(&e.Chat)
 	r.json(&e.Quarantine)
 	if data[0] == entityFormat2 {
-		e.NextInput = r.varint()
+		v.NextInput = r.varint()
 		if raw := r.bytes(); r.err == nil {
-			e.Decided, r.err = readDecidedLog(raw)
+			v.Decided, r.err = readDecidedLog(raw)
 		}
 	}
 	if r.err == nil && len(r.data) > 0 {
@@ -130,7 +134,7 @@ func (entityCodec) Decode(data []byte) (any, error) {
 	if r.err != nil {
 		return nil, fmt.Errorf("entity codec: %w", r.err)
 	}
-	return &e, nil
+	return &v, nil
 }
 
 func flags(applied, terminal, parentSeen bool) byte {
@@ -155,7 +159,7 @@ func appendString(b []byte, v string) []byte {
 	return append(binary.AppendUvarint(b, uint64(len(v))), v...)
 }
 
-func appendIDs(b []byte, ids idMemory) []byte {
+func appendIDs(b []byte, ids decide.EventIDs) []byte {
 	b = binary.AppendUvarint(b, uint64(len(ids)))
 	for _, id := range ids {
 		b = binary.LittleEndian.AppendUint64(b, id)
@@ -166,11 +170,11 @@ func appendIDs(b []byte, ids idMemory) []byte {
 // appendJSON appends v as JSON, or an empty string when v is nil or empty.
 func appendJSON(b []byte, v any) ([]byte, error) {
 	switch v := v.(type) {
-	case []Event:
+	case []decide.Event:
 		if len(v) == 0 {
 			return appendBytes(b, nil), nil
 		}
-	case *Conversation:
+	case *decide.Conversation:
 		if v == nil {
 			return appendBytes(b, nil), nil
 		}
@@ -247,7 +251,7 @@ func (r *reader) bytes() []byte {
 	return v
 }
 
-func (r *reader) ids() idMemory {
+func (r *reader) ids() decide.EventIDs {
 	n := r.count()
 	if n == 0 || n > len(r.data)/8 {
 		if n > 0 {
@@ -255,7 +259,7 @@ func (r *reader) ids() idMemory {
 		}
 		return nil
 	}
-	ids := make(idMemory, n)
+	ids := make(decide.EventIDs, n)
 	for i := range ids {
 		ids[i] = binary.LittleEndian.Uint64(r.data[8*i:])
 	}

@@ -9,30 +9,32 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/record"
+	"github.com/driftguard/driftguard/processors/decide"
 )
 
 // drawEntity draws a table value with every part a policy may set.
-func drawEntity(t *rapid.T) *Entity {
+func drawEntity(t *rapid.T) *tableValue {
 	ids := rapid.SliceOfN(rapid.StringMatching(`[a-z0-9-]{1,12}`), 0, 8)
 	hashes := rapid.SliceOfN(rapid.Uint64(), 0, 8)
 	clock := rapid.Int64Range(-1, 1<<50)
-	row := func() Row {
-		return Row{Applied: rapid.Bool().Draw(t, "applied"), Version: clock.Draw(t, "version"),
+	row := func() decide.Row {
+		return decide.Row{Applied: rapid.Bool().Draw(t, "applied"), Version: clock.Draw(t, "version"),
 			UpdatedAtMs: clock.Draw(t, "updated"), ExpiresAtMs: clock.Draw(t, "expires"), Recent: hashes.Draw(t, "recent")}
 	}
-	e := &Entity{Row: row(), NextRevision: clock.Draw(t, "next revision"), DeadlineMs: clock.Draw(t, "deadline"),
-		GapSinceMs: clock.Draw(t, "gap since"), Terminal: rapid.Bool().Draw(t, "terminal"), ParentSeen: rapid.Bool().Draw(t, "parent seen")}
+	e := &tableValue{Entity: decide.Entity{Row: row(), NextRevision: clock.Draw(t, "next revision"), DeadlineMs: clock.Draw(t, "deadline"),
+		GapSinceMs: clock.Draw(t, "gap since"), Terminal: rapid.Bool().Draw(t, "terminal"), ParentSeen: rapid.Bool().Draw(t, "parent seen")}}
 	if rapid.Bool().Draw(t, "has state") {
 		e.State = json.RawMessage(fmt.Sprintf(`{"presence":%q,"n":%d}`, rapid.StringMatching(`[A-Z]{0,8}`).Draw(t, "presence"), clock.Draw(t, "n")))
 	}
 	for _, id := range rapid.SliceOfN(rapid.String(), 0, 4).Draw(t, "devices") {
 		if e.Devices == nil {
-			e.Devices = map[string]*Device{}
+			e.Devices = map[string]*decide.Device{}
 		}
-		e.Devices[id] = &Device{Row: row(), Value: rapid.String().Draw(t, "value")}
+		e.Devices[id] = &decide.Device{Row: row(), Value: rapid.String().Draw(t, "value")}
 	}
-	event := func() Event {
-		return Event{Fields: envelope.Fields{Key: "k", EventID: rapid.String().Draw(t, "event id"), Version: clock.Draw(t, "event version"), HasVersion: true},
+	event := func() decide.Event {
+		return decide.Event{Fields: envelope.Fields{Key: "k", EventID: rapid.String().Draw(t, "event id"), Version: clock.Draw(t, "event version"), HasVersion: true},
 			Body: json.RawMessage(`{"a":1}`), ReceivedAtMs: clock.Draw(t, "received"), InputOffset: clock.Draw(t, "offset")}
 	}
 	for range rapid.IntRange(0, 3).Draw(t, "buffered") {
@@ -42,7 +44,7 @@ func drawEntity(t *rapid.T) *Entity {
 		e.Quarantine = append(e.Quarantine, event())
 	}
 	if rapid.Bool().Draw(t, "chat") {
-		e.Chat = &Conversation{Members: ids.Draw(t, "members"), Cursors: map[string]Cursor{"u": {Read: clock.Draw(t, "read")}}}
+		e.Chat = &decide.Conversation{Members: ids.Draw(t, "members"), Cursors: map[string]decide.Cursor{"u": {Read: clock.Draw(t, "read")}}}
 	}
 	var inputs []DecidedInput
 	e.NextInput, inputs = drawDecided(t, clock, event)
@@ -56,8 +58,8 @@ func drawEntity(t *rapid.T) *Entity {
 
 // drawDecided draws a redelivery memory: any outcome, known or not, with
 // or without each optional part, and offsets and clocks anywhere.
-func drawDecided(t *rapid.T, clock *rapid.Generator[int64], event func() Event) (int64, []DecidedInput) {
-	outcome := rapid.OneOf(rapid.SampledFrom(knownOutcomes), rapid.String())
+func drawDecided(t *rapid.T, clock *rapid.Generator[int64], event func() decide.Event) (int64, []DecidedInput) {
+	outcome := rapid.OneOf(rapid.SampledFrom(knownOutcomes), rapid.Map(rapid.String(), func(s string) record.Result { return record.Result(s) }))
 	optional := func(name string) string {
 		return rapid.OneOf(rapid.Just(""), rapid.String()).Draw(t, name)
 	}
@@ -66,9 +68,9 @@ func drawDecided(t *rapid.T, clock *rapid.Generator[int64], event func() Event) 
 		in := DecidedInput{Offset: rapid.Int64().Draw(t, "input offset"), AtMs: clock.Draw(t, "decided at"),
 			Replay: rapid.Int64Range(0, 3).Draw(t, "replay")}
 		for range rapid.IntRange(0, 3).Draw(t, "decisions") {
-			p := PastDecision{Outcome: outcome.Draw(t, "outcome"), Reason: optional("reason"), Version: clock.Draw(t, "past version"),
+			p := PastDecision{Outcome: outcome.Draw(t, "outcome"), Reason: record.Reason(optional("reason")), Version: clock.Draw(t, "past version"),
 				Gap: rapid.Int64Range(-1, 5).Draw(t, "gap"), BufferDepth: rapid.IntRange(-1, 5).Draw(t, "buffer depth"),
-				MessageID: optional("message id"), DeadLetter: optional("dead letter")}
+				MessageID: optional("message id"), DeadLetter: record.Reason(optional("dead letter"))}
 			if rapid.Bool().Draw(t, "other event") {
 				other := event()
 				p.Other = &other
@@ -82,7 +84,7 @@ func drawDecided(t *rapid.T, clock *rapid.Generator[int64], event func() Event) 
 
 // sameEntity compares entities by their JSON, which ignores the difference
 // between nil and empty that no policy depends on.
-func sameEntity(t *rapid.T, a, b *Entity) {
+func sameEntity(t *rapid.T, a, b *tableValue) {
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
 	if string(ja) != string(jb) {
@@ -106,13 +108,13 @@ func TestEntityCodecRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sameEntity(t, e, got.(*Entity))
+		sameEntity(t, e, got.(*tableValue))
 		legacy, _ := json.Marshal(e)
 		old, err := entityCodec{}.Decode(legacy)
 		if err != nil {
 			t.Fatal(err)
 		}
-		sameEntity(t, e, old.(*Entity))
+		sameEntity(t, e, old.(*tableValue))
 	})
 }
 
@@ -136,7 +138,7 @@ func TestEntityCodecReadsFormat1(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sameEntity(t, e, got.(*Entity))
+		sameEntity(t, e, got.(*tableValue))
 	})
 }
 
@@ -146,8 +148,8 @@ func TestEntityCodecReadsIDsOfEarlierReleases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := v.(*Entity)
-	if !e.seen("e1") || !e.seen("e2") || e.seen("e3") || e.Version != 3 || string(e.State) != `{"presence":"AWAY"}` {
+	e := v.(*tableValue)
+	if !e.Remembers("e1") || !e.Remembers("e2") || e.Remembers("e3") || e.Version != 3 || string(e.State) != `{"presence":"AWAY"}` {
 		t.Fatalf("decoded %+v", e)
 	}
 }
@@ -176,12 +178,12 @@ func TestEntityCodecRejectsDamagedValues(t *testing.T) {
 func TestDecidedLogRoundTrip(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		clock := rapid.Int64Range(-1, 1<<50)
-		event := func() Event {
-			return Event{Fields: envelope.Fields{Key: "k", EventID: rapid.String().Draw(t, "event id")},
+		event := func() decide.Event {
+			return decide.Event{Fields: envelope.Fields{Key: "k", EventID: rapid.String().Draw(t, "event id")},
 				Body: json.RawMessage(`{"a":1}`), InputOffset: clock.Draw(t, "offset")}
 		}
 		_, inputs := drawDecided(t, clock, event)
-		var e Entity
+		var e tableValue
 		for i := range inputs {
 			if err := e.Decided.add(&inputs[i]); err != nil {
 				t.Fatal(err)
@@ -204,10 +206,11 @@ func TestDecidedLogRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := DecodeTableValue(data)
+		v, err := entityCodec{}.Decode(data)
 		if err != nil {
 			t.Fatal(err)
 		}
+		got := v.(*tableValue)
 		decoded, err := got.Decided.inputs()
 		if err != nil {
 			t.Fatal(err)

@@ -7,7 +7,8 @@ import (
 	"iter"
 	"slices"
 
-	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/record"
+	"github.com/driftguard/driftguard/processors/decide"
 )
 
 // decidedLog is a key's redelivery memory (redeliver.go) in the form the
@@ -33,9 +34,9 @@ type decidedLog struct {
 }
 
 // knownOutcomes are the outcomes the memory stores as one byte.
-var knownOutcomes = []string{envelope.OutcomeApplied, envelope.OutcomeDuplicate, envelope.OutcomeStale,
-	envelope.OutcomeBuffered, envelope.OutcomeQuarantined, envelope.OutcomeReconciled, envelope.OutcomeExpired,
-	envelope.OutcomeRejected}
+var knownOutcomes = []record.Result{record.Applied, record.Duplicate, record.Stale,
+	record.Buffered, record.Quarantined, record.Reconciled, record.Expired,
+	record.Rejected}
 
 // Flags of a remembered decision: which optional parts follow.
 const (
@@ -223,11 +224,11 @@ func appendDecidedBody(b []byte, in *DecidedInput) ([]byte, error) {
 		}
 		b = append(b, byte(outcome), f)
 		if outcome == 0 {
-			b = appendString(b, p.Outcome)
+			b = appendString(b, string(p.Outcome))
 		}
 		b = binary.AppendVarint(b, p.Version)
 		if f&pastReason != 0 {
-			b = appendString(b, p.Reason)
+			b = appendString(b, string(p.Reason))
 		}
 		if f&pastGap != 0 {
 			b = binary.AppendVarint(b, p.Gap)
@@ -239,7 +240,7 @@ func appendDecidedBody(b []byte, in *DecidedInput) ([]byte, error) {
 			b = appendString(b, p.MessageID)
 		}
 		if f&pastDeadLetter != 0 {
-			b = appendString(b, p.DeadLetter)
+			b = appendString(b, string(p.DeadLetter))
 		}
 		if f&pastOther != 0 {
 			data, err := json.Marshal(p.Other)
@@ -276,7 +277,7 @@ func (r *reader) pastDecision() PastDecision {
 	r.data = r.data[2:]
 	switch {
 	case outcome == 0:
-		p.Outcome = r.str()
+		p.Outcome = record.Result(r.str())
 	case outcome <= len(knownOutcomes):
 		p.Outcome = knownOutcomes[outcome-1]
 	default:
@@ -284,7 +285,7 @@ func (r *reader) pastDecision() PastDecision {
 	}
 	p.Version = r.varint()
 	if f&pastReason != 0 {
-		p.Reason = r.str()
+		p.Reason = record.Reason(r.str())
 	}
 	if f&pastGap != 0 {
 		p.Gap = r.varint()
@@ -296,10 +297,10 @@ func (r *reader) pastDecision() PastDecision {
 		p.MessageID = r.str()
 	}
 	if f&pastDeadLetter != 0 {
-		p.DeadLetter = r.str()
+		p.DeadLetter = record.Reason(r.str())
 	}
 	if f&pastOther != 0 {
-		p.Other = &Event{}
+		p.Other = &decide.Event{}
 		if data := r.bytes(); r.err == nil {
 			if err := json.Unmarshal(data, p.Other); err != nil {
 				r.err = err

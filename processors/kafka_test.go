@@ -69,7 +69,7 @@ func testRefuseNotCopartitioned(t *testing.T, brokers []string) {
 	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 2, 1, nil, stateTopic); err != nil {
 		t.Fatal(err)
 	}
-	err = NewService(cfg, brokers, "", testenv.Logger(t), nil).Run(ctx)
+	err = NewService(ServiceOptions{Config: cfg, Brokers: brokers, Logger: testenv.Logger(t), InMemoryTables: true}).Run(ctx)
 	if !errors.Is(err, topics.ErrMismatch) || !strings.Contains(err.Error(), stateTopic) || !strings.Contains(err.Error(), "limits.partitions") {
 		t.Fatalf("want a co-partitioning error naming %s and the config path, got %v", stateTopic, err)
 	}

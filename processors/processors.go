@@ -1,8 +1,10 @@
-// Package processors runs one goka group per stream. Each group keeps the
-// per-key state in its compacted table `<stream>-table`, decides every input
-// event with the stream's ordering policy, and emits the decision to
-// `<stream>.outcomes`, the new public state to `<stream>.state`, and what it
-// cannot read to `<stream>.dlq`.
+// Package processors is the goka runtime of driftguard's ordering rules
+// (package decide): one goka group per stream keeps each key's state in its
+// compacted table `<stream>-table`, feeds every input event and every due
+// timer to the rules, and emits each decision to `<stream>.outcomes`, the
+// new public state to `<stream>.state`, and what it cannot read to
+// `<stream>.dlq`. It owns what the rules must not know: goka, the Kafka
+// producer, table storage, the timer loop and redelivery after a crash.
 package processors
 
 import (
@@ -20,7 +22,10 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/record"
+	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/topics"
+	"github.com/driftguard/driftguard/processors/decide"
 )
 
 // Options configure a stream's processor. Zero values mean defaults.
@@ -67,11 +72,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // test can pass goka.WithTester; Kafka-facing defaults come from
 // GokaOptions.
 func New(brokers []string, s *config.Stream, opts Options, gokaOpts ...goka.ProcessorOption) (*Processor, error) {
-	h := &handler{stream: s, names: topics.For(s.Name), opts: opts, policy: policyFor(s),
-		derivePointer: "/" + envelope.EscapePointer(s.Devices.Derive)}
-	if h.opts.Logger == nil {
-		h.opts.Logger = slog.New(slog.DiscardHandler)
-	}
+	h := &handler{stream: s, names: topics.For(s.Name), opts: opts, rules: decide.For(s)}
+	h.opts.Logger = telemetry.OrDiscard(h.opts.Logger)
 	if h.opts.Now == nil {
 		h.opts.Now = time.Now
 	}
@@ -103,10 +105,7 @@ type handler struct {
 	stream *config.Stream
 	names  topics.Names
 	opts   Options
-	policy policy
-	// derivePointer points at the field device rows derive the entity's
-	// value from (devices), built once.
-	derivePointer string
+	rules  *decide.Rules
 	// visitedQuarantine sums the quarantined children seen by one timer
 	// visit.
 	visitedQuarantine atomic.Int64
@@ -122,153 +121,154 @@ func (h *handler) process(ctx goka.Context, msg any) {
 	body, _ := msg.([]byte)
 	ev, err := h.decode(ctx, body)
 	if err != nil {
-		h.deadLetter(ctx, body, "undecodable", err)
+		h.deadLetter(ctx, body, record.ReasonUndecodable, err)
 		return
 	}
 	if ev.Key != ctx.Key() {
 		// The record's Kafka key places its state; a producer that keyed it
 		// differently from the body would split one entity in two.
-		h.deadLetter(ctx, body, "key_mismatch", fmt.Errorf("record key %q, body key %q", ctx.Key(), ev.Key))
+		h.deadLetter(ctx, body, record.ReasonKeyMismatch, fmt.Errorf("record key %q, body key %q", ctx.Key(), ev.Key))
 		return
 	}
 	if h.stream.IsEphemeral(ev.Type) {
 		// Ephemeral signals belong in <stream>.ephemeral; one written here
 		// by a foreign producer is counted, never stored or decided.
-		h.count("ephemeral")
+		h.count(countEphemeral)
 		return
 	}
-	entity, _ := ctx.Value().(*Entity)
-	if entity == nil {
-		entity = &Entity{}
-	}
-	entity.startRevisions()
-	if ev.InputOffset < entity.NextInput {
-		h.redeliver(ctx, entity, ev)
+	value := tableValueOf(ctx)
+	if ev.InputOffset < value.NextInput {
+		h.redeliver(ctx, value, ev)
 		return
 	}
 	atMs := h.opts.Now().UnixMilli()
-	effects := h.policy.decide(entity, ev)
-	if err := entity.rememberDecided(ev, effects, atMs, h.committedOffset(ev.InputPartition)); err != nil {
+	effects := h.rules.Decide(&value.Entity, ev)
+	if err := value.rememberDecided(ev, effects, atMs, h.committedOffset(ev.InputPartition)); err != nil {
 		ctx.Fail(fmt.Errorf("remembering the decision of %s: %w", ctx.Key(), err))
 		return
 	}
 	// The table is written on every decision, duplicates included: the
 	// dedup memory is part of the state.
-	h.store(ctx, entity, effects, atMs)
+	h.store(ctx, value, effects, atMs)
 }
 
-// store emits the effects decided at atMs, revising the entity once per
-// decision that changed its state, writes the entity to the table and then
-// the state record, so the table holds the revision the state record
-// carries.
-func (h *handler) store(ctx goka.Context, entity *Entity, effects Effects, atMs int64) {
-	changed := false
+// Metric labels of driftguard_processor_decisions_total that are not
+// outcomes: an input sent to the DLQ undecided, an ephemeral signal found
+// in `<stream>.in`, a redelivery too old to repeat.
+const (
+	countDeadLetter           = "dead_letter"
+	countEphemeral            = "ephemeral"
+	countRedeliveredForgotten = "redelivered_forgotten"
+)
+
+// tableValueOf is the key's table value, empty before its first input.
+func tableValueOf(ctx goka.Context) *tableValue {
+	if v, ok := ctx.Value().(*tableValue); ok && v != nil {
+		return v
+	}
+	return &tableValue{}
+}
+
+// store emits the effects decided at atMs, counts them, and writes the
+// value to the table and then, when the state changed, the state record,
+// so the table holds the revision the state record carries.
+func (h *handler) store(ctx goka.Context, value *tableValue, effects decide.Effects, atMs int64) {
 	for _, d := range effects.Decisions {
-		if d.changesState() {
-			changed = true
-			entity.revise(d.Version)
-		}
-		h.count(d.Outcome)
-		if d.Reason == ReasonOrphanTTL && h.opts.Metrics != nil {
+		h.count(string(d.Outcome))
+		if d.Reason == record.ReasonOrphanTTL && h.opts.Metrics != nil {
 			h.opts.Metrics.expired.WithLabelValues(h.stream.Name).Inc()
 		}
 	}
 	h.emitEffects(ctx, effects, atMs)
-	h.writeBack(ctx, entity, changed)
+	h.writeBack(ctx, value, effects.ChangesState())
 }
 
 // emitEffects writes the outcome of every decision made at atMs, the dead
 // letters and the replay request, for the key being processed.
-func (h *handler) emitEffects(ctx goka.Context, effects Effects, atMs int64) {
+func (h *handler) emitEffects(ctx goka.Context, effects decide.Effects, atMs int64) {
 	for _, d := range effects.Decisions {
-		o := envelope.Outcome{
+		o := record.Outcome{
 			Stream: h.stream.Name, Key: ctx.Key(), EventID: d.Event.EventID, EventType: d.Event.Type,
 			Version: d.Version, Outcome: d.Outcome, Reason: d.Reason, Gap: d.Gap, BufferDepth: d.BufferDepth, MessageID: d.MessageID,
 			OccurredAtMs: d.Event.OccurredAtMs, ReceivedAtMs: d.Event.ReceivedAtMs, ProcessedAtMs: atMs,
 			InputPartition: d.Event.InputPartition, InputOffset: d.Event.InputOffset,
 			Payload: d.Event.Body,
 		}
-		ctx.Emit(goka.Stream(h.names.Outcomes), ctx.Key(), appendOutcome(make([]byte, 0, 512+len(o.Key)+len(o.EventID)+len(o.Payload)), &o))
+		ctx.Emit(goka.Stream(h.names.Outcomes), ctx.Key(), record.AppendOutcome(make([]byte, 0, 512+len(o.Key)+len(o.EventID)+len(o.Payload)), &o))
 		if d.DeadLetter != "" {
 			h.emitDeadLetter(ctx, d.Event, d.DeadLetter, fmt.Sprintf("event %s at version %d", d.Event.EventID, d.Version), atMs)
 		}
 	}
 	if effects.Replay > 0 {
-		h.emit(ctx, h.names.Replay, envelope.ReplayRequest{
+		h.emit(ctx, h.names.Replay, record.ReplayRequest{
 			Stream: h.stream.Name, Key: ctx.Key(), FirstMissing: effects.Replay, RequestedAtMs: atMs,
 		})
 	}
 }
 
-// writeBack writes the entity to the table and then, when its state
+// writeBack writes the value to the table and then, when its state
 // changed, its state record at its current revision. The record is built
 // first: a failure stops before the table write.
-func (h *handler) writeBack(ctx goka.Context, entity *Entity, changed bool) {
+func (h *handler) writeBack(ctx goka.Context, value *tableValue, changed bool) {
 	var state []byte
 	if changed {
-		public, expiresAt, err := publicState(h.stream, entity, ctx.Key())
+		e := &value.Entity
+		public, expiresAt, err := h.rules.PublicState(e, ctx.Key())
 		if err != nil {
 			ctx.Fail(fmt.Errorf("public state of %s: %w", ctx.Key(), err))
 			return
 		}
-		st := envelope.State{
-			Stream: h.stream.Name, Key: ctx.Key(), Version: entity.NextRevision - 1, State: public,
-			UpdatedAtMs: entity.lastUpdate(), ExpiresAtMs: expiresAt,
+		st := record.State{
+			Stream: h.stream.Name, Key: ctx.Key(), Version: e.Revision(), State: public,
+			UpdatedAtMs: e.LastUpdate(), ExpiresAtMs: expiresAt,
 		}
-		state = appendState(make([]byte, 0, 192+len(st.Key)+len(st.State)), &st)
+		state = record.AppendState(make([]byte, 0, 192+len(st.Key)+len(st.State)), &st)
 	}
-	ctx.SetValue(entity)
+	ctx.SetValue(value)
 	if state != nil {
 		ctx.Emit(goka.Stream(h.names.State), ctx.Key(), state)
 	}
 }
 
-// decode reads an input record: the body through the catalogue, the
+// decode reads an input record: the body through the rules, the
 // received_at clock from ingest's header (or the record timestamp when a
 // foreign producer wrote it).
-func (h *handler) decode(ctx goka.Context, body []byte) (Event, error) {
+func (h *handler) decode(ctx goka.Context, body []byte) (decide.Event, error) {
 	if len(body) == 0 {
-		return Event{}, errors.New("empty record")
+		return decide.Event{}, errors.New("empty record")
 	}
 	doc, err := envelope.Parse(body)
 	if err != nil {
-		return Event{}, err
+		return decide.Event{}, err
 	}
 	// Strings read from the document stay valid after its release.
 	defer doc.Release()
 	headers := ctx.Headers()
-	fields, err := doc.Extract(h.stream, string(headers[envelope.HeaderEventID]))
+	ev, err := h.rules.Read(doc, string(headers[record.HeaderEventID]))
 	if err != nil {
-		return Event{}, err
+		return decide.Event{}, err
 	}
-	ev := Event{Fields: fields, Body: body, ReceivedAtMs: ctx.Timestamp().UnixMilli(),
-		InputPartition: ctx.Partition(), InputOffset: ctx.Offset()}
-	if ev.Device, ev.Value, err = deviceFields(h.stream, h.derivePointer, doc); err != nil {
-		return Event{}, err
-	}
-	if v, ok := headers[envelope.HeaderReceivedAt]; ok {
+	ev.Body, ev.ReceivedAtMs = body, ctx.Timestamp().UnixMilli()
+	ev.InputPartition, ev.InputOffset = ctx.Partition(), ctx.Offset()
+	if v, ok := headers[record.HeaderReceivedAt]; ok {
 		if ms, err := strconv.ParseInt(string(v), 10, 64); err == nil {
 			ev.ReceivedAtMs = ms
 		}
 	}
-	if h.stream.Terminal.Field != "" {
-		status, _ := doc.Lookup(h.stream.Terminal.Field)
-		ev.Terminal = status.Kind() == envelope.KindString && h.stream.IsTerminal(status.Text())
-	}
 	return ev, nil
 }
 
-func (h *handler) deadLetter(ctx goka.Context, body []byte, reason string, cause error) {
+func (h *handler) deadLetter(ctx goka.Context, body []byte, reason record.Reason, cause error) {
 	h.opts.Logger.Warn("record sent to the DLQ", "stream", h.stream.Name, "reason", reason,
 		"partition", ctx.Partition(), "offset", ctx.Offset(), "err", cause)
-	h.emitDeadLetter(ctx, Event{Body: body, InputPartition: ctx.Partition(), InputOffset: ctx.Offset()}, reason, cause.Error(), h.opts.Now().UnixMilli())
-	h.count("dead_letter")
+	h.emitDeadLetter(ctx, decide.Event{Body: body, InputPartition: ctx.Partition(), InputOffset: ctx.Offset()}, reason, cause.Error(), h.opts.Now().UnixMilli())
+	h.count(countDeadLetter)
 }
 
 // emitDeadLetter writes an input event, located in <stream>.in, to the DLQ,
 // dead-lettered at atMs.
-func (h *handler) emitDeadLetter(ctx goka.Context, ev Event, reason, detail string, atMs int64) {
-	h.emit(ctx, h.names.DLQ, envelope.DeadLetter{
+func (h *handler) emitDeadLetter(ctx goka.Context, ev decide.Event, reason record.Reason, detail string, atMs int64) {
+	h.emit(ctx, h.names.DLQ, record.DeadLetter{
 		Stream: h.stream.Name, Topic: h.names.In, Partition: ev.InputPartition, Offset: ev.InputOffset,
 		Key: ctx.Key(), Reason: reason, Detail: detail,
 		EventID: ev.EventID, EventType: ev.Type, ReceivedAtMs: ev.ReceivedAtMs, AtMs: atMs,
@@ -292,10 +292,10 @@ func (h *handler) count(outcome string) {
 		return
 	}
 	m.decisions.WithLabelValues(h.stream.Name, outcome).Inc()
-	switch outcome {
-	case envelope.OutcomeQuarantined:
+	switch record.Result(outcome) {
+	case record.Quarantined:
 		m.stored.WithLabelValues(h.stream.Name).Inc()
-	case envelope.OutcomeReconciled:
+	case record.Reconciled:
 		m.reconciled.WithLabelValues(h.stream.Name).Inc()
 	}
 }

@@ -1,81 +1,42 @@
 package processors
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
 
 	"github.com/lovoo/goka"
 	"github.com/lovoo/goka/tester"
 
-	"github.com/driftguard/driftguard/internal/config"
-	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/record"
+	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
 )
 
 // runTester starts the presence processor on goka's tester.
 func runTester(t *testing.T) (*tester.Tester, topics.Names) {
-	tt, _, names := startTester(t, presence(t), Options{})
+	tt, _, names := startTester(t, testenv.Shipped(t, "presence"), Options{})
 	return tt, names
-}
-
-// startTester runs the processor of s on goka's tester until the test ends.
-func startTester(t *testing.T, s *config.Stream, opts Options) (*tester.Tester, *Processor, topics.Names) {
-	t.Helper()
-	tt := tester.New(t)
-	proc, err := New(nil, s, opts, goka.WithTester(tt))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- proc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("processor: %v", err)
-		}
-	})
-	return tt, proc, topics.For(s.Name)
-}
-
-func outcomes(t *testing.T, qt *tester.QueueTracker) []envelope.Outcome {
-	return records[envelope.Outcome](t, qt)
-}
-
-// records decodes every record left on qt.
-func records[T any](t *testing.T, qt *tester.QueueTracker) []T {
-	t.Helper()
-	var out []T
-	for _, raw := range rawRecords(qt) {
-		var v T
-		if err := json.Unmarshal(raw, &v); err != nil {
-			t.Fatalf("record %s: %v", raw, err)
-		}
-		out = append(out, v)
-	}
-	return out
 }
 
 func TestProcessorPresenceOutcomesAndState(t *testing.T) {
 	tt, names := runTester(t)
 	outQ := tt.NewQueueTracker(names.Outcomes)
 	stateQ := tt.NewQueueTracker(names.State)
-	headers := goka.Headers{envelope.HeaderReceivedAt: []byte("1700000000123")}
+	headers := goka.Headers{record.HeaderReceivedAt: []byte("1700000000123")}
 	deliveries := []struct {
 		id      string
 		version int64
-		want    string
+		want    record.Result
 	}{
-		{"e1", 841, envelope.OutcomeApplied},
-		{"e3", 843, envelope.OutcomeApplied},
-		{"e2", 842, envelope.OutcomeStale},
-		{"e3b", 843, envelope.OutcomeStale},
-		{"e3", 843, envelope.OutcomeDuplicate},
-		{"e4", 844, envelope.OutcomeApplied},
+		{"e1", 841, record.Applied},
+		{"e3", 843, record.Applied},
+		{"e2", 842, record.Stale},
+		{"e3b", 843, record.Stale},
+		{"e3", 843, record.Duplicate},
+		{"e4", 844, record.Applied},
 	}
 	for _, d := range deliveries {
-		tt.Consume(names.In, "alice", presenceBody(d.id, "alice", d.version, "ONLINE"), tester.WithHeaders(headers))
+		tt.Consume(names.In, "alice", testenv.Presence{EventID: d.id, User: "alice", Version: d.version}.Body(), tester.WithHeaders(headers))
 	}
 	got := outcomes(t, outQ)
 	if len(got) != len(deliveries) {
@@ -94,7 +55,7 @@ func TestProcessorPresenceOutcomesAndState(t *testing.T) {
 		t.Errorf("843 after 841 should record a gap of 1, got %d", got[1].Gap)
 	}
 	// One state record per applied change, the last one for 844.
-	states := records[envelope.State](t, stateQ)
+	states := records[record.State](t, stateQ)
 	// timestamp 1700000000 plus the shipped presence TTL of 5 minutes.
 	if len(states) == 3 && states[2].ExpiresAtMs != 1_700_000_300_000 {
 		t.Errorf("state expires_at_ms %d, want timestamp + ttl", states[2].ExpiresAtMs)
@@ -102,7 +63,7 @@ func TestProcessorPresenceOutcomesAndState(t *testing.T) {
 	if len(states) != 3 || states[2].Version != 844 {
 		t.Fatalf("state records %+v, want 3 ending at 844", states)
 	}
-	e := tt.TableValue(goka.GroupTable(goka.Group("presence")), "alice").(*Entity)
+	e := tt.TableValue(goka.GroupTable(goka.Group("presence")), "alice").(*tableValue)
 	if e.Version != 844 || len(e.Recent) != 5 {
 		t.Fatalf("table value %+v", e)
 	}
@@ -114,22 +75,22 @@ func TestProcessorSendsPoisonToDLQAndKeepsGoing(t *testing.T) {
 	outQ := tt.NewQueueTracker(names.Outcomes)
 	tt.Consume(names.In, "bob", []byte("not json"))
 	tt.Consume(names.In, "bob", []byte(`{"event_id":"x","presence":"ONLINE","sequence_number":1,"timestamp":1}`))
-	tt.Consume(names.In, "mallory", presenceBody("y", "bob", 1, "ONLINE"))
-	tt.Consume(names.In, "bob", presenceBody("z", "bob", 1, "ONLINE"))
+	tt.Consume(names.In, "mallory", testenv.Presence{EventID: "y", User: "bob", Version: 1}.Body())
+	tt.Consume(names.In, "bob", testenv.Presence{EventID: "z", User: "bob", Version: 1}.Body())
 
-	var reasons []string
+	var reasons []record.Reason
 	for {
 		_, raw, ok := dlq.NextRaw()
 		if !ok {
 			break
 		}
-		var dl envelope.DeadLetter
+		var dl record.DeadLetter
 		if err := json.Unmarshal(raw, &dl); err != nil {
 			t.Fatal(err)
 		}
 		reasons = append(reasons, dl.Reason)
 	}
-	want := []string{"undecodable", "undecodable", "key_mismatch"}
+	want := []record.Reason{"undecodable", "undecodable", "key_mismatch"}
 	if len(reasons) != len(want) {
 		t.Fatalf("DLQ reasons %v, want %v", reasons, want)
 	}
@@ -139,7 +100,7 @@ func TestProcessorSendsPoisonToDLQAndKeepsGoing(t *testing.T) {
 		}
 	}
 	got := outcomes(t, outQ)
-	if len(got) != 1 || got[0].Outcome != envelope.OutcomeApplied || got[0].EventID != "z" {
+	if len(got) != 1 || got[0].Outcome != record.Applied || got[0].EventID != "z" {
 		t.Fatalf("after poison the partition must keep flowing; outcomes %+v", got)
 	}
 }

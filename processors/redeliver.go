@@ -2,9 +2,11 @@ package processors
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/lovoo/goka"
+
+	"github.com/driftguard/driftguard/internal/record"
+	"github.com/driftguard/driftguard/processors/decide"
 )
 
 // Redelivery after a crash. goka writes the table before an input's
@@ -32,14 +34,14 @@ type DecidedInput struct {
 // another event it decided (a drained successor, a reconciled child), which
 // is kept whole.
 type PastDecision struct {
-	Outcome     string `json:"o"`
-	Reason      string `json:"r,omitempty"`
-	Version     int64  `json:"v,omitempty"`
-	Gap         int64  `json:"g,omitempty"`
-	BufferDepth int    `json:"b,omitempty"`
-	MessageID   string `json:"m,omitempty"`
-	DeadLetter  string `json:"l,omitempty"`
-	Other       *Event `json:"e,omitempty"`
+	Outcome     record.Result `json:"o"`
+	Reason      record.Reason `json:"r,omitempty"`
+	Version     int64         `json:"v,omitempty"`
+	Gap         int64         `json:"g,omitempty"`
+	BufferDepth int           `json:"b,omitempty"`
+	MessageID   string        `json:"m,omitempty"`
+	DeadLetter  record.Reason `json:"l,omitempty"`
+	Other       *decide.Event `json:"e,omitempty"`
 }
 
 // decidedMemory bounds the inputs a key remembers. Only inputs at or after
@@ -55,7 +57,7 @@ const decidedMemory = 128
 // rememberDecided records what input ev decided at atMs, and forgets the
 // inputs before committed, the committed offset of ev's partition as last
 // read (0 when unknown), which are never redelivered.
-func (e *Entity) rememberDecided(ev Event, effects Effects, atMs, committed int64) error {
+func (v *tableValue) rememberDecided(ev decide.Event, effects decide.Effects, atMs, committed int64) error {
 	past := DecidedInput{Offset: ev.InputOffset, AtMs: atMs, Replay: effects.Replay,
 		Decisions: make([]PastDecision, 0, len(effects.Decisions))}
 	for _, d := range effects.Decisions {
@@ -67,19 +69,19 @@ func (e *Entity) rememberDecided(ev Event, effects Effects, atMs, committed int6
 		}
 		past.Decisions = append(past.Decisions, p)
 	}
-	e.Decided.forget(committed, decidedMemory-1)
-	if err := e.Decided.add(&past); err != nil {
+	v.Decided.forget(committed, decidedMemory-1)
+	if err := v.Decided.add(&past); err != nil {
 		return err
 	}
-	e.NextInput = ev.InputOffset + 1
+	v.NextInput = ev.InputOffset + 1
 	return nil
 }
 
 // effects are the effects input ev had when it was first decided.
-func (past *DecidedInput) effects(ev Event) Effects {
-	effects := Effects{Replay: past.Replay, Decisions: make([]Decision, len(past.Decisions))}
+func (past *DecidedInput) effects(ev decide.Event) decide.Effects {
+	effects := decide.Effects{Replay: past.Replay, Decisions: make([]decide.Decision, len(past.Decisions))}
 	for i, p := range past.Decisions {
-		d := Decision{Event: ev, Outcome: p.Outcome, Reason: p.Reason, Version: p.Version, Gap: p.Gap,
+		d := decide.Decision{Event: ev, Outcome: p.Outcome, Reason: p.Reason, Version: p.Version, Gap: p.Gap,
 			BufferDepth: p.BufferDepth, MessageID: p.MessageID, DeadLetter: p.DeadLetter}
 		if p.Other != nil {
 			d.Event = *p.Other
@@ -98,21 +100,21 @@ func (past *DecidedInput) effects(ev Event) Effects {
 // input's, which it superseded. Revisions are not taken again: the
 // record's version and body are those of the table value, whatever the
 // redelivery.
-func (h *handler) redeliver(ctx goka.Context, entity *Entity, ev Event) {
-	past, ok, err := entity.Decided.find(ev.InputOffset)
+func (h *handler) redeliver(ctx goka.Context, value *tableValue, ev decide.Event) {
+	past, ok, err := value.Decided.find(ev.InputOffset)
 	if err != nil {
 		ctx.Fail(fmt.Errorf("redelivery memory of %s: %w", ctx.Key(), err))
 		return
 	}
 	if !ok {
 		h.opts.Logger.Warn("redelivered input too old to repeat its outcome", "stream", h.stream.Name,
-			"partition", ev.InputPartition, "offset", ev.InputOffset, "decided_up_to", entity.NextInput-1)
-		h.count("redelivered_forgotten")
+			"partition", ev.InputPartition, "offset", ev.InputOffset, "decided_up_to", value.NextInput-1)
+		h.count(countRedeliveredForgotten)
 		return
 	}
 	effects := past.effects(ev)
 	h.emitEffects(ctx, effects, past.AtMs)
-	h.writeBack(ctx, entity, slices.ContainsFunc(effects.Decisions, Decision.changesState))
+	h.writeBack(ctx, value, effects.ChangesState())
 }
 
 // committedOffset is the group's committed offset of an input partition as

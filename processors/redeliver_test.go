@@ -14,9 +14,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"pgregory.net/rapid"
 
-	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
+	"github.com/driftguard/driftguard/processors/decide"
 )
 
 // After a crash goka redelivers inputs whose decisions its table may
@@ -30,10 +31,10 @@ func TestRedeliveredInputRepeatsItsDecisions(t *testing.T) {
 	inputs := [][]byte{step("s2", 2, "running"), step("s1", 1, "queued"), step("s1", 1, "queued"), step("s3", 3, "running")}
 	table := goka.GroupTable(goka.Group("workflow"))
 	// The broker redelivers a record as it was, received_at included.
-	received := tester.WithHeaders(goka.Headers{envelope.HeaderReceivedAt: []byte("1700000000123")})
+	received := tester.WithHeaders(goka.Headers{record.HeaderReceivedAt: []byte("1700000000123")})
 	clock := func(ms int64) Options { return Options{Now: func() time.Time { return time.UnixMilli(ms) }} }
 
-	first, _, names := startTester(t, workflow(t), clock(1000))
+	first, _, names := startTester(t, testenv.Shipped(t, "workflow"), clock(1000))
 	firstOut := first.NewQueueTracker(names.Outcomes)
 	for _, in := range inputs {
 		first.Consume(names.In, "op", in, received)
@@ -42,11 +43,11 @@ func TestRedeliveredInputRepeatsItsDecisions(t *testing.T) {
 	if got := len(want); got != 5 { // buffered, applied, applied (drained), duplicate, applied
 		t.Fatalf("%d outcomes before the crash: %+v", got, want)
 	}
-	ahead := first.TableValue(table, "op").(*Entity)
+	ahead := first.TableValue(table, "op").(*tableValue)
 
 	// The restarted processor's table holds every decision; its input
 	// starts again at offset 0.
-	second, _, _ := startTester(t, workflow(t), clock(2000))
+	second, _, _ := startTester(t, testenv.Shipped(t, "workflow"), clock(2000))
 	second.SetTableValue(table, "op", ahead)
 	out, state := second.NewQueueTracker(names.Outcomes), second.NewQueueTracker(names.State)
 	changelog := second.NewQueueTracker(string(table))
@@ -64,12 +65,12 @@ func TestRedeliveredInputRepeatsItsDecisions(t *testing.T) {
 	if n := changelog.Hwm() - changelog.NextOffset(); n != int64(len(inputs)) {
 		t.Errorf("%d table writes for %d redelivered inputs", n, len(inputs))
 	}
-	if after := second.TableValue(table, "op").(*Entity); !reflect.DeepEqual(after, ahead) {
+	if after := second.TableValue(table, "op").(*tableValue); !reflect.DeepEqual(after, ahead) {
 		t.Errorf("redelivery changed the table:\n%+v\nwas\n%+v", after, ahead)
 	}
 
 	second.Consume(names.In, "op", step("s4", 4, "completed"), received)
-	if got := outcomes(t, out); len(got) != 1 || got[0].Outcome != envelope.OutcomeApplied || got[0].InputOffset != 4 || got[0].ProcessedAtMs != 2000 {
+	if got := outcomes(t, out); len(got) != 1 || got[0].Outcome != record.Applied || got[0].InputOffset != 4 || got[0].ProcessedAtMs != 2000 {
 		t.Errorf("the next input: %+v", got)
 	}
 }
@@ -78,32 +79,33 @@ func TestRedeliveredInputRepeatsItsDecisions(t *testing.T) {
 // are never redelivered, and holds at most decidedMemory inputs whatever
 // its traffic.
 func TestDecidedMemoryIsBounded(t *testing.T) {
-	var e Entity
-	decide := func(offset, committed int64) {
-		ev := Event{InputOffset: offset}
-		if err := e.rememberDecided(ev, one(ev, envelope.OutcomeApplied, "", offset), 1000+offset, committed); err != nil {
+	var e tableValue
+	decided := func(offset, committed int64) {
+		ev := decide.Event{InputOffset: offset}
+		effects := decide.Effects{Decisions: []decide.Decision{{Event: ev, Outcome: record.Applied, Version: offset}}}
+		if err := e.rememberDecided(ev, effects, 1000+offset, committed); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for offset := range int64(decidedMemory + 10) {
-		decide(offset, 0)
+		decided(offset, 0)
 	}
 	if d := remembered(t, &e); len(d) != decidedMemory || d[0].Offset != 10 || e.NextInput != decidedMemory+10 {
 		t.Fatalf("%d inputs remembered from offset %d, next input %d", len(d), d[0].Offset, e.NextInput)
 	}
 	// Committed up to 100: inputs 100 onwards may still come again.
-	decide(500, 100)
+	decided(500, 100)
 	if d := remembered(t, &e); len(d) != decidedMemory-100+10+1 || d[0].Offset != 100 || d[len(d)-1].Offset != 500 || d[len(d)-1].AtMs != 1500 {
 		t.Fatalf("after a commit at 100: %d inputs from %+v to %+v", len(d), d[0], d[len(d)-1])
 	}
-	decide(501, 501)
+	decided(501, 501)
 	if d := remembered(t, &e); len(d) != 1 || d[0].Offset != 501 || d[0].AtMs != 1501 || e.NextInput != 502 {
 		t.Fatalf("after a commit at 501: %+v, next input %d", d, e.NextInput)
 	}
 }
 
 // remembered is the entity's redelivery memory, decoded.
-func remembered(t *testing.T, e *Entity) []DecidedInput {
+func remembered(t *testing.T, e *tableValue) []DecidedInput {
 	t.Helper()
 	inputs, err := e.Decided.inputs()
 	if err != nil {
@@ -140,9 +142,9 @@ func crashHistory(t *rapid.T, stream, key string) [][]byte {
 		}
 		status := rapid.SampledFrom([]string{"ONLINE", "AWAY", "OFFLINE"}).Draw(t, "status")
 		if device := rapid.SampledFrom([]string{"", "phone", "laptop"}).Draw(t, "device"); device != "" {
-			bodies = append(bodies, deviceBody(id, key, device, version, status, 1700000000+version, 0))
+			bodies = append(bodies, testenv.Presence{EventID: id, User: key, Device: device, Status: status, Version: version, Timestamp: 1700000000 + version}.Body())
 		} else {
-			bodies = append(bodies, presenceBody(id, key, version, status))
+			bodies = append(bodies, testenv.Presence{EventID: id, User: key, Status: status, Version: version}.Body())
 		}
 	}
 	return bodies
@@ -158,11 +160,11 @@ func crashHistory(t *rapid.T, stream, key string) [][]byte {
 // inputs after that point are decided as they were; and the table ends
 // as if nothing had happened.
 func TestCrashAnywhereRepeatsTheFirstOutputs(t *testing.T) {
-	received := tester.WithHeaders(goka.Headers{envelope.HeaderReceivedAt: []byte("1700000000123")})
+	received := tester.WithHeaders(goka.Headers{record.HeaderReceivedAt: []byte("1700000000123")})
 	opts := Options{Now: func() time.Time { return time.UnixMilli(5000) }}
 	for _, stream := range []string{"workflow", "presence"} {
 		t.Run(stream, func(t *testing.T) {
-			s := shipped(t, stream)
+			s := testenv.Shipped(t, stream)
 			s.Limits.Buffer = 2
 			first, _, names := startTester(t, s, opts)
 			second, _, _ := startTester(t, s, opts)
@@ -250,14 +252,14 @@ func TestCrashAnywhereRepeatsTheFirstOutputs(t *testing.T) {
 func TestRedeliveryMemoryForgetsCommittedInputs(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	ctx := testenv.Context(t, 2*time.Minute)
-	s := presence(t)
+	s := testenv.Shipped(t, "presence")
 	s.Name = testenv.UniqueName("forget")
 	s.Limits.Partitions = 1
 	cl := streamTopics(t, ctx, brokers, s)
 	defer cl.Close()
 	in := topics.For(s.Name).In
 	produce := func(version int64) {
-		body := presenceBody(fmt.Sprint("e", version), "alice", version, "ONLINE")
+		body := testenv.Presence{EventID: fmt.Sprint("e", version), User: "alice", Version: version}.Body()
 		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: in, Key: []byte("alice"), Value: body}).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
@@ -284,15 +286,15 @@ func TestRedeliveryMemoryForgetsCommittedInputs(t *testing.T) {
 		}
 	}()
 	// The table's entity, empty until the processor holds the partition.
-	alice := func() *Entity {
+	alice := func() *tableValue {
 		if !proc.Recovered() {
-			return &Entity{}
+			return &tableValue{}
 		}
 		v, _ := proc.Get("alice")
-		if e, ok := v.(*Entity); ok {
+		if e, ok := v.(*tableValue); ok {
 			return e
 		}
-		return &Entity{}
+		return &tableValue{}
 	}
 	wait := func(what string, ok func() bool) {
 		t.Helper()

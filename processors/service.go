@@ -21,15 +21,35 @@ type Service struct {
 	log     *slog.Logger
 	ops     *telemetry.Ops
 	metrics *Metrics
-	// dataDir for table storage; empty keeps tables in memory (dev, tests).
+	// dataDir for table storage; empty keeps tables in memory.
 	dataDir string
 }
 
-// NewService builds the processors service. ops may be nil.
-func NewService(cfg *config.Config, brokers []string, dataDir string, log *slog.Logger, ops *telemetry.Ops) *Service {
-	s := &Service{cfg: cfg, brokers: brokers, log: log, ops: ops, dataDir: dataDir}
-	if ops != nil {
-		s.metrics = NewMetrics(ops.Registry)
+// ServiceOptions configure the processors service. Zero values mean
+// defaults.
+type ServiceOptions struct {
+	// Config is the loaded configuration; required.
+	Config *config.Config
+	// Brokers default to the configured ones.
+	Brokers []string
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Ops receives the metrics and the readiness check; nil skips them.
+	Ops *telemetry.Ops
+	// InMemoryTables keeps goka's tables in memory, rebuilt from their
+	// changelogs at every start (dev, tests). By default they are in
+	// LevelDB under data_dir/tables.
+	InMemoryTables bool
+}
+
+// NewService builds the processors service.
+func NewService(opts ServiceOptions) *Service {
+	s := &Service{cfg: opts.Config, brokers: opts.Config.BrokersOr(opts.Brokers), log: telemetry.OrDiscard(opts.Logger), ops: opts.Ops}
+	if s.ops != nil {
+		s.metrics = NewMetrics(s.ops.Registry)
+	}
+	if !opts.InMemoryTables {
+		s.dataDir = s.cfg.DataDir
 	}
 	return s
 }

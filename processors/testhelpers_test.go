@@ -2,63 +2,68 @@ package processors
 
 import (
 	"context"
-	"fmt"
-	"slices"
+	"encoding/json"
+	"reflect"
 	"testing"
 
+	"github.com/lovoo/goka"
 	"github.com/lovoo/goka/tester"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"pgregory.net/rapid"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
+	"github.com/driftguard/driftguard/internal/topics"
 )
 
-// seen reports whether id is in the row's recent-ids memory.
-func (r *Row) seen(id string) bool { return slices.Contains(r.Recent, idHash(id)) }
-
-// shipped returns a fresh copy of the shipped catalogue's stream.
-func shipped(t interface{ Fatal(...any) }, name string) *config.Stream {
-	cfg, err := config.Default()
+// startTester runs the processor of s on goka's tester until the test ends.
+func startTester(t *testing.T, s *config.Stream, opts Options) (*tester.Tester, *Processor, topics.Names) {
+	t.Helper()
+	tt := tester.New(t)
+	proc, err := New(nil, s, opts, goka.WithTester(tt))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cfg.Streams[name]
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- proc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("processor: %v", err)
+		}
+	})
+	return tt, proc, topics.For(s.Name)
 }
 
-func presence(t interface{ Fatal(...any) }) *config.Stream { return shipped(t, "presence") }
-func workflow(t interface{ Fatal(...any) }) *config.Stream { return shipped(t, "workflow") }
-func chat(t interface{ Fatal(...any) }) *config.Stream     { return shipped(t, "chat") }
-func orders(t interface{ Fatal(...any) }) *config.Stream   { return shipped(t, "orders") }
-
-// presenceBody is a presence webhook body for user at version, with event id.
-func presenceBody(id, user string, version int64, status string) []byte {
-	return fmt.Appendf(nil, `{"event_id":%q,"user_id":%q,"presence":%q,"sequence_number":%d,"timestamp":1700000000}`, id, user, status, version)
+func outcomes(t testenv.Fataler, qt *tester.QueueTracker) []record.Outcome {
+	return records[record.Outcome](t, qt)
 }
 
-// deviceBody is a presence body about one device of user; expiresAt (unix
-// seconds) is left out when 0.
-func deviceBody(id, user, device string, version int64, status string, timestamp, expiresAt int64) []byte {
-	body := fmt.Appendf(nil, `{"event_id":%q,"user_id":%q,"device_id":%q,"presence":%q,"sequence_number":%d,"timestamp":%d`, id, user, device, status, version, timestamp)
-	if expiresAt != 0 {
-		body = fmt.Appendf(body, `,"expires_at":%d`, expiresAt)
-	}
-	return append(body, '}')
-}
-
-// redeliveries draws how ev reaches the processor: one to three copies,
-// and perhaps a retry of the same event under a new id.
-func redeliveries(t *rapid.T, ev Event) []Event {
-	out := make([]Event, rapid.IntRange(1, 3).Draw(t, "copies"))
-	for i := range out {
-		out[i] = ev
-	}
-	if rapid.Bool().Draw(t, "retry with a new id") {
-		retry := ev
-		retry.EventID += "-retry"
-		out = append(out, retry)
+// records decodes every record left on qt.
+func records[T any](t testenv.Fataler, qt *tester.QueueTracker) []T {
+	t.Helper()
+	var out []T
+	for _, raw := range rawRecords(qt) {
+		var v T
+		if err := json.Unmarshal(raw, &v); err != nil {
+			t.Fatal("record ", string(raw), ": ", err)
+		}
+		out = append(out, v)
 	}
 	return out
+}
+
+// rawRecords takes every record left on a tracker.
+func rawRecords(qt *tester.QueueTracker) [][]byte {
+	var out [][]byte
+	for {
+		_, raw, ok := qt.NextRaw()
+		if !ok {
+			return out
+		}
+		out = append(out, raw)
+	}
 }
 
 // streamTopics creates the topics of stream s on the brokers and returns a
@@ -73,14 +78,15 @@ func streamTopics(t testing.TB, ctx context.Context, brokers []string, s *config
 	return testenv.Topics(t, ctx, cfg, brokers, opts...)
 }
 
-// rawRecords takes every record left on a tracker.
-func rawRecords(qt *tester.QueueTracker) [][]byte {
-	var out [][]byte
-	for {
-		_, raw, ok := qt.NextRaw()
-		if !ok {
-			return out
-		}
-		out = append(out, raw)
+// sameJSON reports whether two JSON texts hold the same value.
+func sameJSON(t testenv.Fataler, a, b []byte) bool {
+	t.Helper()
+	var va, vb any
+	if err := json.Unmarshal(a, &va); err != nil {
+		t.Fatal(err)
 	}
+	if err := json.Unmarshal(b, &vb); err != nil {
+		t.Fatal(err)
+	}
+	return reflect.DeepEqual(va, vb)
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // Timers. goka has no punctuator, so driftguard adds one: every entity
-// records its earliest pending deadline (Entity.DeadlineMs, in the table,
+// records its earliest pending deadline (decide.Entity.DeadlineMs, in the table,
 // so it survives restarts and moves with its partition on a rebalance),
 // and RunTimers asks goka every tick to visit each key of the partitions
 // this instance owns. goka runs visits in the partition's own loop,
@@ -34,31 +34,18 @@ import (
 // tickVisitor is the goka visitor that fires due timers.
 const tickVisitor = "timers"
 
-// timed is a policy with timers.
-type timed interface {
-	// expire fires what is due at nowMs and sets the next deadline.
-	expire(e *Entity, nowMs int64) Effects
-}
-
 // tick is the visitor callback; meta is the tick's time in unix ms.
 func (h *handler) tick(ctx goka.Context, meta any) {
-	entity, _ := ctx.Value().(*Entity)
+	value, _ := ctx.Value().(*tableValue)
 	now, _ := meta.(int64)
-	if entity == nil {
+	if value == nil {
 		return
 	}
-	defer func() { h.visitedQuarantine.Add(int64(len(entity.Quarantine))) }()
-	if entity.DeadlineMs == 0 || entity.DeadlineMs > now {
+	defer func() { h.visitedQuarantine.Add(int64(len(value.Quarantine))) }()
+	if !value.Due(now) {
 		return
 	}
-	t, ok := h.policy.(timed)
-	if !ok {
-		entity.DeadlineMs = 0
-		ctx.SetValue(entity)
-		return
-	}
-	entity.startRevisions()
-	h.store(ctx, entity, t.expire(entity, now), h.opts.Now().UnixMilli())
+	h.store(ctx, value, h.rules.Expire(&value.Entity, now), h.opts.Now().UnixMilli())
 }
 
 // RunTimers visits the processor's keys every tick until ctx ends. A visit

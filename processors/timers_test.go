@@ -5,46 +5,21 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/lovoo/goka"
 	"github.com/lovoo/goka/tester"
 
-	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/record"
+	"github.com/driftguard/driftguard/internal/testenv"
 )
-
-func TestGaplessGapTimeoutReportsAndNeverSkips(t *testing.T) {
-	s := workflow(t)
-	s.Limits.GapTimeout = time.Minute
-	p := gapless{stream: s}
-	var e Entity
-	at := func(ev Event, ms int64) Event { ev.ReceivedAtMs = ms; return ev }
-	p.decide(&e, at(step("a", 1, "queued"), 1_000))
-	p.decide(&e, at(step("c", 3, "running"), 2_000))
-	if e.DeadlineMs != 62_000 {
-		t.Fatalf("deadline %d, want received_at + gap timeout", e.DeadlineMs)
-	}
-	got := p.expire(&e, 62_000)
-	if len(got.Decisions) != 1 || got.Decisions[0].Outcome != envelope.OutcomeExpired || got.Decisions[0].Reason != ReasonGapTimeout ||
-		got.Decisions[0].Version != 2 || got.Replay != 2 || e.DeadlineMs != 122_000 {
-		t.Fatalf("gap timeout: %+v, next deadline %d", got, e.DeadlineMs)
-	}
-	if e.Version != 1 || len(e.Buffer) != 1 {
-		t.Fatalf("the gap was skipped: version %d buffer %d", e.Version, len(e.Buffer))
-	}
-	p.decide(&e, at(step("b", 2, "running"), 130_000))
-	if e.Version != 3 || e.DeadlineMs != 0 || e.GapSinceMs != 0 {
-		t.Fatalf("after the gap filled: version %d deadline %d", e.Version, e.DeadlineMs)
-	}
-}
 
 // The punctuator fires a due timer through goka's visitor even though no
 // further event for the key arrives.
 func TestTimersFireWithoutFurtherEvents(t *testing.T) {
-	s := workflow(t)
+	s := testenv.Shipped(t, "workflow")
 	tt, proc, names := startTester(t, s, Options{})
 	outQ, replayQ := tt.NewQueueTracker(names.Outcomes), tt.NewQueueTracker(names.Replay)
-	headers := goka.Headers{envelope.HeaderReceivedAt: []byte("1700000000000")}
+	headers := goka.Headers{record.HeaderReceivedAt: []byte("1700000000000")}
 	for _, seq := range []int{1, 3} {
 		tt.Consume(names.In, "op-9", fmt.Appendf(nil, `{"event_id":"e%d","operation_id":"op-9","sequence":%d,"status":"running","occurred_at":"2026-11-30T10:00:00Z"}`, seq, seq), tester.WithHeaders(headers))
 	}
@@ -60,7 +35,7 @@ func TestTimersFireWithoutFurtherEvents(t *testing.T) {
 		}
 	}
 	got := outcomes(t, outQ)
-	if len(got) != 1 || got[0].Outcome != envelope.OutcomeExpired || got[0].Reason != ReasonGapTimeout || got[0].Version != 2 || got[0].Key != "op-9" {
+	if len(got) != 1 || got[0].Outcome != record.Expired || got[0].Reason != record.ReasonGapTimeout || got[0].Version != 2 || got[0].Key != "op-9" {
 		t.Fatalf("outcomes after the deadline: %+v", got)
 	}
 	var replays []string

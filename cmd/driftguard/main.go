@@ -1,5 +1,7 @@
 // Command driftguard runs one driftguard component, or all of them with
-// `driftguard dev`. See `driftguard help`.
+// `driftguard dev`. See `driftguard help`. This is driftguard's composition
+// root: the only package that imports the components (ingest, processors,
+// sinks), which otherwise meet only in Kafka.
 package main
 
 import (
@@ -7,13 +9,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-
-	"github.com/driftguard/driftguard/internal/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

@@ -292,6 +292,14 @@ func defaultDataDir() string {
 	return filepath.Join(os.TempDir(), "driftguard")
 }
 
+// BrokersOr returns brokers, or the configured ones when brokers is empty.
+func (c *Config) BrokersOr(brokers []string) []string {
+	if len(brokers) > 0 {
+		return brokers
+	}
+	return c.BrokersOrDefault()
+}
+
 // BrokersOrDefault returns the configured brokers, or the loopback default.
 // Only `dev` reads an empty list differently: as "start the embedded broker".
 func (c *Config) BrokersOrDefault() []string {

@@ -3,10 +3,12 @@ package config
 import (
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -81,6 +83,10 @@ type Stream struct {
 	Parent Parent `yaml:"parent"`
 	// Devices keeps device rows under each entity (latest policy).
 	Devices Devices `yaml:"devices"`
+	// Assign names the event types of an assign stream by the part each
+	// plays (sends, membership changes, receipts) and where each reads its
+	// fields.
+	Assign Assign `yaml:"assign"`
 	// Limits bound what one stream may hold.
 	Limits Limits `yaml:"limits"`
 
@@ -182,13 +188,99 @@ func (s *Stream) IsChild(eventType string) bool { return slices.Contains(s.Paren
 // IsParent reports whether events of the type are parents.
 func (s *Stream) IsParent(eventType string) bool { return slices.Contains(s.Parent.Types, eventType) }
 
-// Terminal names the states after which an entity never changes again.
+// Assign configures the assign policy: the processor numbers an entity's
+// (a conversation's) sends 1, 2, 3... with no gap, only members send, and
+// each member's read and delivery cursors only move forward. The policy
+// knows event types only by the parts named here, so a stream of other
+// names (comments on support tickets, with agents as members) needs a
+// schema per type and an entry, no code.
+type Assign struct {
+	// Send: the types that send a message, and where each reads its sender,
+	// the sender's device and the client's id for the message. A send is
+	// idempotent on (device, client message id).
+	Send AssignSend `yaml:"send"`
+	// Members: the types that add or remove a member, and where each reads
+	// the member.
+	Members AssignMembers `yaml:"members"`
+	// Receipts: the types that move a member's read or delivery cursor,
+	// and where each reads the member and the sequence it has reached.
+	Receipts AssignReceipts `yaml:"receipts"`
+	// MessageID is the id given to an assigned message, with {key} for the
+	// entity key and {seq} for the sequence. Default "{key}:{seq}".
+	MessageID string `yaml:"message_id"`
+}
+
+// AssignSend names the sends of an assign stream.
+type AssignSend struct {
+	Types           []string `yaml:"types"`
+	Sender          string   `yaml:"sender"`
+	Device          string   `yaml:"device"`
+	ClientMessageID string   `yaml:"client_message_id"`
+}
+
+// AssignMembers names the membership changes of an assign stream.
+type AssignMembers struct {
+	Added   []string `yaml:"added"`
+	Removed []string `yaml:"removed"`
+	User    string   `yaml:"user"`
+}
+
+// AssignReceipts names the receipts of an assign stream.
+type AssignReceipts struct {
+	Read      []string `yaml:"read"`
+	Delivered []string `yaml:"delivered"`
+	User      string   `yaml:"user"`
+	Sequence  string   `yaml:"sequence"`
+}
+
+// AssignRole is the part an event type plays in an assign stream.
+type AssignRole uint8
+
+// The parts of an assign stream's event types.
+const (
+	// RoleNone: a type the policy has no part for.
+	RoleNone AssignRole = iota
+	RoleSend
+	RoleMemberAdded
+	RoleMemberRemoved
+	RoleReceiptRead
+	RoleReceiptDelivered
+)
+
+// Roles maps each event type the section names to its part.
+func (a *Assign) Roles() map[string]AssignRole {
+	roles := map[string]AssignRole{}
+	for role, types := range map[AssignRole][]string{
+		RoleSend: a.Send.Types, RoleMemberAdded: a.Members.Added, RoleMemberRemoved: a.Members.Removed,
+		RoleReceiptRead: a.Receipts.Read, RoleReceiptDelivered: a.Receipts.Delivered,
+	} {
+		for _, typ := range types {
+			roles[typ] = role
+		}
+	}
+	return roles
+}
+
+// configured reports whether any of the assign section is set.
+func (a *Assign) configured() bool {
+	return len(a.Send.Types)+len(a.Members.Added)+len(a.Members.Removed)+len(a.Receipts.Read)+len(a.Receipts.Delivered) > 0 ||
+		a.Send.Sender != "" || a.Send.Device != "" || a.Send.ClientMessageID != "" || a.Members.User != "" ||
+		a.Receipts.User != "" || a.Receipts.Sequence != "" || a.MessageID != ""
+}
+
+// Terminal names the states after which an entity never changes again:
+// once an event whose field holds one of the values is applied, every
+// later event of the entity is rejected with reason terminal (a
+// redelivery of one already decided stays a duplicate).
 type Terminal struct {
 	// Field is the JSON pointer to the status.
 	Field string `yaml:"field"`
 	// Values are the terminal statuses.
 	Values []string `yaml:"values"`
 }
+
+// Enabled reports whether the stream has terminal states.
+func (t Terminal) Enabled() bool { return len(t.Values) > 0 }
 
 func (s *Stream) applyDefaults() {
 	orDefault(&s.Signature.Scheme, SchemeStandardWebhooks)
@@ -203,6 +295,9 @@ func (s *Stream) applyDefaults() {
 	orDefault(&s.Limits.IdempotencyWindow, 7*24*time.Hour)
 	orDefault(&s.Limits.IdempotencyKeys, 2000)
 	orDefault(&s.Limits.Devices, 16)
+	if s.Policy == PolicyAssign {
+		orDefault(&s.Assign.MessageID, "{key}:{seq}")
+	}
 	if s.Joined() {
 		orDefault(&s.Parent.TTL, 24*time.Hour)
 		orDefault(&s.Parent.Buffer, 1000)
@@ -346,6 +441,15 @@ func (s *Stream) validate(path string) []error {
 			add("limits.devices", "must be between 1 and 1000, got %d", s.Limits.Devices)
 		}
 	}
+	if s.Terminal.Enabled() && s.Devices.Enabled() {
+		add("terminal", "terminal states end the entity, whose value a stream with device rows derives from every device: drop devices or terminal")
+	}
+	switch {
+	case s.Policy == PolicyAssign:
+		errs = append(errs, s.validateAssign(path, checkPointer, needSchema)...)
+	case s.Assign.configured():
+		add("assign", "only the assign policy reads it, not %s", s.Policy)
+	}
 	if s.Policy == PolicyGapless && s.Version == "" {
 		add("version", "the gapless policy needs the pointer to the producer's sequence")
 	}
@@ -353,6 +457,70 @@ func (s *Stream) validate(path string) []error {
 		add("limits.dedup_ids", "must be between 1 and 100000, got %d", s.Limits.DedupIDs)
 	}
 	return errs
+}
+
+// validateAssign checks the assign section: every part's types have
+// schemas and one part each, the pointers each part reads are set, and
+// every event type of the stream has a part (or is ephemeral, or, with
+// terminal states, may end the conversation), so that no event is
+// accepted only to be rejected as of an unknown type.
+func (s *Stream) validateAssign(path string, checkPointer func(sub, p string, required bool), needSchema func(sub, typ string)) []error {
+	var errs []error
+	add := func(sub, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("in %s.assign.%s: %s", path, sub, fmt.Sprintf(format, args...)))
+	}
+	a := &s.Assign
+	if len(a.Send.Types) == 0 {
+		add("send.types", "the assign policy needs the types that send a message")
+	}
+	if len(a.Members.Added) == 0 {
+		add("members.added", "the assign policy needs the types that add a member: only members send")
+	}
+	checkPointer("assign.send.sender", a.Send.Sender, true)
+	checkPointer("assign.send.device", a.Send.Device, true)
+	checkPointer("assign.send.client_message_id", a.Send.ClientMessageID, true)
+	checkPointer("assign.members.user", a.Members.User, true)
+	receipts := len(a.Receipts.Read)+len(a.Receipts.Delivered) > 0
+	checkPointer("assign.receipts.user", a.Receipts.User, receipts)
+	checkPointer("assign.receipts.sequence", a.Receipts.Sequence, receipts)
+	part := map[string]string{}
+	for _, group := range []struct {
+		sub   string
+		types []string
+	}{
+		{"send.types", a.Send.Types}, {"members.added", a.Members.Added}, {"members.removed", a.Members.Removed},
+		{"receipts.read", a.Receipts.Read}, {"receipts.delivered", a.Receipts.Delivered},
+	} {
+		for i, typ := range group.types {
+			sub := fmt.Sprintf("%s[%d]", group.sub, i)
+			if other, ok := part[typ]; ok {
+				add(sub, "event type %q already plays a part under assign.%s", typ, other)
+				continue
+			}
+			part[typ] = group.sub
+			needSchema("assign."+sub, typ)
+			if s.IsEphemeral(typ) {
+				add(sub, "event type %q is ephemeral: it is never decided", typ)
+			}
+		}
+	}
+	if !strings.Contains(a.MessageID, "{seq}") {
+		add("message_id", "%q must contain {seq}, or two messages would share an id", a.MessageID)
+	} else if rest := strings.NewReplacer("{key}", "", "{seq}", "").Replace(a.MessageID); strings.ContainsAny(rest, "{}") {
+		add("message_id", "%q may name only {key} and {seq}", a.MessageID)
+	}
+	for _, typ := range slices.Sorted(maps.Keys(s.Schemas)) {
+		if _, ok := part[typ]; ok || s.IsEphemeral(typ) || s.Terminal.Enabled() {
+			continue
+		}
+		errs = append(errs, fmt.Errorf("in %s.schemas.%s: the assign policy has no part for event type %q: name it under assign.send.types, assign.members, assign.receipts or ephemeral_types", path, typ, typ))
+	}
+	return errs
+}
+
+// MessageIDOf returns the id of the message assigned seq under key.
+func (a *Assign) MessageIDOf(key string, seq int64) string {
+	return strings.NewReplacer("{key}", key, "{seq}", strconv.FormatInt(seq, 10)).Replace(a.MessageID)
 }
 
 // KeyPointer returns the pointer to the entity key of an event type.

@@ -33,6 +33,15 @@ func NewLogger(w io.Writer, level string, human bool) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
+// OrDiscard is log, or a logger that discards when log is nil: components
+// take a logger and stay silent without one.
+func OrDiscard(log *slog.Logger) *slog.Logger {
+	if log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return log
+}
+
 // Ops is the registry and readiness checks of one process.
 type Ops struct {
 	Registry *prometheus.Registry

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -18,7 +17,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
@@ -66,7 +65,7 @@ func BenchmarkSinkInsertVsClickHouseClient(b *testing.B) {
 		}
 	}
 	ops := telemetry.NewOps()
-	sink := sinkch.New(cfg, nil, conn, slog.New(slog.DiscardHandler), ops)
+	sink := sinkch.New(sinkch.Options{Config: cfg, Conn: conn, Ops: ops})
 	// One pipeline for all rounds, as Run keeps one: its buffers are grown
 	// in the first round and reused after.
 	pipeline := sink.NewPipeline()
@@ -203,9 +202,9 @@ func outcomeRecords(topic string, first int64, n int) []*kgo.Record {
 		offset := first + int64(i)
 		user := fmt.Sprintf("user-%06d", offset%50_000)
 		id := fmt.Sprintf("%s-%012d", user, offset)
-		value, _ := json.Marshal(envelope.Outcome{
+		value, _ := json.Marshal(record.Outcome{
 			Stream: "presence", Key: user, EventID: id, EventType: "presence.changed",
-			Version: offset, Outcome: envelope.OutcomeApplied, Gap: 1,
+			Version: offset, Outcome: record.Applied, Gap: 1,
 			OccurredAtMs: now - 250, ReceivedAtMs: now - 200, ProcessedAtMs: now,
 			InputPartition: 3, InputOffset: offset,
 			Payload: json.RawMessage(`{"event_id":"` + id + `","user_id":"` + user + `","presence":"ONLINE","sequence_number":` +

@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
-	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/record"
 )
 
 // A column holds one column of a block being built, as the typed slice
@@ -388,9 +388,21 @@ func (b *tableBlock[R]) add(r *kgo.Record, row *R) {
 	}
 }
 
-type (
-	deadLetter = envelope.DeadLetter
-)
+type deadLetter = record.DeadLetter
+
+// outcomeRow is a decoded outcome with its payload as the string the
+// payload column takes, over the record value's bytes (record.DecodeOutcome).
+type outcomeRow struct {
+	record.Outcome
+	payload string
+}
+
+// stateRow is a decoded state with its state as the string the state
+// column takes, over the record value's bytes (record.DecodeState).
+type stateRow struct {
+	record.State
+	state string
+}
 
 // eventsBlock is the block of events, filled field by field: outcomes are
 // most of what the sink writes, and calling a getter per column cost more
@@ -425,8 +437,8 @@ func (b *eventsBlock) add(r *kgo.Record, o *outcomeRow) {
 	b.eventID.add(o.EventID)
 	b.eventType.add(o.EventType)
 	b.version.add(o.Version)
-	b.outcome.add(o.Outcome.Outcome)
-	b.reason.add(o.Reason)
+	b.outcome.add(string(o.Outcome.Outcome))
+	b.reason.add(string(o.Reason))
 	b.gap.add(o.Gap)
 	b.bufferDepth.add(int64(o.BufferDepth))
 	b.occurredAtMs.add(o.OccurredAtMs)
@@ -468,7 +480,7 @@ func newDLQBlock() *tableBlock[deadLetter] {
 		col("entity_key", func(_ *kgo.Record, dl *deadLetter) string { return dl.Key }),
 		col("event_id", func(_ *kgo.Record, dl *deadLetter) string { return dl.EventID }),
 		col("event_type", func(_ *kgo.Record, dl *deadLetter) string { return dl.EventType }),
-		col("reason", func(_ *kgo.Record, dl *deadLetter) string { return dl.Reason }),
+		col("reason", func(_ *kgo.Record, dl *deadLetter) string { return string(dl.Reason) }),
 		col("detail", func(_ *kgo.Record, dl *deadLetter) string { return dl.Detail }),
 		col("topic", func(_ *kgo.Record, dl *deadLetter) string { return dl.Topic }),
 		col("partition", func(_ *kgo.Record, dl *deadLetter) int32 { return dl.Partition }),

@@ -1,10 +1,10 @@
 package clickhouse_test
 
 import (
-	ch "github.com/ClickHouse/clickhouse-go/v2"
-	"log/slog"
 	"testing"
 	"time"
+
+	ch "github.com/ClickHouse/clickhouse-go/v2"
 
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/testenv"
@@ -36,7 +36,7 @@ func TestStreamedInsertLandsAsOneBlock(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sink := sinkch.New(cfg, nil, smallBlocks, slog.New(slog.DiscardHandler), telemetry.NewOps())
+	sink := sinkch.New(sinkch.Options{Config: cfg, Conn: smallBlocks, Ops: telemetry.NewOps()})
 	rows := 3*sinkch.ChunkRows + 5
 	if err := sink.Insert(ctx, outcomeRecords(topics.For("presence").Outcomes, 0, rows)); err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
@@ -20,19 +20,19 @@ func TestSinkArchivesDeadLettersAndOrphans(t *testing.T) {
 	ctx := testenv.Context(t, time.Minute)
 	conn, cfg := migratedDatabase(t, ctx)
 	dlq := topics.For("orders").DLQ
-	orphan := envelope.DeadLetter{
+	orphan := record.DeadLetter{
 		Stream: "orders", Topic: "orders.in", Partition: 2, Offset: 41, Key: "ord-9", Reason: "orphan_ttl",
 		EventID: "pay-1", EventType: "order.payment_received", ReceivedAtMs: 1_700_000_000_000, AtMs: 1_700_086_400_000,
 		Payload: []byte(`{"event_id":"pay-1","parent_id":"ord-9"}`),
 	}
-	poison := envelope.DeadLetter{Stream: "orders", Topic: "orders.in", Partition: 2, Offset: 42, Key: "ord-9", Reason: "undecodable",
+	poison := record.DeadLetter{Stream: "orders", Topic: "orders.in", Partition: 2, Offset: 42, Key: "ord-9", Reason: "undecodable",
 		Detail: "not JSON", AtMs: 1_700_000_000_500, Payload: []byte("garbage")}
 	records := []any{orphan, poison}
 	for attempt := range 2 {
 		sink := quietSink(cfg, conn)
 		recs := make([]*kgo.Record, 0, len(records))
 		for i, v := range records {
-			recs = append(recs, record(t, dlq, 2, int64(10+i), v))
+			recs = append(recs, kafkaRecord(t, dlq, 2, int64(10+i), v))
 		}
 		if err := sink.Insert(ctx, recs); err != nil {
 			t.Fatalf("attempt %d: %v", attempt, err)

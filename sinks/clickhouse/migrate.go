@@ -25,6 +25,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/schemas"
 )
 
@@ -129,9 +130,7 @@ func splitStatements(sql string) []string {
 // in schema_migrations. Every statement is idempotent, so two instances
 // migrating at once, or a migration interrupted half way, converge.
 func Migrate(ctx context.Context, conn driver.Conn, database string, log *slog.Logger) ([]Migration, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log = telemetry.OrDiscard(log)
 	migrations, err := Migrations(database)
 	if err != nil {
 		return nil, err

@@ -3,7 +3,6 @@ package clickhouse_test
 import (
 	"context"
 	"io/fs"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -227,7 +226,7 @@ func migratedDatabase(t testing.TB, ctx context.Context) (driver.Conn, *config.C
 
 // quietSink is a sink of cfg writing through conn, logging nothing.
 func quietSink(cfg *config.Config, conn driver.Conn) *sinkch.Sink {
-	return sinkch.New(cfg, nil, conn, slog.New(slog.DiscardHandler), nil)
+	return sinkch.New(sinkch.Options{Config: cfg, Conn: conn})
 }
 
 // migrateBelow creates the database and runs every migration below

@@ -13,7 +13,7 @@ import (
 
 	"github.com/driftguard/driftguard/internal/chlocal"
 	"github.com/driftguard/driftguard/internal/config"
-	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/testenv"
@@ -64,7 +64,7 @@ func TestSinkRidesOutClickHouseStoppedFor30s(t *testing.T) {
 	sinkCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- service.RunAll(sinkCtx, sinkch.New(cfg, cfg.Kafka.Brokers, conn, testenv.Logger(t), ops))
+		done <- service.RunAll(sinkCtx, sinkch.New(sinkch.Options{Config: cfg, Conn: conn, Logger: testenv.Logger(t), Ops: ops}))
 	}()
 	defer func() { stop(); <-done }()
 
@@ -76,8 +76,8 @@ func TestSinkRidesOutClickHouseStoppedFor30s(t *testing.T) {
 	go func() {
 		for i := range total {
 			key := fmt.Sprintf("u%02d", i%60)
-			value, _ := json.Marshal(envelope.Outcome{Stream: stream, Key: key, EventID: fmt.Sprintf("e%d", i),
-				Outcome: envelope.OutcomeApplied, Version: int64(i), ProcessedAtMs: time.Now().UnixMilli()})
+			value, _ := json.Marshal(record.Outcome{Stream: stream, Key: key, EventID: fmt.Sprintf("e%d", i),
+				Outcome: record.Applied, Version: int64(i), ProcessedAtMs: time.Now().UnixMilli()})
 			cl.Produce(ctx, &kgo.Record{Topic: outcomes, Key: []byte(key), Value: value}, nil)
 			if i%500 == 499 {
 				if err := cl.Flush(ctx); err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
-	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
@@ -32,9 +32,9 @@ func TestSinkRestartAfterInsertBeforeCommitDoesNotDoubleRows(t *testing.T) {
 	// One key, so one partition, so the sink sees the records in this order.
 	produce := func(eventID string, version int64) *kgo.Record {
 		t.Helper()
-		value, err := json.Marshal(envelope.Outcome{
+		value, err := json.Marshal(record.Outcome{
 			Stream: "presence", Key: "alice", EventID: eventID, EventType: "presence.changed",
-			Version: version, Outcome: envelope.OutcomeApplied, ProcessedAtMs: 1_700_000_000_000 + version,
+			Version: version, Outcome: record.Applied, ProcessedAtMs: 1_700_000_000_000 + version,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -52,13 +52,15 @@ func TestSinkRestartAfterInsertBeforeCommitDoesNotDoubleRows(t *testing.T) {
 
 	// The previous sink inserted this poll and died before committing it.
 	log := slog.New(slog.DiscardHandler)
-	if err := sinkch.New(cfg, brokers, conn, log, nil).Insert(ctx, beforeCrash); err != nil {
+	if err := sinkch.New(sinkch.Options{Config: cfg, Brokers: brokers, Conn: conn, Logger: log}).Insert(ctx, beforeCrash); err != nil {
 		t.Fatal(err)
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- sinkch.New(cfg, brokers, conn, log, nil).Run(runCtx) }()
+	go func() {
+		done <- sinkch.New(sinkch.Options{Config: cfg, Brokers: brokers, Conn: conn, Logger: log}).Run(runCtx)
+	}()
 	stop := func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -106,8 +108,8 @@ func TestPositionsMigrationHonoursEarlierRows(t *testing.T) {
 	migrateBelow(t, ctx, conn, c.Database, 4)
 	outcomes := topics.For("presence").Outcomes
 	outcome := func(offset int64) *kgo.Record {
-		return record(t, outcomes, 1, offset, envelope.Outcome{Stream: "presence", Key: "alice",
-			EventID: fmt.Sprintf("e%d", offset), Outcome: envelope.OutcomeApplied, ProcessedAtMs: 1_700_000_000_000 + offset})
+		return kafkaRecord(t, outcomes, 1, offset, record.Outcome{Stream: "presence", Key: "alice",
+			EventID: fmt.Sprintf("e%d", offset), Outcome: record.Applied, ProcessedAtMs: 1_700_000_000_000 + offset})
 	}
 	// What an older sink wrote: offsets 0 to 4 of partition 1.
 	batch, err := conn.PrepareBatch(ctx, "INSERT INTO "+c.Database+".events (stream, entity_key, event_id, processed_at_ms, processed_at, `topic`, `partition`, `offset`)")
@@ -251,8 +253,8 @@ func TestPreparedInsertIsSentOnceOrRebuiltOnRetry(t *testing.T) {
 func presenceOutcomes(t *testing.T, key string, partition int32, from, to int64) []*kgo.Record {
 	var records []*kgo.Record
 	for offset := from; offset < to; offset++ {
-		records = append(records, record(t, topics.For("presence").Outcomes, partition, offset, envelope.Outcome{Stream: "presence",
-			Key: key, EventID: fmt.Sprintf("e%d", offset), Outcome: envelope.OutcomeApplied, ProcessedAtMs: 1_700_000_000_000}))
+		records = append(records, kafkaRecord(t, topics.For("presence").Outcomes, partition, offset, record.Outcome{Stream: "presence",
+			Key: key, EventID: fmt.Sprintf("e%d", offset), Outcome: record.Applied, ProcessedAtMs: 1_700_000_000_000}))
 	}
 	return records
 }
@@ -288,10 +290,10 @@ func TestRetryFindsLandedRowsWhosePositionWasLost(t *testing.T) {
 	records = append(records, presenceOutcomes(t, "dave", 0, 0, 5)...)
 	records = append(records, presenceOutcomes(t, "erin", 3, 7, 9)...)
 	for offset := int64(0); offset < 3; offset++ {
-		records = append(records, record(t, topics.For("presence").State, 1, offset, state("dave", offset+1, "ONLINE")))
+		records = append(records, kafkaRecord(t, topics.For("presence").State, 1, offset, state("dave", offset+1, "ONLINE")))
 	}
 	for offset := int64(0); offset < 2; offset++ {
-		records = append(records, record(t, topics.For("orders").DLQ, 4, offset, envelope.DeadLetter{
+		records = append(records, kafkaRecord(t, topics.For("orders").DLQ, 4, offset, record.DeadLetter{
 			Stream: "orders", Topic: "orders.in", Partition: 2, Offset: 40 + offset, Key: fmt.Sprintf("ord-%d", offset),
 			Reason: "orphan_ttl", EventID: fmt.Sprintf("pay-%d", offset), EventType: "order.payment_received",
 			ReceivedAtMs: 1_700_000_000_000, AtMs: 1_700_086_400_000, Payload: []byte(`{"event_id":"pay"}`)}))

@@ -17,6 +17,7 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/topics"
 )
@@ -68,11 +69,25 @@ var tablesOf = map[topicKind][]string{
 	dlqTopic:      {"dlq", "orphans"},
 }
 
-// New builds the sink. conn must reach a migrated database; ops may be nil.
-func New(cfg *config.Config, brokers []string, conn driver.Conn, log *slog.Logger, ops *telemetry.Ops) *Sink {
-	s := &Sink{cfg: cfg, brokers: brokers, conn: conn, log: log, ops: ops, kinds: map[string]topicKind{},
-		held: map[heldKey]int64{}, loaded: map[string]bool{}, metrics: newMetrics(ops)}
-	for _, name := range cfg.StreamNames() {
+// Options configure the sink. Zero values mean defaults.
+type Options struct {
+	// Config is the loaded configuration; required.
+	Config *config.Config
+	// Conn reaches a migrated database (Open, Migrate); required.
+	Conn driver.Conn
+	// Brokers default to the configured ones.
+	Brokers []string
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Ops receives the metrics and the readiness checks; nil skips them.
+	Ops *telemetry.Ops
+}
+
+// New builds the sink.
+func New(opts Options) *Sink {
+	s := &Sink{cfg: opts.Config, brokers: opts.Config.BrokersOr(opts.Brokers), conn: opts.Conn, log: telemetry.OrDiscard(opts.Logger), ops: opts.Ops, kinds: map[string]topicKind{},
+		held: map[heldKey]int64{}, loaded: map[string]bool{}, metrics: newMetrics(opts.Ops)}
+	for _, name := range s.cfg.StreamNames() {
 		n := topics.For(name)
 		s.kinds[n.Outcomes] = outcomesTopic
 		s.kinds[n.State] = stateTopic
@@ -98,7 +113,7 @@ func (s *Sink) Run(ctx context.Context) error {
 		names = append(names, topic)
 	}
 	ch := s.cfg.ClickHouse
-	// No kgo.WithPools: decodeOutcome reads strings over record values
+	// No kgo.WithPools: record.DecodeOutcome reads strings over record values
 	// until they are copied into the columns, which pooled buffers could
 	// overwrite.
 	cl, err := kafka.NewClient(s.brokers,
@@ -304,13 +319,13 @@ func (s *Sink) addRun(b *batch, run []*kgo.Record) {
 		var err error
 		switch kind {
 		case outcomesTopic:
-			if err = decodeOutcome(r.Value, &o); err != nil {
+			if o.payload, err = record.DecodeOutcome(r.Value, &o.Outcome); err != nil {
 				err = recordError("outcome", r, err)
 			} else {
 				b.events.add(r, &o)
 			}
 		case stateTopic:
-			if err = decodeState(r.Value, &st); err != nil {
+			if st.state, err = record.DecodeState(r.Value, &st.State); err != nil {
 				err = recordError("state", r, err)
 			} else {
 				b.state.add(r, &st)
@@ -321,7 +336,7 @@ func (s *Sink) addRun(b *batch, run []*kgo.Record) {
 				if r.Offset > held[0] {
 					b.dlq.add(r, dl)
 				}
-				if r.Offset > held[1] && dl.Reason == reasonOrphanTTL {
+				if r.Offset > held[1] && dl.Reason == record.ReasonOrphanTTL {
 					b.orphans.add(r, dl)
 				}
 			}
@@ -555,7 +570,3 @@ func (s *Sink) forget(partitions map[string][]int32) {
 
 // StatusPermanentlyOrphaned is the status of every orphans row.
 const StatusPermanentlyOrphaned = "PERMANENTLY_ORPHANED"
-
-// reasonOrphanTTL is the DLQ reason of an expired child (the processors'
-// ReasonOrphanTTL; the packages meet only in Kafka).
-const reasonOrphanTTL = "orphan_ttl"

@@ -8,12 +8,12 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
 )
 
-func record(t *testing.T, topic string, partition int32, offset int64, value any) *kgo.Record {
+func kafkaRecord(t *testing.T, topic string, partition int32, offset int64, value any) *kgo.Record {
 	t.Helper()
 	raw, ok := value.([]byte)
 	if !ok {
@@ -25,8 +25,8 @@ func record(t *testing.T, topic string, partition int32, offset int64, value any
 	return &kgo.Record{Topic: topic, Partition: partition, Offset: offset, Value: raw}
 }
 
-func state(key string, version int64, presence string) envelope.State {
-	return envelope.State{
+func state(key string, version int64, presence string) record.State {
+	return record.State{
 		Stream:      "presence",
 		Key:         key,
 		Version:     version,
@@ -44,28 +44,28 @@ func TestSinkInsertWritesOutcomesAndLatestState(t *testing.T) {
 	sink := quietSink(cfg, conn)
 	names := topics.For("presence")
 
-	applied := envelope.Outcome{
+	applied := record.Outcome{
 		Stream: "presence", Key: "alice", EventID: "alice-843", EventType: "presence.changed",
-		Version: 843, Outcome: envelope.OutcomeApplied, Gap: 1, BufferDepth: 0,
+		Version: 843, Outcome: record.Applied, Gap: 1, BufferDepth: 0,
 		OccurredAtMs: 1_700_000_000_000, ReceivedAtMs: 1_700_000_000_100, ProcessedAtMs: 1_700_000_000_200,
 		InputPartition: 4, InputOffset: 7,
 		Payload: json.RawMessage(`{"event_id":"alice-843","user_id":"alice","presence":"BUSY"}`),
 	}
 	stale := applied
-	stale.EventID, stale.Version, stale.Outcome, stale.Reason, stale.Gap = "alice-842", 842, envelope.OutcomeStale, "version 842 <= 843", 0
+	stale.EventID, stale.Version, stale.Outcome, stale.Reason, stale.Gap = "alice-842", 842, record.Stale, "version 842 <= 843", 0
 	stale.InputOffset = 8
 
 	// One poll: decodable and undecodable records of both kinds, plus a
 	// record from a topic the sink does not own. The bad ones are skipped,
 	// the batch is not failed: a poison record must not block a partition.
 	first := []*kgo.Record{
-		record(t, names.Outcomes, 2, 40, applied),
-		record(t, names.Outcomes, 2, 41, []byte("not json")),
-		record(t, names.Outcomes, 2, 42, stale),
-		record(t, names.State, 2, 10, state("alice", 843, "BUSY")),
-		record(t, names.State, 2, 11, []byte("{")),
-		record(t, names.State, 1, 20, state("bob", 5, "ONLINE")),
-		record(t, "elsewhere.outcomes", 0, 0, applied),
+		kafkaRecord(t, names.Outcomes, 2, 40, applied),
+		kafkaRecord(t, names.Outcomes, 2, 41, []byte("not json")),
+		kafkaRecord(t, names.Outcomes, 2, 42, stale),
+		kafkaRecord(t, names.State, 2, 10, state("alice", 843, "BUSY")),
+		kafkaRecord(t, names.State, 2, 11, []byte("{")),
+		kafkaRecord(t, names.State, 1, 20, state("bob", 5, "ONLINE")),
+		kafkaRecord(t, "elsewhere.outcomes", 0, 0, applied),
 	}
 	if err := sink.Insert(ctx, first); err != nil {
 		t.Fatalf("Insert with undecodable records: %v", err)
@@ -73,14 +73,14 @@ func TestSinkInsertWritesOutcomesAndLatestState(t *testing.T) {
 	// A later poll, a separate insert and so a separate part: alice gets an
 	// older version (it must not win), bob a newer one (it must).
 	second := []*kgo.Record{
-		record(t, names.State, 2, 12, state("alice", 842, "ONLINE")),
-		record(t, names.State, 1, 21, state("bob", 9, "AWAY")),
+		kafkaRecord(t, names.State, 2, 12, state("alice", 842, "ONLINE")),
+		kafkaRecord(t, names.State, 1, 21, state("bob", 9, "AWAY")),
 	}
 	if err := sink.Insert(ctx, second); err != nil {
 		t.Fatalf("second Insert: %v", err)
 	}
 	// A poll of nothing but poison inserts nothing and still succeeds.
-	if err := sink.Insert(ctx, []*kgo.Record{record(t, names.Outcomes, 2, 43, []byte("\x00"))}); err != nil {
+	if err := sink.Insert(ctx, []*kgo.Record{kafkaRecord(t, names.Outcomes, 2, 43, []byte("\x00"))}); err != nil {
 		t.Fatalf("Insert of only undecodable records: %v", err)
 	}
 

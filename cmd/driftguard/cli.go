@@ -1,0 +1,170 @@
+package main
+
+// The command line: each subcommand with its own flags, the configuration
+// it loads, and the component it runs.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/telemetry"
+)
+
+// command is one subcommand.
+type command struct {
+	name string
+	// args is how its flags read in the usage line.
+	args    string
+	summary string
+	// noConfig: the command loads no configuration (and takes no --config).
+	noConfig bool
+	// flags defines the command's own flags and returns what runs it.
+	flags func(fs *flag.FlagSet) runner
+}
+
+// runner runs a command once its flags are parsed and its configuration
+// loaded (nil for a command that loads none).
+type runner func(ctx context.Context, env *environment) error
+
+// environment is what every command runs with.
+type environment struct {
+	cfg            *config.Config
+	log            *slog.Logger
+	stdout, stderr io.Writer
+}
+
+// commands are the subcommands in the order the help lists them.
+var commands = []command{
+	{name: "dev", args: "[--demo]", summary: "every component in one process on an embedded Kafka (--demo sends demo traffic)", flags: devFlags},
+	{name: "ingest", summary: "the webhook HTTP edge", flags: func(*flag.FlagSet) runner { return runIngest }},
+	{name: "process", args: "[--streams a,b]", summary: "the ordering processors (one goka group per stream; --streams a,b for some)", flags: processFlags},
+	{name: "sink", summary: "the ClickHouse sink", flags: func(*flag.FlagSet) runner { return runSink }},
+	{name: "migrate", args: "[--print]", summary: "create or upgrade the ClickHouse database and tables (--print: only print the DDL)", flags: migrateFlags},
+	{name: "topics", args: "[--check]", summary: "create and check every Kafka topic of the catalogue (--check: only check)", flags: topicsFlags},
+	{name: "config", summary: "print an example configuration file", noConfig: true, flags: func(*flag.FlagSet) runner { return printExample }},
+}
+
+// usage is the help of the whole command line.
+func usage() string {
+	var b strings.Builder
+	b.WriteString("driftguard turns unordered, duplicated webhooks into per-entity ordered state on Kafka.\n\n")
+	b.WriteString("Usage: driftguard <command> [--config FILE] [flags]\n\nCommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(&b, "  %-9s %s\n", c.name, c.summary)
+	}
+	b.WriteString(`
+The config file can also be named by DRIFTGUARD_CONFIG; DRIFTGUARD_* variables
+override it (see the README). "driftguard <command> --help" shows a command's flags.
+`)
+	return b.String()
+}
+
+// run runs one command and returns the process exit code: 0, 1 when the
+// command failed, 2 for a usage or configuration error.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, usage())
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	i := indexOfCommand(args[0])
+	if i < 0 {
+		fmt.Fprintf(stderr, "driftguard: unknown command %q\n\n%s", args[0], usage())
+		return 2
+	}
+	c := commands[i]
+	fs := flag.NewFlagSet("driftguard "+c.name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var configPath *string
+	if !c.noConfig {
+		configPath = fs.String("config", os.Getenv("DRIFTGUARD_CONFIG"), "configuration file (YAML)")
+	}
+	runCommand := c.flags(fs)
+	fs.Usage = func() {
+		out := fs.Output()
+		fmt.Fprintf(out, "Usage: driftguard %s", c.name)
+		if !c.noConfig {
+			fmt.Fprint(out, " [--config FILE]")
+		}
+		if c.args != "" {
+			fmt.Fprint(out, " "+c.args)
+		}
+		fmt.Fprintf(out, "\n\n%s.\n", strings.ToUpper(c.summary[:1])+c.summary[1:])
+		if hasFlags(fs) {
+			fmt.Fprint(out, "\nFlags:\n")
+			fs.PrintDefaults()
+		}
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "driftguard %s: unexpected argument %q\n", c.name, fs.Arg(0))
+		fs.Usage()
+		return 2
+	}
+	env := &environment{stdout: stdout, stderr: stderr, log: telemetry.OrDiscard(nil)}
+	if !c.noConfig {
+		cfg, err := config.Load(*configPath, os.Environ())
+		if err != nil {
+			fmt.Fprintf(stderr, "driftguard: configuration is not valid:\n%s\n", indent(err.Error()))
+			return 2
+		}
+		env.cfg = cfg
+		env.log = telemetry.NewLogger(stderr, cfg.Telemetry.LogLevel, c.name == "dev")
+		for _, w := range cfg.Warnings {
+			env.log.Warn("config: " + w)
+		}
+	}
+	err := runCommand(ctx, env)
+	var usageErr usageError
+	switch {
+	case errors.As(err, &usageErr):
+		fmt.Fprintf(stderr, "driftguard %s: %s\n", c.name, err)
+		return 2
+	case err != nil && !errors.Is(err, context.Canceled):
+		fmt.Fprintf(stderr, "driftguard %s: %s\n", c.name, err)
+		return 1
+	}
+	return 0
+}
+
+// usageError is a mistake in how a command was called, found once its
+// configuration is loaded (a flag naming a stream the catalogue lacks).
+type usageError struct{ error }
+
+func indexOfCommand(name string) int {
+	for i, c := range commands {
+		if c.name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func hasFlags(fs *flag.FlagSet) bool {
+	found := false
+	fs.VisitAll(func(*flag.Flag) { found = true })
+	return found
+}
+
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
+}
+
+func printExample(_ context.Context, env *environment) error {
+	_, err := env.stdout.Write(config.Example())
+	return err
+}

@@ -1,0 +1,339 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/testenv"
+	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
+)
+
+// isolateEnv clears every variable Run reads, so the developer's shell (or a
+// CI job) cannot change what a test sees. Run reads os.Environ, so tests set
+// their inputs with t.Setenv after this.
+func isolateEnv(t *testing.T) {
+	t.Helper()
+	for _, name := range []string{
+		"DRIFTGUARD_CONFIG", "DRIFTGUARD_KAFKA_BROKERS", "DRIFTGUARD_HTTP_ADDR",
+		"DRIFTGUARD_CLICKHOUSE_ADDR", "DRIFTGUARD_CLICKHOUSE_DATABASE", "DRIFTGUARD_DATA_DIR",
+		"DRIFTGUARD_TELEMETRY_ADDR", "DRIFTGUARD_LOG_LEVEL",
+	} {
+		t.Setenv(name, "")
+	}
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "DRIFTGUARD_SECRETS_") {
+			// Secrets naming a stream that is not in the catalogue fail
+			// Load even when empty, so unset them; t.Setenv restores them.
+			t.Setenv(name, "")
+			os.Unsetenv(name)
+		}
+	}
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func runCLI(t *testing.T, args ...string) result {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(testenv.Context(t, time.Minute), args, &stdout, &stderr)
+	return result{code, stdout.String(), stderr.String()}
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+}
+
+func TestRunHelpListsEveryCommand(t *testing.T) {
+	isolateEnv(t)
+	cases := []struct {
+		args     []string
+		wantCode int
+	}{
+		{[]string{"help"}, 0},
+		{[]string{"-h"}, 0},
+		{[]string{"--help"}, 0},
+		// No command at all is a usage error, but still shows the help.
+		{nil, 2},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%q", tc.args), func(t *testing.T) {
+			r := runCLI(t, tc.args...)
+			if r.code != tc.wantCode {
+				t.Errorf("exit %d, want %d", r.code, tc.wantCode)
+			}
+			for _, cmd := range []string{"dev", "ingest", "process", "sink", "migrate", "topics", "config"} {
+				if !strings.Contains(r.stdout, "\n  "+cmd+" ") {
+					t.Errorf("help does not list %q:\n%s", cmd, r.stdout)
+				}
+			}
+		})
+	}
+}
+
+func TestRunUsageErrorsExit2(t *testing.T) {
+	isolateEnv(t)
+	cases := []struct {
+		name       string
+		args       []string
+		wantStderr string
+	}{
+		{"unknown command", []string{"frobnicate"}, `unknown command "frobnicate"`},
+		{"unknown flag", []string{"topics", "--no-such-flag"}, "no-such-flag"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runCLI(t, tc.args...)
+			if r.code != 2 || !strings.Contains(r.stderr, tc.wantStderr) {
+				t.Errorf("want exit 2 and stderr with %q; got %v", tc.wantStderr, r)
+			}
+		})
+	}
+}
+
+func TestRunInvalidConfigExits2NamingThePath(t *testing.T) {
+	isolateEnv(t)
+	path := testenv.WriteConfig(t, "", "streams: {presence: {limits: {partitions: -3}}}\n")
+	cases := []struct {
+		name string
+		args []string
+		env  string // DRIFTGUARD_CONFIG
+	}{
+		{"file from --config", []string{"topics", "--config", path}, ""},
+		{"file from DRIFTGUARD_CONFIG", []string{"topics"}, path},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("DRIFTGUARD_CONFIG", tc.env)
+			// No broker is reachable: the config must be refused before
+			// anything connects.
+			t.Setenv("DRIFTGUARD_KAFKA_BROKERS", "127.0.0.1:1")
+			r := runCLI(t, tc.args...)
+			if r.code != 2 || !strings.Contains(r.stderr, "in streams.presence.limits.partitions") {
+				t.Errorf("want exit 2 naming streams.presence.limits.partitions; got %v", r)
+			}
+		})
+	}
+}
+
+// `driftguard config` is meant to be saved and edited: what it prints must
+// load, with no unknown keys, and (its header says "shown are the
+// defaults") configure exactly the defaults.
+func TestRunConfigPrintsLoadableDefaults(t *testing.T) {
+	isolateEnv(t)
+	// Pin the data dir default to the home folder form the example shows.
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_STATE_HOME", "")
+
+	r := runCLI(t, "config")
+	if r.code != 0 || r.stdout == "" {
+		t.Fatalf("config: %v", r)
+	}
+	path := testenv.WriteConfig(t, "", r.stdout)
+	cfg, err := config.Load(path, nil)
+	if err != nil {
+		t.Fatalf("the printed configuration does not load:\n%v\n%s", err, r.stdout)
+	}
+	if len(cfg.Warnings) != 0 {
+		t.Errorf("the printed configuration has unknown keys: %q", cfg.Warnings)
+	}
+	def, err := config.Load("", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"brokers", cfg.BrokersOrDefault(), def.BrokersOrDefault()},
+		{"kafka", fmt.Sprint(cfg.Kafka.ReplicationFactor, cfg.Kafka.ProduceTimeout), fmt.Sprint(def.Kafka.ReplicationFactor, def.Kafka.ProduceTimeout)},
+		{"http", cfg.HTTP, def.HTTP},
+		{"clickhouse", cfg.ClickHouse, def.ClickHouse},
+		{"telemetry", cfg.Telemetry, def.Telemetry},
+		{"data_dir", cfg.DataDir, def.DataDir},
+		{"presence limits", cfg.Streams["presence"].Limits, def.Streams["presence"].Limits},
+	}
+	for _, c := range checks {
+		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
+			t.Errorf("%s from the example = %v, default %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestRunTopicsCreatesThenReportsOK(t *testing.T) {
+	isolateEnv(t)
+	t.Setenv("DRIFTGUARD_KAFKA_BROKERS", strings.Join(testenv.Fake(t), ","))
+
+	first := runCLI(t, "topics")
+	if first.code != 0 {
+		t.Fatalf("first topics run: %v", first)
+	}
+	rows := topicTable(t, first.stdout)
+	want := map[string]string{} // topic → cleanup policy
+	for _, stream := range []string{"presence", "workflow", "chat", "orders"} {
+		for topic, policy := range map[string]string{".in": "delete", "-table": "compact", ".state": "compact", ".outcomes": "delete", ".dlq": "delete"} {
+			want[stream+topic] = policy
+		}
+	}
+	// The topics only some policies use.
+	want["workflow.replay"] = "delete"
+	want["chat.ephemeral"] = "delete"
+	checkTopicTable(t, "first run", rows, want, "created")
+
+	second := runCLI(t, "topics")
+	if second.code != 0 {
+		t.Fatalf("second topics run: %v", second)
+	}
+	checkTopicTable(t, "second run", topicTable(t, second.stdout), want, "ok")
+
+	// What was just created passes the check-only mode too.
+	if check := runCLI(t, "topics", "--check"); check.code != 0 {
+		t.Errorf("topics --check after creating: %v", check)
+	}
+}
+
+// topicTable parses the TOPIC/PARTITIONS/CLEANUP/STATUS table.
+func topicTable(t *testing.T, out string) map[string][]string {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) == 0 || strings.Join(strings.Fields(lines[0]), " ") != "TOPIC PARTITIONS CLEANUP STATUS" {
+		t.Fatalf("no table header in:\n%s", out)
+	}
+	rows := map[string][]string{}
+	for _, line := range lines[1:] {
+		f := strings.Fields(line)
+		if len(f) != 4 {
+			t.Fatalf("table row %q does not have 4 columns", line)
+		}
+		rows[f[0]] = f[1:]
+	}
+	return rows
+}
+
+func checkTopicTable(t *testing.T, what string, rows map[string][]string, want map[string]string, status string) {
+	t.Helper()
+	if len(rows) != len(want) {
+		t.Errorf("%s: %d rows, want %d: %v", what, len(rows), len(want), rows)
+	}
+	for topic, cleanup := range want {
+		got, wantRow := rows[topic], []string{"6", cleanup, status}
+		if strings.Join(got, " ") != strings.Join(wantRow, " ") {
+			t.Errorf("%s: %s row %v, want %v", what, topic, got, wantRow)
+		}
+	}
+}
+
+func TestRunTopicsCheckOnEmptyBrokerExits1(t *testing.T) {
+	isolateEnv(t)
+	t.Setenv("DRIFTGUARD_KAFKA_BROKERS", strings.Join(testenv.Fake(t), ","))
+
+	r := runCLI(t, "topics", "--check")
+	if r.code != 1 {
+		t.Fatalf("want exit 1; got %v", r)
+	}
+	for _, topic := range []string{"presence.in", "presence-table", "presence.state", "presence.outcomes", "presence.dlq"} {
+		if !strings.Contains(r.stderr, "topic "+topic+" is missing") {
+			t.Errorf("stderr does not name the missing %s:\n%s", topic, r.stderr)
+		}
+	}
+	if !strings.Contains(r.stderr, "driftguard topics") {
+		t.Errorf("stderr does not say how to create them:\n%s", r.stderr)
+	}
+	// --check must not have created anything.
+	if again := runCLI(t, "topics", "--check"); again.code != 1 {
+		t.Errorf("second topics --check: %v", again)
+	}
+}
+
+func TestRunMigrateTwice(t *testing.T) {
+	isolateEnv(t)
+	addr := testenv.ClickHouse(t)
+	database := testenv.UniqueName("dg_cli")
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_ADDR", addr)
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_DATABASE", database)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := sinkch.Open(ctx, config.ClickHouse{Addr: addr, Username: "default"})
+		if err != nil {
+			t.Errorf("dropping %s: %v", database, err)
+			return
+		}
+		defer conn.Close()
+		if err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+database); err != nil {
+			t.Errorf("dropping %s: %v", database, err)
+		}
+	})
+	migrations, err := sinkch.Migrations(database)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	first := runCLI(t, "migrate")
+	if first.code != 0 {
+		t.Fatalf("first migrate: %v", first)
+	}
+	for _, m := range migrations {
+		if line := fmt.Sprintf("applied %04d_%s\n", m.Version, m.Name); !strings.Contains(first.stdout, line) {
+			t.Errorf("first migrate does not report %q: %v", line, first)
+		}
+	}
+	wantFirst := fmt.Sprintf("database %s is up to date (%d migrations applied now)", database, len(migrations))
+	if !strings.Contains(first.stdout, wantFirst) {
+		t.Errorf("first migrate: want %q; got %v", wantFirst, first)
+	}
+
+	second := runCLI(t, "migrate")
+	wantSecond := fmt.Sprintf("database %s is up to date (0 migrations applied now)", database)
+	if second.code != 0 || strings.TrimSpace(second.stdout) != wantSecond {
+		t.Errorf("second migrate: want exit 0 and only %q; got %v", wantSecond, second)
+	}
+}
+
+// migrate --print writes the statements Migrate would run, with the
+// configured database, without reaching any server.
+func TestRunMigratePrintNeedsNoServer(t *testing.T) {
+	isolateEnv(t)
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_ADDR", "127.0.0.1:1")
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_DATABASE", "dg_print")
+	r := runCLI(t, "migrate", "--print")
+	if r.code != 0 {
+		t.Fatalf("migrate --print: %v", r)
+	}
+	migrations, err := sinkch.Migrations("dg_print")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, m := range migrations {
+		want = append(want, m.Statements...)
+	}
+	var got []string
+	for _, part := range strings.Split(r.stdout, ";\n\n") {
+		var lines []string
+		for _, line := range strings.Split(part, "\n") {
+			if !strings.HasPrefix(line, "-- ") {
+				lines = append(lines, line)
+			}
+		}
+		if stmt := strings.TrimSpace(strings.Join(lines, "\n")); stmt != "" {
+			got = append(got, stmt)
+		}
+	}
+	if strings.Join(got, "\n;\n") != strings.Join(want, "\n;\n") {
+		t.Errorf("printed statements differ from the migrations':\n%s", r.stdout)
+	}
+	if !strings.Contains(r.stdout, "dg_print.ordering_minute") {
+		t.Errorf("the configured database is not substituted:\n%s", r.stdout)
+	}
+}

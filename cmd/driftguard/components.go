@@ -1,0 +1,83 @@
+package main
+
+// The long-running components, each run as its own subcommand with its
+// operational endpoints.
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/driftguard/driftguard/ingest"
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/service"
+	"github.com/driftguard/driftguard/internal/telemetry"
+	"github.com/driftguard/driftguard/processors"
+	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
+)
+
+func runIngest(ctx context.Context, env *environment) error {
+	// Ingest serves its operational endpoints on its own listener.
+	ops := telemetry.NewOps()
+	return ingest.NewService(ingest.ServiceOptions{Config: env.cfg, Logger: env.log, Ops: ops}).Run(ctx)
+}
+
+func processFlags(fs *flag.FlagSet) runner {
+	only := fs.String("streams", "", "run only these streams (comma-separated), e.g. to scale one stream on its own")
+	return func(ctx context.Context, env *environment) error {
+		if err := keepStreams(env.cfg, *only); err != nil {
+			return usageError{err}
+		}
+		return withTelemetry(ctx, env, func(ops *telemetry.Ops) service.Service {
+			return processors.NewService(processors.ServiceOptions{Config: env.cfg, Logger: env.log, Ops: ops})
+		})
+	}
+}
+
+// keepStreams drops every stream not in the comma-separated list (all
+// streams when it is empty).
+func keepStreams(cfg *config.Config, list string) error {
+	if list == "" {
+		return nil
+	}
+	keep := map[string]*config.Stream{}
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		s, ok := cfg.Streams[name]
+		if !ok {
+			return fmt.Errorf("--streams names %q, which is not in the catalogue (%s)", name, strings.Join(cfg.StreamNames(), ", "))
+		}
+		keep[name] = s
+	}
+	cfg.Streams = keep
+	return nil
+}
+
+func runSink(ctx context.Context, env *environment) error {
+	conn, err := sinkch.Open(ctx, env.cfg.ClickHouse)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	// Idempotent, so every replica may run it; `migrate` exists for teams
+	// that prefer a separate step.
+	if _, err := sinkch.Migrate(ctx, conn, env.cfg.ClickHouse.Database, env.log); err != nil {
+		return err
+	}
+	return withTelemetry(ctx, env, func(ops *telemetry.Ops) service.Service {
+		return sinkch.New(sinkch.Options{Config: env.cfg, Conn: conn, Logger: env.log, Ops: ops})
+	})
+}
+
+// withTelemetry runs a component and serves its /metrics, /healthz and
+// /readyz on the telemetry address.
+func withTelemetry(ctx context.Context, env *environment, build func(*telemetry.Ops) service.Service) error {
+	ops := telemetry.NewOps()
+	mux := http.NewServeMux()
+	ops.Register(mux)
+	return service.RunAll(ctx, build(ops), service.Func{Label: "telemetry", Fn: func(ctx context.Context) error {
+		return telemetry.Serve(ctx, env.cfg.Telemetry.Addr, mux, env.log)
+	}})
+}

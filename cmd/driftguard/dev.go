@@ -1,0 +1,175 @@
+package main
+
+// `driftguard dev`: every component in one process on an embedded Kafka
+// (franz-go's kfake), ClickHouse when one is reachable or installed, and
+// optional demo traffic, so a newcomer sees webhooks become ordered state
+// and outcomes with one command.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/driftguard/driftguard/ingest"
+	"github.com/driftguard/driftguard/internal/chlocal"
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/service"
+	"github.com/driftguard/driftguard/internal/telemetry"
+	"github.com/driftguard/driftguard/processors"
+	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
+)
+
+// demoSecret signs webhooks of every stream that has no secret configured,
+// in dev only. It is printed at start and is in the README, so curl
+// examples work as pasted; never use it outside dev.
+const demoSecret = "whsec_ZHJpZnRndWFyZC1kZXYtZGVtby1zZWNyZXQtMDAwMDE="
+
+func devFlags(fs *flag.FlagSet) runner {
+	demo := fs.Bool("demo", false, "send signed, shuffled, duplicated presence webhooks")
+	return func(ctx context.Context, env *environment) error {
+		return dev(ctx, env.cfg, devOptions{Demo: *demo, Out: env.stdout, Log: env.log})
+	}
+}
+
+// devOptions are the options of a dev run.
+type devOptions struct {
+	// Demo sends signed, shuffled, duplicated presence webhooks to ingest.
+	Demo bool
+	// Out receives the banner and the outcome summaries.
+	Out io.Writer
+	// Log receives component logs.
+	Log *slog.Logger
+	// SummaryEvery is how often outcome counts are printed. Default 3s.
+	SummaryEvery time.Duration
+}
+
+// dev runs every component until ctx is done.
+func dev(ctx context.Context, cfg *config.Config, opts devOptions) error {
+	if opts.SummaryEvery == 0 {
+		opts.SummaryEvery = 3 * time.Second
+	}
+	log := opts.Log
+	brokers := cfg.Kafka.Brokers
+	if len(brokers) == 0 {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.ListenFn(func(network, _ string) (net.Listener, error) {
+			return net.Listen(network, "127.0.0.1:0")
+		}))
+		if err != nil {
+			return fmt.Errorf("embedded kafka: %w", err)
+		}
+		defer cluster.Close()
+		brokers = cluster.ListenAddrs()
+	}
+	var demoSecretStreams []string
+	for _, name := range cfg.StreamNames() {
+		if s := cfg.Streams[name]; len(s.Signature.Secrets) == 0 {
+			s.Signature.Secrets = []string{demoSecret}
+			demoSecretStreams = append(demoSecretStreams, name)
+		}
+	}
+	cl, err := kafka.NewClient(brokers)
+	if err != nil {
+		return err
+	}
+	_, err = kafka.EnsureTopics(ctx, cl, cfg, true)
+	cl.Close()
+	if err != nil {
+		return fmt.Errorf("topics: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
+	if err != nil {
+		return fmt.Errorf("ingest cannot listen on %s (set DRIFTGUARD_HTTP_ADDR to another address): %w", cfg.HTTP.Addr, err)
+	}
+	ops := telemetry.NewOps()
+	services := []service.Service{
+		ingest.NewService(ingest.ServiceOptions{Config: cfg, Brokers: brokers, Logger: log, Ops: ops, Listener: ln}),
+		processors.NewService(processors.ServiceOptions{Config: cfg, Brokers: brokers, Logger: log, Ops: ops, InMemoryTables: true}),
+		&tail{brokers: brokers, cfg: cfg, out: opts.Out, every: opts.SummaryEvery},
+	}
+	sink, chNote, stopCH := startClickHouse(ctx, cfg, brokers, log, ops)
+	defer stopCH()
+	if sink != nil {
+		services = append(services, sink)
+	}
+	webhookURL := "http://" + ln.Addr().String() + "/v1/webhooks/"
+	if opts.Demo {
+		services = append(services, &demo{url: webhookURL + "presence", secret: cfg.Streams["presence"].Signature.Secrets[0], log: log})
+	}
+	printBanner(opts.Out, brokers, webhookURL, cfg, demoSecretStreams, chNote, opts.Demo)
+	return service.RunAll(ctx, services...)
+}
+
+// startClickHouse returns the sink when ClickHouse is reachable at the
+// configured address, or can be started from an installed server; else a
+// note saying why the sink is off.
+func startClickHouse(ctx context.Context, cfg *config.Config, brokers []string, log *slog.Logger, ops *telemetry.Ops) (service.Service, string, func()) {
+	stop := func() {}
+	conn, err := sinkch.Open(ctx, cfg.ClickHouse)
+	note := "ClickHouse at " + cfg.ClickHouse.Addr
+	if err != nil {
+		srv, startErr := chlocal.Start(ctx, 60*time.Second)
+		switch {
+		case errors.Is(startErr, chlocal.ErrNotInstalled):
+			return nil, fmt.Sprintf("ClickHouse: not reachable at %s and clickhouse-server is not installed; running without the ClickHouse sink (apt-get install clickhouse-server to add it)", cfg.ClickHouse.Addr), stop
+		case startErr != nil:
+			return nil, fmt.Sprintf("ClickHouse: not reachable at %s and a private server failed to start (%v); running without the ClickHouse sink", cfg.ClickHouse.Addr, startErr), stop
+		}
+		stop = srv.Stop
+		cfg.ClickHouse.Addr = srv.Addr
+		note = "ClickHouse: private clickhouse-server started at " + srv.Addr + " (data in a temp folder, removed on exit)"
+		if conn, err = openWithRetry(ctx, cfg.ClickHouse); err != nil {
+			return nil, fmt.Sprintf("ClickHouse: the private server at %s does not answer (%v); running without the ClickHouse sink", srv.Addr, err), stop
+		}
+	}
+	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse.Database, log); err != nil {
+		conn.Close()
+		return nil, fmt.Sprintf("ClickHouse at %s: migrations failed (%v); running without the ClickHouse sink", cfg.ClickHouse.Addr, err), stop
+	}
+	prevStop := stop
+	stop = func() { conn.Close(); prevStop() }
+	return sinkch.New(sinkch.Options{Config: cfg, Brokers: brokers, Conn: conn, Logger: log, Ops: ops}), note + ", database " + cfg.ClickHouse.Database, stop
+}
+
+// openWithRetry waits out a fresh server that listens before it serves.
+func openWithRetry(ctx context.Context, c config.ClickHouse) (driver.Conn, error) {
+	var err error
+	for range 30 {
+		var conn driver.Conn
+		if conn, err = sinkch.Open(ctx, c); err == nil {
+			return conn, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	return nil, err
+}
+
+func printBanner(w io.Writer, brokers []string, webhookURL string, cfg *config.Config, demoSecretStreams []string, chNote string, demo bool) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "driftguard dev\n")
+	fmt.Fprintf(&b, "  kafka:     %s\n", strings.Join(brokers, ","))
+	fmt.Fprintf(&b, "  webhooks:  POST %s{stream}   streams: %s\n", webhookURL, strings.Join(cfg.StreamNames(), ", "))
+	if len(demoSecretStreams) > 0 {
+		fmt.Fprintf(&b, "  secret:    %s (demo secret for %s; set DRIFTGUARD_SECRETS_<STREAM> to use your own)\n", demoSecret, strings.Join(demoSecretStreams, ", "))
+	}
+	fmt.Fprintf(&b, "  metrics:   %s/metrics   health: /healthz /readyz\n", strings.TrimSuffix(webhookURL, "/v1/webhooks/"))
+	fmt.Fprintf(&b, "  %s\n", chNote)
+	if demo {
+		fmt.Fprintf(&b, "  demo:      sending signed, shuffled, duplicated presence webhooks\n")
+	}
+	fmt.Fprintf(&b, "  Ctrl-C stops everything.\n")
+	_, _ = io.WriteString(w, b.String())
+}

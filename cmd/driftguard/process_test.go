@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/record"
+	"github.com/driftguard/driftguard/internal/testenv"
+	"github.com/driftguard/driftguard/internal/topics"
+	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
+)
+
+// processHarness is one stream, defined in an operator's config file,
+// decided by real `driftguard process` binaries that a test can kill, with
+// the ClickHouse sink running in the test, on the real broker and server.
+type processHarness struct {
+	*processRunner
+	ctx    context.Context
+	cfg    *config.Config
+	stream string
+	conn   driver.Conn
+	cl     *kgo.Client
+}
+
+// processRunner runs real `driftguard process` binaries for the streams of
+// a config file, so a test can kill them.
+type processRunner struct {
+	t          *testing.T
+	configFile string
+	streams    []string
+	brokers    []string
+	bin        string
+	dir        string
+}
+
+// newProcessRunner builds the binary into dir.
+func newProcessRunner(t *testing.T, dir, configFile string, brokers []string, streams ...string) *processRunner {
+	t.Helper()
+	return &processRunner{t: t, configFile: configFile, streams: streams, brokers: brokers, bin: buildDriftguard(t), dir: dir}
+}
+
+// newProcessHarness writes yaml as the operator's config file, defining
+// stream, and runs the sink for it into a database named after prefix.
+func newProcessHarness(t *testing.T, ctx context.Context, prefix, stream, yaml string) *processHarness {
+	t.Helper()
+	dir := t.TempDir()
+	configFile := testenv.WriteConfig(t, dir, yaml)
+	h := &processHarness{ctx: ctx, stream: stream}
+	h.cfg, h.conn, h.cl = loadOnServices(t, ctx, configFile, prefix, stream)
+	cfg, brokers := h.cfg, h.cfg.Kafka.Brokers
+	cfg.ClickHouse.BatchPeriod = 100 * time.Millisecond
+
+	runServices(t, ctx, "sink", sinkch.New(sinkch.Options{Config: cfg, Brokers: brokers, Conn: h.conn, Logger: testenv.Logger(t)}))
+	h.processRunner = newProcessRunner(t, dir, configFile, brokers, stream)
+	return h
+}
+
+// loadOnServices loads the config file, kept to only the named streams
+// when there are any, pointed at the real broker and server, with a
+// migrated database of its own named after prefix and the streams' topics,
+// and returns a client of the broker closed at the end.
+func loadOnServices(tb testing.TB, ctx context.Context, configFile, prefix string, only ...string) (*config.Config, driver.Conn, *kgo.Client) {
+	tb.Helper()
+	cfg, err := config.Load(configFile, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if len(only) > 0 {
+		kept := map[string]*config.Stream{}
+		for _, name := range only {
+			kept[name] = cfg.Streams[name]
+		}
+		cfg.Streams = kept
+	}
+	cfg.Kafka.Brokers = testenv.Kafka(tb)
+	cfg.ClickHouse.Addr = testenv.ClickHouse(tb)
+	cfg.ClickHouse.Database = testenv.UniqueName("dg_" + prefix)
+	conn, cl := prepare(tb, ctx, cfg, cfg.Kafka.Brokers)
+	tb.Cleanup(cl.Close)
+	return cfg, conn, cl
+}
+
+// start runs `driftguard process` for the streams with its table storage in
+// the named folder (the same name after a kill reuses the storage).
+func (h *processRunner) start(name string) *exec.Cmd {
+	h.t.Helper()
+	return startDriftguard(h.t, h.bin, []string{"process", "--config", h.configFile, "--streams", strings.Join(h.streams, ",")},
+		"DRIFTGUARD_KAFKA_BROKERS="+strings.Join(h.brokers, ","),
+		"DRIFTGUARD_DATA_DIR="+filepath.Join(h.dir, name))
+}
+
+// startDriftguard runs the binary with args and env added to the test's
+// environment, its output in the test log, killed at the test's end.
+func startDriftguard(tb testing.TB, bin string, args []string, env ...string) *exec.Cmd {
+	tb.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(append(os.Environ(), env...),
+		"DRIFTGUARD_TELEMETRY_ADDR=127.0.0.1:0",
+		"DRIFTGUARD_LOG_LEVEL=warn")
+	cmd.Stdout, cmd.Stderr = testWriter{tb}, testWriter{tb}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	return cmd
+}
+
+// sigkill ends a process with SIGKILL, as a crash would.
+func sigkill(tb testing.TB, cmd *exec.Cmd) {
+	tb.Helper()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		tb.Fatal(err)
+	}
+	_, _ = cmd.Process.Wait()
+}
+
+// produce writes a body to the stream's input as ingest would, received now.
+func (h *processHarness) produce(key string, body []byte) {
+	h.t.Helper()
+	if err := h.cl.ProduceSync(h.ctx, inputRecord(h.stream, key, body)).FirstErr(); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// inputRecord is a body for the stream's input as ingest writes it,
+// received now.
+func inputRecord(stream, key string, body []byte) *kgo.Record {
+	return inputRecordAt(stream, key, body, time.Now().UnixMilli())
+}
+
+// inputRecordAt is inputRecord received at receivedMs (unix ms).
+func inputRecordAt(stream, key string, body []byte, receivedMs int64) *kgo.Record {
+	return &kgo.Record{Topic: topics.For(stream).In, Key: []byte(key), Value: body, Headers: []kgo.RecordHeader{
+		{Key: record.HeaderReceivedAt, Value: []byte(strconv.FormatInt(receivedMs, 10))},
+	}}
+}
+
+// count runs a count query whose two %s are the database and the stream.
+func (h *processHarness) count(query string) uint64 {
+	var n uint64
+	_ = h.conn.QueryRow(h.ctx, fmt.Sprintf(query, h.cfg.ClickHouse.Database, h.stream)).Scan(&n)
+	return n
+}
+
+// presenceStreamYAML is the entry of a config file's streams section that
+// defines stream as a presence stream over six partitions.
+func presenceStreamYAML(stream string) string {
+	return fmt.Sprintf("  %s:\n    policy: latest\n    key: /user_id\n    event_id: /event_id\n    type: {fixed: presence.changed}\n"+
+		"    version: /sequence_number\n    occurred_at: /timestamp\n    schemas: {presence.changed: streams/presence.schema.json}\n    limits: {partitions: 6}\n", stream)
+}
+
+// buildDriftguard returns the binary, built once for all the tests of the
+// run, so a test can kill a real process.
+func buildDriftguard(t testing.TB) string {
+	t.Helper()
+	bin, err := driftguardBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// binDir holds the binary for the run; TestMain removes it.
+var binDir string
+
+var driftguardBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "driftguard-e2e-")
+	if err != nil {
+		return "", err
+	}
+	binDir = dir
+	bin := filepath.Join(dir, "driftguard")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/driftguard/driftguard/cmd/driftguard").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// testWriter sends a child process's output to the test log.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}

@@ -1,0 +1,67 @@
+package record
+
+// Result is what a decision did with an event: the outcome field of an
+// outcome record, the outcome column of driftguard.events (design §5).
+type Result string
+
+// The outcomes.
+const (
+	Applied     Result = "applied"
+	Duplicate   Result = "duplicate"
+	Stale       Result = "stale"
+	Buffered    Result = "buffered"
+	Quarantined Result = "quarantined"
+	Reconciled  Result = "reconciled"
+	Expired     Result = "expired"
+	Rejected    Result = "rejected"
+)
+
+// Results are every outcome, in the order of design §5.
+var Results = []Result{Applied, Duplicate, Stale, Buffered, Quarantined, Reconciled, Expired, Rejected}
+
+// Reason says why a decision was made, on an outcome record, or why a
+// record went to the DLQ.
+type Reason string
+
+// Reasons of outcome records.
+const (
+	// ReasonTerminal: the entity reached a terminal state; nothing changes
+	// it again (rejected, and the buffered steps a terminal step leaves).
+	ReasonTerminal Reason = "terminal"
+	// ReasonBufferFull: the gapless buffer or a parent's quarantine is
+	// full (rejected, and copied to the DLQ).
+	ReasonBufferFull Reason = "buffer_full"
+	// ReasonSameSequence: a buffered step again under a new event id
+	// (duplicate).
+	ReasonSameSequence Reason = "same_sequence"
+	// ReasonGapTimeout: a gap stayed open past limits.gap_timeout
+	// (expired; the replay is requested again).
+	ReasonGapTimeout Reason = "gap_timeout"
+	// ReasonOrphanTTL: a child whose parent never came within parent.ttl
+	// (expired, and copied to the DLQ).
+	ReasonOrphanTTL Reason = "orphan_ttl"
+	// ReasonNotMember: a send from someone who is not a member of the
+	// conversation (rejected).
+	ReasonNotMember Reason = "not_member"
+	// ReasonAheadOfConversation: a receipt past the last message
+	// (rejected).
+	ReasonAheadOfConversation Reason = "ahead_of_conversation"
+	// ReasonUnknownType: an event of a type the stream's policy has no
+	// role for, written to `<stream>.in` by a producer other than ingest
+	// (rejected).
+	ReasonUnknownType Reason = "unknown_type"
+)
+
+// Reasons of dead letters that are not decisions.
+const (
+	// ReasonUndecodable: a `<stream>.in` record that does not parse as the
+	// stream's event.
+	ReasonUndecodable Reason = "undecodable"
+	// ReasonKeyMismatch: a `<stream>.in` record whose Kafka key differs
+	// from the key in its body.
+	ReasonKeyMismatch Reason = "key_mismatch"
+)
+
+// Reasons are every reason a record may carry.
+var Reasons = []Reason{ReasonTerminal, ReasonBufferFull, ReasonSameSequence, ReasonGapTimeout, ReasonOrphanTTL,
+	ReasonNotMember, ReasonAheadOfConversation, ReasonUnknownType, ReasonUndecodable, ReasonKeyMismatch}

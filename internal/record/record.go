@@ -1,0 +1,93 @@
+// Package record is the contract between driftguard's components on Kafka:
+// the headers ingest sets on every `<stream>.in` record, the records the
+// processors write to `<stream>.outcomes`, `<stream>.state`, `<stream>.dlq`
+// and `<stream>.replay`, and the names of every outcome and reason those
+// records carry. Ingest, processors and sinks never import each other; they
+// agree through this package, which imports no configuration.
+//
+// The outcome and state records are written and read for nearly every
+// event, so their encoders and decoders are written by hand (codec.go),
+// each next to the other and held to encoding/json by tests; the rare
+// dead letters and replay requests go through encoding/json.
+package record
+
+import "encoding/json"
+
+// Kafka header names set by ingest on every `<stream>.in` record (design §3).
+const (
+	HeaderStream     = "dg-stream"
+	HeaderEventID    = "dg-event-id"
+	HeaderType       = "dg-type"
+	HeaderReceivedAt = "dg-received-at" // unix milliseconds, decimal
+	HeaderScheme     = "dg-scheme"
+)
+
+// Outcome is one decision, the value of a `<stream>.outcomes` record keyed by
+// the entity key.
+type Outcome struct {
+	Stream    string `json:"stream"`
+	Key       string `json:"key"`
+	EventID   string `json:"event_id"`
+	EventType string `json:"type"`
+	// Version is the source version, or the assigned sequence for assign.
+	Version int64  `json:"version"`
+	Outcome Result `json:"outcome"`
+	Reason  Reason `json:"reason,omitempty"`
+	// Gap is how many versions this applied event skipped.
+	Gap         int64 `json:"gap"`
+	BufferDepth int   `json:"buffer_depth"`
+	// MessageID is the message a send was assigned (assign), also on the
+	// duplicate of a retried send.
+	MessageID string `json:"message_id,omitempty"`
+	// The three clocks plus the decision time, unix ms.
+	OccurredAtMs  int64 `json:"occurred_at_ms"`
+	ReceivedAtMs  int64 `json:"received_at_ms"`
+	ProcessedAtMs int64 `json:"processed_at_ms"`
+	// Where the decided event sits in `<stream>.in`.
+	InputPartition int32           `json:"input_partition"`
+	InputOffset    int64           `json:"input_offset"`
+	Payload        json.RawMessage `json:"payload,omitempty"`
+}
+
+// State is the public state of one entity after an applied change, the value
+// of a `<stream>.state` record keyed by the entity key.
+type State struct {
+	Stream  string `json:"stream"`
+	Key     string `json:"key"`
+	Version int64  `json:"version"`
+	// State is the JSON of the public state: the applied event's fields.
+	State       json.RawMessage `json:"state"`
+	UpdatedAtMs int64           `json:"updated_at_ms"`
+	// ExpiresAtMs is when readers must show unknown; 0 means never.
+	ExpiresAtMs int64 `json:"expires_at_ms"`
+}
+
+// DeadLetter is a record that could not be processed, the value of a
+// `<stream>.dlq` record.
+type DeadLetter struct {
+	Stream    string `json:"stream"`
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+	Key       string `json:"key"`
+	Reason    Reason `json:"reason"`
+	Detail    string `json:"detail,omitempty"`
+	// What is known of the event (empty for a record that could not be
+	// decoded), and when it was dead-lettered, unix ms.
+	EventID      string `json:"event_id,omitempty"`
+	EventType    string `json:"event_type,omitempty"`
+	ReceivedAtMs int64  `json:"received_at_ms,omitempty"`
+	AtMs         int64  `json:"at_ms"`
+	// Payload is the original record value (base64 in JSON).
+	Payload []byte `json:"payload"`
+}
+
+// ReplayRequest asks a producer to send an entity's events again from
+// FirstMissing on, the value of a `<stream>.replay` record keyed by the
+// entity key (gapless streams).
+type ReplayRequest struct {
+	Stream        string `json:"stream"`
+	Key           string `json:"key"`
+	FirstMissing  int64  `json:"first_missing"`
+	RequestedAtMs int64  `json:"requested_at_ms"`
+}

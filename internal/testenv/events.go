@@ -1,0 +1,65 @@
+package testenv
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/driftguard/driftguard/internal/config"
+)
+
+// Presence is a presence webhook in the seed's shape. Device and ExpiresAt
+// are left out of the body when empty.
+type Presence struct {
+	EventID, User string
+	// Device is the device the claim is about; "" for the member itself.
+	Device string
+	// Status defaults to ONLINE.
+	Status  string
+	Version int64
+	// Timestamp and ExpiresAt are unix seconds; Timestamp defaults to
+	// 1700000000.
+	Timestamp, ExpiresAt int64
+}
+
+// Body is the webhook body, its fields in the seed's order.
+func (p Presence) Body() []byte {
+	status, ts := p.Status, p.Timestamp
+	if status == "" {
+		status = "ONLINE"
+	}
+	if ts == 0 {
+		ts = 1_700_000_000
+	}
+	b := fmt.Appendf(nil, `{"event_id":%q,"user_id":%q`, p.EventID, p.User)
+	if p.Device != "" {
+		b = fmt.Appendf(b, `,"device_id":%q`, p.Device)
+	}
+	b = fmt.Appendf(b, `,"presence":%q,"sequence_number":%d,"timestamp":%d`, status, p.Version, ts)
+	if p.ExpiresAt != 0 {
+		b = fmt.Appendf(b, `,"expires_at":%d`, p.ExpiresAt)
+	}
+	return append(b, '}')
+}
+
+// Fataler is what *testing.T, *testing.B and *rapid.T all offer.
+type Fataler interface {
+	Helper()
+	Fatal(args ...any)
+}
+
+// Shipped returns a fresh copy of the shipped catalogue's stream name, for
+// a test to change as it likes.
+func Shipped(t Fataler, name string) *config.Stream {
+	t.Helper()
+	cfg, err := config.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Streams[name]
+	if s == nil {
+		t.Fatal("the shipped catalogue has no stream " + name)
+	}
+	return s
+}
+
+var _ Fataler = (*testing.T)(nil)

@@ -1,0 +1,42 @@
+package testenv
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// WriteConfig writes yaml as the config file driftguard.yaml in dir (a
+// fresh folder when dir is "") and returns its path.
+func WriteConfig(t testing.TB, dir, yaml string) string {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	return WriteFile(t, dir, "driftguard.yaml", yaml)
+}
+
+// WriteFile writes content to name in dir and returns its path.
+func WriteFile(t testing.TB, dir, name, content string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// WaitFor polls cond every 50ms until it holds, and fails the test naming
+// what it waited for when ctx ends first.
+func WaitFor(t testing.TB, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

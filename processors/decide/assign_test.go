@@ -1,0 +1,163 @@
+package decide
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/record"
+	"github.com/driftguard/driftguard/internal/testenv"
+)
+
+// chatEvent is a chat event of type typ with fields, read through the
+// rules as the processor reads it.
+func chatEvent(t *testing.T, r *Rules, id, typ string, atMs int64, fields map[string]any) Event {
+	t.Helper()
+	body := map[string]any{"event_id": id, "type": typ, "conversation_id": "conv"}
+	for k, v := range fields {
+		body[k] = v
+	}
+	raw, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return read(t, r, raw, atMs)
+}
+
+func send(t *testing.T, r *Rules, id, sender, device, clientID string, atMs int64) Event {
+	return chatEvent(t, r, id, "message.send", atMs, map[string]any{"sender_id": sender, "sender_device_id": device, "client_message_id": clientID, "body": "hi"})
+}
+
+func member(t *testing.T, r *Rules, id, typ, user string) Event {
+	return chatEvent(t, r, id, typ, 0, map[string]any{"user_id": user})
+}
+
+func receipt(t *testing.T, r *Rules, id, typ, user string, seq int64) Event {
+	return chatEvent(t, r, id, typ, 0, map[string]any{"user_id": user, "device_id": "d", "conversation_seq": seq})
+}
+
+func TestAssignDecisions(t *testing.T) {
+	p := For(testenv.Shipped(t, "chat"))
+	var e Entity
+	steps := []struct {
+		ev        Event
+		outcome   record.Result
+		reason    record.Reason
+		version   int64
+		messageID string
+	}{
+		{member(t, p, "e1", "member.added", "alice"), "applied", "", 0, ""},
+		{send(t, p, "e2", "bob", "b1", "m1", 1), "rejected", record.ReasonNotMember, 0, ""},
+		{send(t, p, "e3", "alice", "a1", "m1", 2), "applied", "", 1, "conv:1"},
+		// The client timed out after the server committed and sent again.
+		{send(t, p, "e4", "alice", "a1", "m1", 3), "duplicate", "", 1, "conv:1"},
+		{send(t, p, "e3", "alice", "a1", "m1", 4), "duplicate", "", 1, "conv:1"},
+		{send(t, p, "e5", "alice", "a2", "m1", 5), "applied", "", 2, "conv:2"},
+		{receipt(t, p, "e6", "receipt.read", "alice", 2), "applied", "", 2, ""},
+		{receipt(t, p, "e7", "receipt.read", "alice", 1), "stale", "", 1, ""},
+		{receipt(t, p, "e8", "receipt.delivered", "alice", 1), "applied", "", 1, ""},
+		{receipt(t, p, "e9", "receipt.delivered", "alice", 3), "rejected", record.ReasonAheadOfConversation, 3, ""},
+		{member(t, p, "e10", "member.removed", "alice"), "applied", "", 2, ""},
+		{send(t, p, "e11", "alice", "a1", "m9", 6), "rejected", record.ReasonNotMember, 2, ""},
+	}
+	for i, st := range steps {
+		got := p.Decide(&e, st.ev).Decisions
+		if len(got) != 1 || got[0].Outcome != st.outcome || got[0].Reason != st.reason || got[0].Version != st.version || got[0].MessageID != st.messageID {
+			t.Fatalf("step %d (%s): got %+v; want %s/%s version %d message %q", i, st.ev.EventID, got, st.outcome, st.reason, st.version, st.messageID)
+		}
+	}
+	var state struct {
+		LastSeq int64             `json:"last_seq"`
+		Members []string          `json:"members"`
+		Cursors map[string]Cursor `json:"cursors"`
+	}
+	if err := json.Unmarshal(e.State, &state); err != nil || state.LastSeq != 2 || len(state.Members) != 0 || state.Cursors["alice"] != (Cursor{Read: 2, Delivered: 1}) {
+		t.Fatalf("public state %s (%v)", e.State, err)
+	}
+}
+
+func TestAssignIdempotencyWindowAndBound(t *testing.T) {
+	s := testenv.Shipped(t, "chat")
+	s.Limits.IdempotencyWindow = time.Hour
+	s.Limits.IdempotencyKeys = 2
+	p := For(s)
+	var e Entity
+	p.Decide(&e, member(t, p, "m", "member.added", "alice"))
+	p.Decide(&e, send(t, p, "a", "alice", "d", "c1", 0))
+	// Past the window the same client key is a new message.
+	if d := p.Decide(&e, send(t, p, "b", "alice", "d", "c1", time.Hour.Milliseconds()+1)).Decisions[0]; d.Outcome != "applied" || d.Version != 2 {
+		t.Fatalf("after the window: %+v", d)
+	}
+	p.Decide(&e, send(t, p, "c", "alice", "d", "c2", time.Hour.Milliseconds()+2))
+	p.Decide(&e, send(t, p, "d", "alice", "d", "c3", time.Hour.Milliseconds()+3))
+	if len(e.Chat.Sent) != 2 {
+		t.Fatalf("%d client keys kept, bound 2", len(e.Chat.Sent))
+	}
+}
+
+// An event of a type the catalogue gives no part (a foreign producer's) is
+// rejected as unknown; the stream's own message id format names the
+// messages.
+func TestAssignUnknownTypeAndMessageIDFormat(t *testing.T) {
+	s := testenv.Shipped(t, "chat")
+	s.Assign.MessageID = "msg-{seq}@{key}"
+	p := For(s)
+	var e Entity
+	p.Decide(&e, member(t, p, "m", "member.added", "alice"))
+	if d := p.Decide(&e, chatEvent(t, p, "x", "message.edit", 0, nil)).Decisions[0]; d.Outcome != record.Rejected || d.Reason != record.ReasonUnknownType {
+		t.Fatalf("an event of no part: %+v", d)
+	}
+	if d := p.Decide(&e, send(t, p, "s", "alice", "d", "c1", 0)).Decisions[0]; d.MessageID != "msg-1@conv" {
+		t.Fatalf("message id %q, want the stream's format", d.MessageID)
+	}
+}
+
+// With terminal states a conversation closes: a new event after it is
+// rejected, a send retried from before it still gets its sequence back,
+// and the closing event needs no other part.
+func TestAssignTerminal(t *testing.T) {
+	s := testenv.Shipped(t, "chat")
+	s.Terminal = config.Terminal{Field: "/type", Values: []string{"conversation.closed"}}
+	p := For(s)
+	var e Entity
+	p.Decide(&e, member(t, p, "m", "member.added", "alice"))
+	p.Decide(&e, send(t, p, "s1", "alice", "d", "c1", 0))
+	steps := []struct {
+		ev      Event
+		outcome record.Result
+		reason  record.Reason
+		version int64
+	}{
+		{chatEvent(t, p, "close", "conversation.closed", 0, nil), record.Applied, "", 1},
+		{send(t, p, "s2", "alice", "d", "c2", 0), record.Rejected, record.ReasonTerminal, 1},
+		{member(t, p, "m2", "member.added", "bob"), record.Rejected, record.ReasonTerminal, 1},
+		{send(t, p, "s1-retry", "alice", "d", "c1", 0), record.Duplicate, "", 1},
+		{chatEvent(t, p, "close", "conversation.closed", 0, nil), record.Duplicate, "", 1},
+	}
+	for i, st := range steps {
+		d := p.Decide(&e, st.ev).Decisions[0]
+		if d.Outcome != st.outcome || d.Reason != st.reason || d.Version != st.version {
+			t.Fatalf("step %d (%s): %s/%s version %d, want %s/%s %d", i, st.ev.EventID, d.Outcome, d.Reason, d.Version, st.outcome, st.reason, st.version)
+		}
+	}
+	if !e.Terminal {
+		t.Fatal("the conversation is not terminal after its closing event")
+	}
+}
+
+// The policy reads its fields where the catalogue says, whatever their
+// names: a send whose sender field is renamed is read from the new field.
+func TestAssignReadsTheCataloguePointers(t *testing.T) {
+	s := testenv.Shipped(t, "chat")
+	s.Assign.Send.Sender = "/author"
+	p := For(s)
+	ev := chatEvent(t, p, "s", "message.send", 0, map[string]any{"author": "carol", "sender_id": "mallory", "sender_device_id": "d", "client_message_id": "c"})
+	if ev.Member != "carol" || ev.ClientKey != "d\x00c" {
+		t.Fatalf("read member %q client key %q", ev.Member, ev.ClientKey)
+	}
+	if got := fmt.Sprint(p.Decide(&Entity{}, ev).Decisions[0].Reason); got != string(record.ReasonNotMember) {
+		t.Fatalf("a send from a non-member: %s", got)
+	}
+}

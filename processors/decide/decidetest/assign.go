@@ -1,0 +1,96 @@
+package decidetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"pgregory.net/rapid"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/record"
+)
+
+// Assign draws a history of an assign stream s for conversation key, in
+// the stream's own type and field names: two members join, then they send
+// messages, each redelivered and retried by its client under new event ids,
+// in any order. The model: each message gets exactly one sequence, every
+// report of it names that sequence and the message id the stream's format
+// gives, the sequences are 1..n with no gap, and the conversation ends
+// with both members and n as its last sequence.
+func Assign(t *rapid.T, s *config.Stream, key string) History {
+	a := &s.Assign
+	members := []string{key + "-alice", key + "-bob"}
+	event := func(id, typ string, fields map[string]any) []byte {
+		fields[s.EventID], fields[s.Type.Field], fields[s.Key] = id, typ, key
+		return body(fields)
+	}
+	var all []Step
+	for i, m := range members {
+		all = append(all, Step{Body: event(fmt.Sprintf("%s-join%d", key, i), a.Members.Added[0], map[string]any{a.Members.User: m})})
+	}
+	n := rapid.IntRange(1, 30).Draw(t, "messages")
+	clientOf := map[string]string{} // event id: client message id
+	var sends [][]byte
+	for i := range n {
+		sender := rapid.SampledFrom(members).Draw(t, "sender")
+		client := fmt.Sprintf("c%d", i)
+		send := func(id string) []byte {
+			clientOf[id] = client
+			return event(id, rapid.SampledFrom(a.Send.Types).Draw(t, "send type"), map[string]any{
+				a.Send.Sender: sender, a.Send.Device: sender + "-phone", a.Send.ClientMessageID: client})
+		}
+		original := send(fmt.Sprintf("%s-e%d", key, i))
+		sends = append(sends, original)
+		for r := range rapid.IntRange(0, 2).Draw(t, "retries") {
+			sends = append(sends, send(fmt.Sprintf("%s-e%d-retry%d", key, i, r)))
+		}
+		if rapid.Bool().Draw(t, "redelivered") {
+			sends = append(sends, original)
+		}
+	}
+	for _, b := range rapid.Permutation(sends).Draw(t, "order") {
+		all = append(all, Step{Body: b})
+	}
+	h := History{Key: key, Steps: all}
+	h.Check = func(t *rapid.T, outs []Outcome, last State) {
+		seqOf := map[string]int64{}
+		for _, o := range outs {
+			client, isSend := clientOf[o.EventID]
+			if !isSend {
+				if o.Outcome != record.Applied {
+					t.Fatalf("join %s: %s/%s", o.EventID, o.Outcome, o.Reason)
+				}
+				continue
+			}
+			if o.Outcome != record.Applied && o.Outcome != record.Duplicate {
+				t.Fatalf("send %s: %s/%s", o.EventID, o.Outcome, o.Reason)
+			}
+			if prev, ok := seqOf[client]; ok && prev != o.Version {
+				t.Fatalf("message %s got sequences %d and %d", client, prev, o.Version)
+			}
+			seqOf[client] = o.Version
+			if want := a.MessageIDOf(key, o.Version); o.MessageID != want {
+				t.Fatalf("send %s: message id %q, want %q", o.EventID, o.MessageID, want)
+			}
+		}
+		seqs := make([]int64, 0, len(seqOf))
+		for _, seq := range seqOf {
+			seqs = append(seqs, seq)
+		}
+		slices.Sort(seqs)
+		for i, seq := range seqs {
+			if seq != int64(i+1) || len(seqs) != n {
+				t.Fatalf("sequences %v are not 1..%d", seqs, n)
+			}
+		}
+		var state struct {
+			LastSeq int64    `json:"last_seq"`
+			Members []string `json:"members"`
+		}
+		if err := json.Unmarshal(last.JSON, &state); err != nil || state.LastSeq != int64(n) || !slices.Equal(state.Members, members) {
+			t.Fatalf("final state %s (%v): want last_seq %d, members %v", last.JSON, err, n, members)
+		}
+	}
+	return h
+}

@@ -1,0 +1,186 @@
+package decide
+
+import (
+	"encoding/json"
+	"hash/fnv"
+	"slices"
+
+	"github.com/driftguard/driftguard/internal/record"
+)
+
+// Row is one versioned claim: the entity's own, or one of its devices'.
+type Row struct {
+	// Applied is false until the first event is applied.
+	Applied bool `json:"applied"`
+	// Version is the last applied version.
+	Version     int64 `json:"version"`
+	UpdatedAtMs int64 `json:"updated_at_ms"`
+	// ExpiresAtMs is when the applied claim goes stale, 0 for never.
+	ExpiresAtMs int64 `json:"expires_at_ms,omitempty"`
+	// Recent remembers the most recent event ids, oldest first, so a
+	// redelivery is recognised as a duplicate. It is bounded by
+	// limits.dedup_ids.
+	Recent EventIDs `json:"recent,omitempty"`
+}
+
+// EventIDs hold event ids as 64-bit FNV-1a hashes: 8 bytes per id
+// whatever the id's length, so a row's memory is 2 KiB at the default 256
+// ids. Two ids of one row would have to collide in 64 bits among the 256
+// remembered for a new event to be taken for a duplicate (odds about
+// 1e-17 per event).
+type EventIDs []uint64
+
+// idHash is an event id's entry in an EventIDs.
+func idHash(id string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return h.Sum64()
+}
+
+// UnmarshalJSON reads the memory as JSON tables of earlier releases wrote
+// it, a list of the ids themselves, as well as a list of hashes.
+func (m *EventIDs) UnmarshalJSON(data []byte) error {
+	var raw []json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	*m = make(EventIDs, len(raw))
+	for i, r := range raw {
+		var id string
+		if err := json.Unmarshal(r, &id); err == nil {
+			(*m)[i] = idHash(id)
+		} else if err := json.Unmarshal(r, &(*m)[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Entity is what the rules keep per key: the state of one entity, stored
+// in the group table `<stream>-table` (with the runtime's redelivery
+// memory beside it).
+type Entity struct {
+	// Row is the entity's own claim: events without a device id.
+	Row
+	// State is the public state: the applied event's body.
+	State json.RawMessage `json:"state,omitempty"`
+	// NextRevision is the least version the next `<stream>.state` record
+	// may carry (see revise).
+	NextRevision int64 `json:"next_revision,omitempty"`
+	// Devices are the device rows (latest streams with devices), bounded
+	// by limits.devices.
+	Devices map[string]*Device `json:"devices,omitempty"`
+	// DeadlineMs is the earliest pending timer (unix ms), 0 for none.
+	DeadlineMs int64 `json:"deadline_ms,omitempty"`
+	// GapSinceMs is when the open gap was first seen (gapless), 0 for none.
+	GapSinceMs int64 `json:"gap_since_ms,omitempty"`
+	// Terminal is set once a terminal status is applied.
+	Terminal bool `json:"terminal,omitempty"`
+	// Buffer holds events ahead of a gap in sequence order (gapless),
+	// bounded by limits.buffer and limits.buffer_bytes.
+	Buffer []Event `json:"buffer,omitempty"`
+	// Chat is the conversation of an assign stream.
+	Chat *Conversation `json:"chat,omitempty"`
+	// ParentSeen is set once a parent event is applied (parent join).
+	ParentSeen bool `json:"parent_seen,omitempty"`
+	// Quarantine holds children waiting for their parent, in arrival order,
+	// bounded by parent.buffer and limits.buffer_bytes.
+	Quarantine []Event `json:"quarantine,omitempty"`
+}
+
+// bodiesSize is the size of the events' bodies, what a buffer adds to the
+// table value.
+func bodiesSize(events []Event) int {
+	n := 0
+	for _, ev := range events {
+		n += len(ev.Body)
+	}
+	return n
+}
+
+// overflow is the rejection of ev when a buffer of held events (gapless's
+// buffer, a parent's quarantine) is at maxEvents or ev would take its
+// bodies past maxBytes; full is false when ev fits.
+func overflow(held []Event, ev Event, maxEvents, maxBytes int) (effects Effects, full bool) {
+	if len(held) < maxEvents && bodiesSize(held)+len(ev.Body) <= maxBytes {
+		return Effects{}, false
+	}
+	effects = one(ev, record.Rejected, record.ReasonBufferFull, ev.Version)
+	effects.Decisions[0].BufferDepth = len(held)
+	effects.Decisions[0].DeadLetter = record.ReasonBufferFull
+	return effects, true
+}
+
+// remember adds id, forgetting the oldest ids beyond limit.
+func (r *Row) remember(id string, limit int) { r.rememberHash(idHash(id), limit) }
+
+// rememberHash adds an id already hashed, forgetting beyond limit.
+func (r *Row) rememberHash(h uint64, limit int) {
+	r.Recent = append(r.Recent, h)
+	if over := len(r.Recent) - limit; over > 0 {
+		r.Recent = slices.Delete(r.Recent, 0, over)
+	}
+}
+
+// firstSight reports whether id is new to the memory and, when it is,
+// remembers it: the dedup step every policy starts with, hashing the id
+// once.
+func (r *Row) firstSight(id string, limit int) bool {
+	h := idHash(id)
+	if slices.Contains(r.Recent, h) {
+		return false
+	}
+	r.rememberHash(h, limit)
+	return true
+}
+
+// Remembers reports whether id is in the row's memory of recent event ids.
+func (r *Row) Remembers(id string) bool { return slices.Contains(r.Recent, idHash(id)) }
+
+// startRevisions gives an entity stored before revisions existed the
+// revision it implicitly had, its version, so its next state record still
+// replaces the last one in entity_state. Call it before deciding.
+func (e *Entity) startRevisions() {
+	if e.NextRevision == 0 && e.Applied {
+		e.NextRevision = e.Version + 1
+	}
+}
+
+// revised gives each decision of effects that changed the public state
+// its revision, in order.
+func (e *Entity) revised(effects Effects) Effects {
+	for _, d := range effects.Decisions {
+		if d.ChangesState() {
+			e.revise(d.Version)
+		}
+	}
+	return effects
+}
+
+// Revision is the entity's current revision: the version of its last
+// `<stream>.state` record, the one its current state carries.
+func (e *Entity) Revision() int64 { return e.NextRevision - 1 }
+
+// Due reports whether a timer of the entity is due at nowMs.
+func (e *Entity) Due(nowMs int64) bool { return e.DeadlineMs != 0 && e.DeadlineMs <= nowMs }
+
+// LastUpdate is when the entity last changed: its own row's or a device
+// row's received_at, whichever is later.
+func (e *Entity) LastUpdate() int64 {
+	last := e.UpdatedAtMs
+	for _, d := range e.Devices {
+		last = max(last, d.UpdatedAtMs)
+	}
+	return last
+}
+
+// revise returns the state version of an applied change at version: one
+// more than the last, or version when that is higher. State versions thus
+// grow with every applied change (a device row, a read cursor) as
+// entity_state's ReplacingMergeTree needs, and equal the source version
+// while only the entity's own versioned claims apply.
+func (e *Entity) revise(version int64) int64 {
+	rev := max(e.NextRevision, version)
+	e.NextRevision = rev + 1
+	return rev
+}
