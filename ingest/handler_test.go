@@ -345,8 +345,9 @@ func TestBrokerWithoutAckIs503(t *testing.T) {
 			if r.status != http.StatusServiceUnavailable {
 				t.Fatalf("status %d, want 503; body %s", r.status, r.body)
 			}
-			if s, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || s <= 0 {
-				t.Errorf("Retry-After %q, want a positive number of seconds", r.header.Get("Retry-After"))
+			// The produce timeout, 300 ms, in whole seconds rounded up.
+			if got := r.header.Get("Retry-After"); got != "1" {
+				t.Errorf("Retry-After %q, want 1", got)
 			}
 			checkProblem(t, r)
 
@@ -362,6 +363,17 @@ func TestBrokerWithoutAckIs503(t *testing.T) {
 				t.Errorf("%s holds %q, want only %q, accepted before the failure", presenceIn, ids, want)
 			}
 		})
+	}
+}
+
+// Retry-After is the produce timeout in whole seconds, rounded up.
+func TestRetryAfterFollowsTheProduceTimeout(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		time.Millisecond: "1", time.Second: "1", 5 * time.Second: "5", 5*time.Second + time.Millisecond: "6", 90 * time.Second: "90",
+	} {
+		if got := retryAfterSeconds(d); got != want {
+			t.Errorf("produce timeout %s: Retry-After %s, want %s", d, got, want)
+		}
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"strconv"
 	"time"
 	"unsafe"
 
@@ -39,9 +40,12 @@ type Handler struct {
 	streams   map[string]*edgeStream
 	producer  Producer
 	deadlines *deadlines
-	log       *slog.Logger
-	now       func() time.Time
-	metrics   *metrics
+	// retryAfter is the Retry-After of a 503: the produce timeout in whole
+	// seconds, rounded up, the time a broker that did not ack was given.
+	retryAfter string
+	log        *slog.Logger
+	now        func() time.Time
+	metrics    *metrics
 }
 
 type edgeStream struct {
@@ -97,6 +101,7 @@ func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Han
 		produceTimeout = 5 * time.Second
 	}
 	h.deadlines = newDeadlines(produceTimeout)
+	h.retryAfter = retryAfterSeconds(produceTimeout)
 	h.log = telemetry.OrDiscard(h.log)
 	if h.now == nil {
 		h.now = time.Now
@@ -221,6 +226,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, s *
 	return h.produce(w, s, body, fields, now)
 }
 
+// retryAfterSeconds is d in whole seconds, rounded up, and at least 1:
+// Retry-After counts seconds.
+func retryAfterSeconds(d time.Duration) string {
+	return strconv.FormatInt(max(1, int64((d+time.Second-1)/time.Second)), 10)
+}
+
 // readBody reads a body of at most limit bytes. A body of known length,
 // which the caller has checked against the limit, is read into a buffer of
 // its size, in one allocation.
@@ -325,7 +336,7 @@ func (h *Handler) produce(w http.ResponseWriter, s *edgeStream, body []byte, f e
 	out := newOutgoing(s, topic, body, f, receivedAt)
 	if err := h.produceAndWait(&out.rec); err != nil {
 		h.log.Warn("produce failed", "stream", s.cfg.Name, "err", err)
-		w.Header().Set("Retry-After", "5")
+		w.Header().Set("Retry-After", h.retryAfter)
 		return writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the event was not durably written; retry later", nil)
 	}
 	if ephemeral != nil {

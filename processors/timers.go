@@ -130,11 +130,22 @@ func (w *watermark) advance(ctx context.Context, now time.Time) (time.Time, erro
 		w.safe = w.samples[0].at
 		w.samples = w.samples[1:]
 	}
-	// Bounded: a stuck group keeps at most the last hour of ticks.
-	if over := len(w.samples) - 3600; over > 0 {
-		w.samples = w.samples[over:]
-	}
+	w.forgetBefore(now.Add(-sampleWindow))
 	return w.safe, nil
+}
+
+// sampleWindow bounds the end offsets a watermark keeps while its group
+// falls behind: a stuck group keeps the samples of the last hour, whatever
+// the tick.
+const sampleWindow = time.Hour
+
+// forgetBefore drops the samples taken before cutoff.
+func (w *watermark) forgetBefore(cutoff time.Time) {
+	i := 0
+	for i < len(w.samples) && w.samples[i].at.Before(cutoff) {
+		i++
+	}
+	w.samples = w.samples[i:]
 }
 
 // consumed reports whether the committed offsets (per partition, absent

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lovoo/goka"
 	"github.com/lovoo/goka/tester"
@@ -48,5 +49,22 @@ func TestTimersFireWithoutFurtherEvents(t *testing.T) {
 	}
 	if len(replays) != 1 || !slices.ContainsFunc(replays, func(r string) bool { return strings.Contains(r, `"first_missing":2`) }) {
 		t.Fatalf("replay requests %v, want one for sequence 2", replays)
+	}
+}
+
+// A group that falls behind keeps the end offsets sampled in the last hour,
+// however short the tick: the window is a duration, not a count of ticks.
+func TestWatermarkKeepsAnHourOfSamples(t *testing.T) {
+	start := time.UnixMilli(1_700_000_000_000)
+	var w watermark
+	for _, tick := range []time.Duration{10 * time.Millisecond, time.Second, time.Minute} {
+		w.samples = nil
+		for at := time.Duration(0); at <= 2*time.Hour; at += tick {
+			w.samples = append(w.samples, endSample{at: start.Add(at)})
+			w.forgetBefore(start.Add(at - sampleWindow))
+		}
+		if first := w.samples[0].at; first != start.Add(time.Hour) {
+			t.Errorf("tick %s: oldest sample kept at %s, want an hour before the last", tick, first.Sub(start))
+		}
 	}
 }

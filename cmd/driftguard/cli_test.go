@@ -80,6 +80,22 @@ func TestRunHelpListsEveryCommand(t *testing.T) {
 	}
 }
 
+// A command's --help shows its own flags and nothing else's.
+func TestRunCommandHelp(t *testing.T) {
+	isolateEnv(t)
+	for _, c := range commands {
+		r := runCLI(t, c.name, "--help")
+		if r.code != 0 || !strings.Contains(r.stderr, "Usage: driftguard "+c.name) {
+			t.Errorf("%s --help: %v", c.name, r)
+		}
+		for _, flag := range []string{"-demo", "-print", "-check", "-streams"} {
+			if own := strings.Contains(c.args, "-"+flag); strings.Contains(r.stderr, "  "+flag) != own {
+				t.Errorf("%s --help lists %s: %v, want %v\n%s", c.name, flag, !own, own, r.stderr)
+			}
+		}
+	}
+}
+
 func TestRunUsageErrorsExit2(t *testing.T) {
 	isolateEnv(t)
 	cases := []struct {
@@ -89,6 +105,13 @@ func TestRunUsageErrorsExit2(t *testing.T) {
 	}{
 		{"unknown command", []string{"frobnicate"}, `unknown command "frobnicate"`},
 		{"unknown flag", []string{"topics", "--no-such-flag"}, "no-such-flag"},
+		// Each command takes only its own flags, and a wrong one shows
+		// that command's help.
+		{"another command's flag", []string{"migrate", "--print", "--demo", "--streams", "nonexistent"}, "flag provided but not defined: -demo\nUsage: driftguard migrate [--config FILE] [--print]"},
+		{"a flag of dev on process", []string{"process", "--demo"}, "Usage: driftguard process [--config FILE] [--streams a,b]"},
+		{"an argument", []string{"topics", "extra"}, `unexpected argument "extra"`},
+		{"a stream not in the catalogue", []string{"process", "--streams", "nonexistent"}, `--streams names "nonexistent", which is not in the catalogue`},
+		{"config takes no --config", []string{"config", "--config", "x.yaml"}, "flag provided but not defined: -config"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
