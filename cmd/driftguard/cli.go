@@ -42,7 +42,7 @@ type environment struct {
 
 // commands are the subcommands in the order the help lists them.
 var commands = []command{
-	{name: "dev", args: "[--demo]", summary: "every component in one process on an embedded Kafka (--demo sends demo traffic)", flags: devFlags},
+	{name: "dev", args: "[--demo] [--no-sink]", summary: "every component in one process on an embedded Kafka (--demo sends demo traffic)", flags: devFlags},
 	{name: "ingest", summary: "the webhook HTTP edge", flags: func(*flag.FlagSet) runner { return runIngest }},
 	{name: "process", args: "[--streams a,b]", summary: "the ordering processors (one goka group per stream; --streams a,b for some)", flags: processFlags},
 	{name: "sink", summary: "the ClickHouse sink", flags: func(*flag.FlagSet) runner { return runSink }},

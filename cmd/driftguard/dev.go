@@ -36,8 +36,9 @@ const demoSecret = "whsec_ZHJpZnRndWFyZC1kZXYtZGVtby1zZWNyZXQtMDAwMDE="
 
 func devFlags(fs *flag.FlagSet) runner {
 	demo := fs.Bool("demo", false, "send signed, shuffled, duplicated presence webhooks")
+	noSink := fs.Bool("no-sink", false, "run without the ClickHouse sink, even when ClickHouse is reachable or installed")
 	return func(ctx context.Context, env *environment) error {
-		return dev(ctx, env.cfg, devOptions{Demo: *demo, Out: env.stdout, Log: env.log})
+		return dev(ctx, env.cfg, devOptions{Demo: *demo, NoSink: *noSink, Out: env.stdout, Log: env.log})
 	}
 }
 
@@ -45,6 +46,8 @@ func devFlags(fs *flag.FlagSet) runner {
 type devOptions struct {
 	// Demo sends signed, shuffled, duplicated presence webhooks to ingest.
 	Demo bool
+	// NoSink leaves the ClickHouse sink out.
+	NoSink bool
 	// Out receives the banner and the outcome summaries.
 	Out io.Writer
 	// Log receives component logs.
@@ -96,10 +99,14 @@ func dev(ctx context.Context, cfg *config.Config, opts devOptions) error {
 		processors.NewService(processors.ServiceOptions{Config: cfg, Brokers: brokers, Logger: log, Ops: ops, InMemoryTables: true}),
 		&tail{brokers: brokers, cfg: cfg, out: opts.Out, every: opts.SummaryEvery},
 	}
-	sink, chNote, stopCH := startClickHouse(ctx, cfg, brokers, log, ops)
-	defer stopCH()
-	if sink != nil {
-		services = append(services, sink)
+	chNote := "ClickHouse: off (--no-sink)"
+	if !opts.NoSink {
+		sink, note, stopCH := startClickHouse(ctx, cfg, brokers, log, ops)
+		defer stopCH()
+		if sink != nil {
+			services = append(services, sink)
+		}
+		chNote = note
 	}
 	webhookURL := "http://" + ln.Addr().String() + "/v1/webhooks/"
 	if opts.Demo {

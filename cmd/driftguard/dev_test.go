@@ -3,16 +3,25 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
+	"github.com/driftguard/driftguard/internal/topics"
+	"github.com/driftguard/driftguard/internal/webhook"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
 )
 
@@ -107,3 +116,114 @@ func TestDisorderKeepsEveryDeliveryAndOnlyRepeats(t *testing.T) {
 }
 
 func newTestRand() *rand.Rand { return rand.New(rand.NewPCG(1, 2)) }
+
+// Streams that exist only in a config file, end to end through `dev` on
+// the embedded broker: an assign stream in names other than chat's
+// (comments on support tickets, agents as members) and a latest stream with
+// a terminal state, webhooks in, outcomes out.
+func TestDevDecidesStreamsOfAConfigFile(t *testing.T) {
+	cfg, err := config.Load(testenv.CustomStreams(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.HTTP.Addr = "127.0.0.1:0"
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- dev(ctx, cfg, devOptions{NoSink: true, Out: &out, Log: testenv.Logger(t), SummaryEvery: time.Hour})
+	}()
+	var brokers []string
+	var webhooks string
+	testenv.WaitFor(t, ctx, "the banner", func() bool {
+		for _, line := range strings.Split(out.String(), "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "kafka:"); ok {
+				brokers = strings.Split(strings.TrimSpace(v), ",")
+			}
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "webhooks:  POST "); ok {
+				webhooks, _, _ = strings.Cut(v, "{stream}")
+			}
+		}
+		return len(brokers) > 0 && webhooks != ""
+	})
+	if !strings.Contains(out.String(), "ClickHouse: off (--no-sink)") {
+		t.Errorf("banner does not say the sink is off:\n%s", out.String())
+	}
+	post := func(stream, id, body string) {
+		t.Helper()
+		pub := &webhook.Publisher{URL: webhooks + stream, Secret: demoSecret}
+		var resp webhook.Response
+		testenv.WaitFor(t, ctx, "ingest to accept "+id, func() bool {
+			resp, err = pub.Post(ctx, id, []byte(body))
+			return err == nil && resp.Status != http.StatusServiceUnavailable
+		})
+		if resp.Status != http.StatusAccepted {
+			t.Fatalf("%s %s: %d %s", stream, id, resp.Status, resp.Body)
+		}
+	}
+	tickets := []struct{ id, body, want string }{
+		{"a1", `{"id":"a1","kind":"agent.assigned","ticket_id":"T-1","agent_id":"ana"}`, "applied/ v0"},
+		{"c1", `{"id":"c1","kind":"comment.posted","ticket_id":"T-1","author_id":"ana","author_session":"s1","client_comment_id":"x1","text":"hello"}`, "applied/ v1 T-1/comment/1"},
+		{"c1-retry", `{"id":"c1-retry","kind":"comment.posted","ticket_id":"T-1","author_id":"ana","author_session":"s1","client_comment_id":"x1","text":"hello"}`, "duplicate/ v1 T-1/comment/1"},
+		{"c2", `{"id":"c2","kind":"comment.posted","ticket_id":"T-1","author_id":"bo","author_session":"s2","client_comment_id":"x2","text":"me too"}`, "rejected/not_member v1"},
+		{"r1", `{"id":"r1","kind":"comment.seen","ticket_id":"T-1","agent_id":"ana","comment_seq":1}`, "applied/ v1"},
+		{"r2", `{"id":"r2","kind":"comment.notified","ticket_id":"T-1","agent_id":"ana","comment_seq":2}`, "rejected/ahead_of_conversation v2"},
+		{"u1", `{"id":"u1","kind":"agent.unassigned","ticket_id":"T-1","agent_id":"ana"}`, "applied/ v1"},
+		{"c3", `{"id":"c3","kind":"comment.posted","ticket_id":"T-1","author_id":"ana","author_session":"s1","client_comment_id":"x3","text":"bye"}`, "rejected/not_member v1"},
+	}
+	subscriptions := []struct{ id, body, want string }{
+		{"s1", `{"id":"s1","subscription_id":"sub-9","revision":1,"status":"trialing"}`, "applied/ v1"},
+		{"s3", `{"id":"s3","subscription_id":"sub-9","revision":3,"status":"active"}`, "applied/ v3"},
+		{"s2", `{"id":"s2","subscription_id":"sub-9","revision":2,"status":"past_due"}`, "stale/ v2"},
+		{"s4", `{"id":"s4","subscription_id":"sub-9","revision":4,"status":"cancelled"}`, "applied/ v4"},
+		{"s5", `{"id":"s5","subscription_id":"sub-9","revision":5,"status":"active"}`, "rejected/terminal v5"},
+		{"s4", `{"id":"s4","subscription_id":"sub-9","revision":4,"status":"cancelled"}`, "duplicate/ v4"},
+	}
+	for stream, events := range map[string][]struct{ id, body, want string }{"tickets": tickets, "subscriptions": subscriptions} {
+		for _, ev := range events {
+			post(stream, ev.id, ev.body)
+		}
+		var want []string
+		for _, ev := range events {
+			want = append(want, ev.id+" "+ev.want)
+		}
+		if got := readOutcomes(t, ctx, brokers, topics.For(stream).Outcomes, len(want)); !slices.Equal(got, want) {
+			t.Errorf("%s outcomes\n%s\nwant\n%s", stream, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("dev did not stop cleanly: %v", err)
+	}
+}
+
+// readOutcomes reads n outcome records of topic from its start, each as
+// "event_id outcome/reason vVERSION[ message_id]".
+func readOutcomes(t *testing.T, ctx context.Context, brokers []string, topic string, n int) []string {
+	t.Helper()
+	cl, err := kafka.NewClient(brokers, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var got []string
+	for len(got) < n {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("%d outcomes of %s read, want %d: %v", len(got), topic, n, got)
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			var o record.Outcome
+			if err := json.Unmarshal(r.Value, &o); err != nil {
+				t.Fatal(err)
+			}
+			s := fmt.Sprintf("%s %s/%s v%d", o.EventID, o.Outcome, o.Reason, o.Version)
+			if o.MessageID != "" {
+				s += " " + o.MessageID
+			}
+			got = append(got, s)
+		})
+	}
+	return got
+}

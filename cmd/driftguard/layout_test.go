@@ -109,7 +109,7 @@ func rulesViolations(pkgs []goPackage, readFile func(dir, name string) ([]byte, 
 			if err != nil {
 				return nil, err
 			}
-			reads, err := clockCalls(name, src)
+			reads, err := clockCalls(strings.TrimPrefix(p.ImportPath, module+"/")+"/"+name, src)
 			if err != nil {
 				return nil, err
 			}

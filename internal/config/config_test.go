@@ -342,6 +342,54 @@ func TestLoadRejectsInvalidFileNamingTheConfigPath(t *testing.T) {
 			yaml: "streams: {presence: {schemas: {presence.changed: nowhere.json}}}",
 			want: []string{"in streams.presence.schemas.presence.changed:", "nowhere.json"},
 		},
+		{
+			name: "terminal states on a stream with device rows",
+			yaml: "streams: {presence: {terminal: {field: /presence, values: [GONE]}}}",
+			want: []string{"in streams.presence.terminal:", "drop devices or terminal"},
+		},
+		{
+			name: "terminal values without the field",
+			yaml: "streams: {orders: {terminal: {values: [order.cancelled]}}}",
+			want: []string{"in streams.orders.terminal.field: missing JSON pointer"},
+		},
+		{
+			name: "assign section on a latest stream",
+			yaml: "streams: {orders: {assign: {message_id: \"{key}-{seq}\"}}}",
+			want: []string{"in streams.orders.assign: only the assign policy reads it, not latest"},
+		},
+		{
+			name: "assign stream without sends, members or pointers",
+			yaml: "streams: {chat: {assign: {send: {types: [], sender: \"\"}, members: {added: [], user: \"\"}}}}",
+			want: []string{"in streams.chat.assign.send.types:", "in streams.chat.assign.members.added:",
+				"in streams.chat.assign.send.sender: missing JSON pointer", "in streams.chat.assign.members.user: missing JSON pointer",
+				`in streams.chat.schemas.message.send: the assign policy has no part for event type "message.send"`},
+		},
+		{
+			name: "assign type with two parts",
+			yaml: "streams: {chat: {assign: {receipts: {read: [receipt.read, member.added]}}}}",
+			want: []string{"in streams.chat.assign.receipts.read[1]:", `"member.added" already plays a part under assign.members.added`},
+		},
+		{
+			name: "assign part naming a type without a schema",
+			yaml: "streams: {chat: {assign: {members: {removed: [member.left]}}}}",
+			want: []string{"in streams.chat.assign.members.removed[0]:", `event type "member.left" has no schema`,
+				`in streams.chat.schemas.member.removed: the assign policy has no part for event type "member.removed"`},
+		},
+		{
+			name: "message id without the sequence",
+			yaml: "streams: {chat: {assign: {message_id: \"{key}\"}}}",
+			want: []string{"in streams.chat.assign.message_id:", "must contain {seq}"},
+		},
+		{
+			name: "message id with an unknown placeholder",
+			yaml: "streams: {chat: {assign: {message_id: \"{stream}/{seq}\"}}}",
+			want: []string{"in streams.chat.assign.message_id:", "may name only {key} and {seq}"},
+		},
+		{
+			name: "receipts without their pointers",
+			yaml: "streams: {chat: {assign: {receipts: {user: \"\", sequence: \"\"}}}}",
+			want: []string{"in streams.chat.assign.receipts.user: missing JSON pointer", "in streams.chat.assign.receipts.sequence: missing JSON pointer"},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

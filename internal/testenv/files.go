@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"embed"
 	"os"
 	"path/filepath"
 	"testing"
@@ -39,4 +40,29 @@ func WaitFor(t testing.TB, ctx context.Context, what string, cond func() bool) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+//go:embed fixtures/custom-streams
+var fixtures embed.FS
+
+// CustomStreams writes a configuration whose streams exist only in it,
+// with their schemas beside it, into a fresh folder and returns the config
+// file's path: tickets (the assign policy in names other than chat's:
+// comments on support tickets, with agents as members) and subscriptions
+// (the latest policy with a terminal state).
+func CustomStreams(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	entries, err := fixtures.ReadDir("fixtures/custom-streams")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		data, err := fixtures.ReadFile("fixtures/custom-streams/" + e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		WriteFile(t, dir, e.Name(), string(data))
+	}
+	return filepath.Join(dir, "driftguard.yaml")
 }
