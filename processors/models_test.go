@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/lovoo/goka"
 	"github.com/lovoo/goka/tester"
@@ -80,31 +79,19 @@ func (g *gokaRun) run(t *rapid.T, key string, steps []decidetest.Step) ([]decide
 	return outs, last
 }
 
-func checkModelThroughGoka(t *testing.T, s *config.Stream, draw func(*rapid.T, *config.Stream, string) decidetest.History) {
-	g := startGokaRun(t, s)
-	rapid.Check(t, func(rt *rapid.T) {
-		h := draw(rt, s, g.nextKey())
-		outs, last := g.run(rt, h.Key, h.Steps)
-		h.Check(rt, outs, last)
-	})
-}
-
-func TestPresenceModelThroughGoka(t *testing.T) {
-	checkModelThroughGoka(t, testenv.Shipped(t, "presence"), decidetest.Presence)
-}
-
-func TestWorkflowModelThroughGoka(t *testing.T) {
-	checkModelThroughGoka(t, testenv.Shipped(t, "workflow"), decidetest.Workflow)
-}
-
-func TestChatModelThroughGoka(t *testing.T) {
-	checkModelThroughGoka(t, testenv.Shipped(t, "chat"), decidetest.Assign)
-}
-
-func TestOrdersModelThroughGoka(t *testing.T) {
-	s := testenv.Shipped(t, "orders")
-	s.Parent.TTL, s.Parent.Buffer = 20*time.Second, 4
-	checkModelThroughGoka(t, s, decidetest.Orders)
+// Every model's histories through goka.
+func TestModelsThroughGoka(t *testing.T) {
+	for _, m := range decidetest.Models {
+		t.Run(m.Stream, func(t *testing.T) {
+			s := m.StreamOf(t)
+			g := startGokaRun(t, s)
+			rapid.Check(t, func(rt *rapid.T) {
+				h := m.Draw(rt, s, g.nextKey())
+				outs, last := g.run(rt, h.Key, h.Steps)
+				h.Check(rt, outs, last)
+			})
+		})
+	}
 }
 
 // An assign stream that exists only in a config file, in names other than

@@ -1,8 +1,10 @@
-// Package envelope is the wire contract between driftguard's components:
-// the Kafka headers ingest sets, the fields read from a webhook body through
-// the catalogue's pointers, and the records processors emit to the state,
-// outcomes and DLQ topics. Ingest, processors and sinks never import each
-// other; they agree through this package.
+// Package envelope reads webhook bodies as driftguard must: a strict JSON
+// parser (Parse) that refuses what readers could disagree on and builds one
+// flat document, RFC 6901 pointers into it (Lookup), and the fields the
+// stream catalogue points at (Extract: the entity key, event id, type,
+// version and clocks). Ingest and the processors read every body through
+// it, so both see the same event. The records the components exchange on
+// Kafka are package record's.
 package envelope
 
 import (
@@ -12,15 +14,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/driftguard/driftguard/internal/config"
-)
-
-// Kafka header names set by ingest on every `<stream>.in` record (design §3).
-const (
-	HeaderStream     = "dg-stream"
-	HeaderEventID    = "dg-event-id"
-	HeaderType       = "dg-type"
-	HeaderReceivedAt = "dg-received-at" // unix milliseconds, decimal
-	HeaderScheme     = "dg-scheme"
 )
 
 // Fields are what the catalogue's pointers read from one event body.

@@ -6,7 +6,6 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/processors/decide"
@@ -58,29 +57,23 @@ func decideHistory(t *rapid.T, rules *decide.Rules, h decidetest.History) ([]dec
 	return outs, last
 }
 
-func checkModel(t *testing.T, s *config.Stream, draw func(*rapid.T, *config.Stream, string) decidetest.History) {
-	rules := decide.For(s)
-	rapid.Check(t, func(t *rapid.T) {
-		h := draw(t, s, "k")
-		outs, last := decideHistory(t, rules, h)
-		h.Check(t, outs, last)
-	})
-}
-
-func TestPresenceModel(t *testing.T) {
-	checkModel(t, testenv.Shipped(t, "presence"), decidetest.Presence)
-}
-
-func TestWorkflowModel(t *testing.T) {
-	checkModel(t, testenv.Shipped(t, "workflow"), decidetest.Workflow)
-}
-
-func TestChatModel(t *testing.T) {
-	checkModel(t, testenv.Shipped(t, "chat"), decidetest.Assign)
+// Every model's histories through the rules.
+func TestModels(t *testing.T) {
+	for _, m := range decidetest.Models {
+		t.Run(m.Stream, func(t *testing.T) {
+			s := m.StreamOf(t)
+			rules := decide.For(s)
+			rapid.Check(t, func(t *rapid.T) {
+				h := m.Draw(t, s, "k")
+				outs, last := decideHistory(t, rules, h)
+				h.Check(t, outs, last)
+			})
+		})
+	}
 }
 
 // Orders with a TTL and a buffer drawn per history.
-func TestOrdersModel(t *testing.T) {
+func TestOrdersModelWithDrawnLimits(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		s := testenv.Shipped(t, "orders")
 		s.Parent.TTL = time.Duration(rapid.IntRange(1, 50).Draw(t, "ttl s")) * time.Second
