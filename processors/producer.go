@@ -18,7 +18,7 @@ import (
 // request in flight per broker and hops each record through several
 // goroutines; franz-go keeps up to five idempotent requests in flight and
 // batches per partition, which is most of the processor's throughput (see
-// README, "Processor throughput"). It keeps acks=all and idempotence
+// docs/processors.md, "Throughput"). It keeps acks=all and idempotence
 // (internal/kafka.NewClient) and Kafka's murmur2 key placement, the same as
 // partition.GokaHasher gives goka's consumers, so a table record lands on the
 // partition its processor owns.

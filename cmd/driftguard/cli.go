@@ -61,7 +61,7 @@ func usage() string {
 	}
 	b.WriteString(`
 The config file can also be named by DRIFTGUARD_CONFIG; DRIFTGUARD_* variables
-override it (see the README). "driftguard <command> --help" shows a command's flags.
+override it (see docs/operations.md). "driftguard <command> --help" shows a command's flags.
 `)
 	return b.String()
 }

@@ -90,7 +90,7 @@ func TestSinkKilledRepeatedlyWritesEveryOutcomeOnce(t *testing.T) {
 // The memory of a `driftguard sink` process with the default batch sizes
 // while it works through a backlog of 500,000 outcome records:
 //
-//	go test -run '^$' -bench SinkBacklog -benchtime 1x ./internal/e2e
+//	go test -run '^$' -bench SinkBacklog -benchtime 1x ./cmd/driftguard
 func BenchmarkSinkBacklogMemory(b *testing.B) {
 	const records = 500_000
 	ctx := testenv.Context(b, 10*time.Minute)

@@ -393,7 +393,7 @@ func validIdent(s string) bool {
 }
 
 // Example returns a commented configuration file showing every key with its
-// default, for `driftguard config example`.
+// default, for `driftguard config`.
 func Example() []byte { return []byte(exampleYAML) }
 
 const exampleYAML = `# driftguard configuration. Every key is optional; shown are the defaults.

@@ -170,8 +170,8 @@ streams:
 	}
 }
 
-// The README's example of a new stream: an entry plus a schema next to the
-// config file, no Go code.
+// The example of a new stream in docs/catalogue.md: an entry plus a schema
+// next to the config file, no Go code.
 func TestLoadFileAddsStreamWithSchemaNextToConfigFile(t *testing.T) {
 	dir := t.TempDir()
 	schema := `{"type": "object", "required": ["agent_id", "id", "revision"]}`

@@ -27,7 +27,7 @@ func walkUnknown(node *yaml.Node, t reflect.Type, path string) []string {
 			out = append(out, walkUnknown(node.Content[i+1], t.Elem(), join(path, node.Content[i].Value))...)
 		}
 	case reflect.Struct:
-		fields := yamlFields(t)
+		fields := YAMLFields(t)
 		for i := 0; i+1 < len(node.Content); i += 2 {
 			key := node.Content[i].Value
 			p := join(path, key)
@@ -42,7 +42,11 @@ func walkUnknown(node *yaml.Node, t reflect.Type, path string) []string {
 	return out
 }
 
-func yamlFields(t reflect.Type) map[string]reflect.Type {
+// YAMLFields maps each key a config file may set on a struct of type t to
+// its field's type: the field's yaml tag or, as yaml.v3 reads a field
+// without one, its name in lower case. Besides the unknown-key check, the
+// docs test reads the config paths the documentation may name from it.
+func YAMLFields(t reflect.Type) map[string]reflect.Type {
 	fields := map[string]reflect.Type{}
 	for i := range t.NumField() {
 		f := t.Field(i)
