@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -660,6 +661,74 @@ func loadExample(t *testing.T, page string, b fencedBlock, dir string) {
 	for _, s := range cfg.StreamList() {
 		if why := processors.Unsupported(s); why != "" {
 			t.Errorf("%s:%d: the processors cannot decide stream %s of the example: %s", page, b.line, s.Name, why)
+		}
+	}
+}
+
+// The README's layout names every folder at the top of the tree and every
+// package of internal/, and every folder it names exists.
+func TestDocsLayoutMatchesTheTree(t *testing.T) {
+	var layout string
+	for _, p := range docPages(t) {
+		if p.name != "README.md" {
+			continue
+		}
+		for _, b := range p.blocks {
+			if strings.Contains(b.caption, "go tool task check") || strings.HasPrefix(b.body, "cmd/") {
+				layout = b.body
+			}
+		}
+	}
+	if layout == "" {
+		t.Fatal("README.md has no layout block")
+	}
+	// Each line names a folder, then says what it holds; a line that
+	// starts with spaces goes on with the one before.
+	described := map[string]string{}
+	var last string
+	for _, line := range strings.Split(layout, "\n") {
+		if line == "" {
+			continue
+		}
+		if line[0] != ' ' {
+			last, _, _ = strings.Cut(line, " ")
+			if !strings.HasSuffix(last, "/") {
+				t.Errorf("layout line %q does not start with a folder", line)
+				continue
+			}
+			if info, err := os.Stat(filepath.Join(repoRoot, last)); err != nil || !info.IsDir() {
+				t.Errorf("layout names %s, which is not a folder of the tree", last)
+			}
+		}
+		described[last] += line + "\n"
+	}
+	out, err := exec.Command("git", "-C", repoRoot, "ls-files").Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	covered := func(dir string) bool {
+		for folder := range described {
+			if dir+"/" == folder || strings.HasPrefix(dir+"/", folder) || strings.HasPrefix(folder, dir+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	seen := map[string]bool{}
+	for _, file := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		dir := filepath.Dir(file)
+		if dir == "." || strings.HasPrefix(dir, ".") || seen[dir] {
+			continue
+		}
+		seen[dir] = true
+		if top, _, _ := strings.Cut(dir, "/"); !covered(top) {
+			t.Errorf("the layout does not name %s/", top)
+		}
+		if rest, ok := strings.CutPrefix(dir, "internal/"); ok {
+			pkg, _, _ := strings.Cut(rest, "/")
+			if !regexp.MustCompile(`\b` + regexp.QuoteMeta(pkg) + `\b`).MatchString(described["internal/"]) {
+				t.Errorf("the layout's internal/ line does not name internal/%s", pkg)
+			}
 		}
 	}
 }
