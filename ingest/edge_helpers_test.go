@@ -71,17 +71,6 @@ func presenceBody(eventID, user string, seq int64) []byte {
 		eventID, user, seq, testNow.Unix())
 }
 
-// signature is the webhook-signature value for one secret, over the exact
-// timestamp text given, so malformed timestamps can still be signed.
-func signature(t testing.TB, secret, id, ts string, body []byte) string {
-	t.Helper()
-	key, err := config.DecodeStandardSecret(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return "v1," + base64.StdEncoding.EncodeToString(webhook.Sign(key, id, ts, body))
-}
-
 // delivery is one webhook request as a publisher sends it.
 type delivery struct {
 	method      string
@@ -100,13 +89,18 @@ func signedDelivery(t testing.TB, secret, id string, body []byte) delivery {
 	return signedDeliveryAt(t, secret, id, strconv.FormatInt(testNow.Unix(), 10), body)
 }
 
-// signedDeliveryAt is signedDelivery with the webhook-timestamp text given.
+// signedDeliveryAt is signedDelivery with the webhook-timestamp text given,
+// signed as it is, so malformed timestamps can still be signed.
 func signedDeliveryAt(t testing.TB, secret, id, ts string, body []byte) delivery {
 	t.Helper()
+	sig, err := webhook.SignatureHeader(secret, id, ts, body)
+	if err != nil {
+		t.Fatal(err)
+	}
 	h := http.Header{}
 	h.Set(HeaderWebhookID, id)
 	h.Set(HeaderWebhookTimestamp, ts)
-	h.Set(HeaderWebhookSignature, signature(t, secret, id, ts, body))
+	h.Set(HeaderWebhookSignature, sig)
 	return delivery{method: http.MethodPost, stream: "presence", contentType: "application/json", header: h, body: body}
 }
 
