@@ -101,7 +101,7 @@ func (l *faultLoad) run(ctx context.Context, worker int, wg *sync.WaitGroup) {
 func (l *faultLoad) send(eventID string, worker int, seq int64) faultOutcome {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	d := signedDelivery(l.t, specSecret, "msg_"+eventID, presenceBody(eventID, fmt.Sprintf("user-%d", worker), seq))
+	d := signedDelivery(l.t, specSecret, "msg_"+eventID, testenv.Presence{EventID: eventID, User: fmt.Sprintf("user-%d", worker), Version: seq}.Body())
 	d.stream = l.stream
 	o := faultOutcome{eventID: eventID, started: l.phase.Load()}
 	r, err := d.sendWith(ctx, l.client, l.baseURL)

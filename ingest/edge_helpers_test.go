@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -36,8 +35,9 @@ var (
 	strangerSecret = derivedSecret("stranger")
 )
 
-// testNow is the edge's clock in the handler tests; deliveries are signed at
-// it unless a case says otherwise.
+// testNow is the edge's clock in the handler tests, and the timestamp
+// testenv.Presence bodies carry by default; deliveries are signed at it
+// unless a case says otherwise.
 var testNow = time.Unix(1_700_000_000, 0)
 
 func fixedClock() time.Time { return testNow }
@@ -63,12 +63,6 @@ func presenceConfig(t testing.TB, secrets ...string) (*config.Config, *config.St
 	}
 	s.Signature.Secrets = secrets
 	return cfg, s
-}
-
-// presenceBody is a schema-valid presence webhook.
-func presenceBody(eventID, user string, seq int64) []byte {
-	return fmt.Appendf(nil, `{"event_id":%q,"user_id":%q,"presence":"ONLINE","sequence_number":%d,"timestamp":%d}`,
-		eventID, user, seq, testNow.Unix())
 }
 
 // delivery is one webhook request as a publisher sends it.

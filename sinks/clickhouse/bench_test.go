@@ -207,8 +207,7 @@ func outcomeRecords(topic string, first int64, n int) []*kgo.Record {
 			Version: offset, Outcome: record.Applied, Gap: 1,
 			OccurredAtMs: now - 250, ReceivedAtMs: now - 200, ProcessedAtMs: now,
 			InputPartition: 3, InputOffset: offset,
-			Payload: json.RawMessage(`{"event_id":"` + id + `","user_id":"` + user + `","presence":"ONLINE","sequence_number":` +
-				fmt.Sprint(offset) + `,"timestamp":"2026-11-30T07:00:00Z"}`),
+			Payload: testenv.Presence{EventID: id, User: user, Version: offset}.Body(),
 		})
 		out[i] = &kgo.Record{Topic: topic, Partition: 0, Offset: offset, Value: value}
 	}
