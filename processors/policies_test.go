@@ -206,12 +206,8 @@ func TestProcessorLostAndFoundThroughGoka(t *testing.T) {
 	timersCtx, stopTimers := context.WithCancel(ctx)
 	timersDone := make(chan error, 1)
 	go func() { timersDone <- proc.RunTimers(timersCtx, 10*time.Millisecond, nil) }()
-	for testutil.ToFloat64(metrics.quarantined.WithLabelValues(s.Name)) != 3 {
-		select {
-		case <-time.After(10 * time.Millisecond):
-		case <-t.Context().Done():
-			t.Fatal("the quarantine gauge never showed the waiting children")
-		}
+	if !testenv.Poll(ctx, func() bool { return testutil.ToFloat64(metrics.quarantined.WithLabelValues(s.Name)) == 3 }) {
+		t.Fatal("the quarantine gauge never showed the waiting children")
 	}
 	stopTimers()
 	<-timersDone

@@ -109,9 +109,7 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 	// Waited for with a deadline of its own, so that a delivery never
 	// decided is named below rather than timing the test out.
 	waitCtx, cancel := context.WithTimeout(ctx, 4*time.Minute)
-	for !out.decidedAll(history.inputs) && waitCtx.Err() == nil {
-		out.poll(waitCtx)
-	}
+	testenv.Poll(waitCtx, func() bool { out.poll(waitCtx); return out.decidedAll(history.inputs) })
 	cancel()
 	// A clean stop flushes everything; then nothing more can appear.
 	if err := proc.Process.Signal(syscall.SIGTERM); err != nil {

@@ -125,19 +125,16 @@ func prepare(t testing.TB, ctx context.Context, cfg *config.Config, brokers []st
 
 func (p *pipeline) waitReady(t *testing.T, ctx context.Context) {
 	t.Helper()
-	for {
-		resp, err := http.Get(p.url + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+	var err error
+	if !testenv.Poll(ctx, func() bool {
+		var resp *http.Response
+		if resp, err = http.Get(p.url + "/readyz"); err != nil {
+			return false
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("pipeline not ready: %v", err)
-		case <-time.After(100 * time.Millisecond):
-		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}) {
+		t.Fatalf("pipeline not ready: %v", err)
 	}
 }
 

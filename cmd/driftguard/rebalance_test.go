@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"syscall"
@@ -71,10 +72,11 @@ func TestProcessorRebalanceLosesAndDoublesNothing(t *testing.T) {
 	for _, want := range final {
 		versions += uint64(want.Version)
 	}
-	settled := time.Now().Add(time.Minute)
-	for q("SELECT sum(version) FROM %s.entity_state FINAL WHERE stream = '%s'") != versions && time.Now().Before(settled) {
-		time.Sleep(200 * time.Millisecond)
-	}
+	settle, cancel := context.WithTimeout(ctx, time.Minute)
+	testenv.Poll(settle, func() bool {
+		return q("SELECT sum(version) FROM %s.entity_state FINAL WHERE stream = '%s'") == versions
+	})
+	cancel()
 	rows, err := h.conn.Query(ctx, fmt.Sprintf("SELECT entity_key, version, state FROM %s.entity_state FINAL WHERE stream = '%s'", h.cfg.ClickHouse.Database, stream))
 	if err != nil {
 		t.Fatal(err)

@@ -32,11 +32,21 @@ func WriteFile(t testing.TB, dir, name, content string) string {
 // what it waited for when ctx ends first.
 func WaitFor(t testing.TB, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
+	if !Poll(ctx, cond) {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// Poll calls cond every 50ms until it holds, and reports whether it did
+// before ctx ended: for a wait whose failure the test words itself, with
+// what it saw last, or goes on from to check more.
+func Poll(ctx context.Context, cond func() bool) bool {
 	for !cond() {
 		select {
 		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
+			return false
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+	return true
 }

@@ -200,22 +200,17 @@ func (f *fixture) listTopics(t *testing.T, names ...string) kadm.TopicDetails {
 // milliseconds, during which a new topic is unknown.
 func (f *fixture) waitForTopics(t *testing.T, names ...string) {
 	t.Helper()
-	for {
-		details := f.listTopics(t, names...)
-		visible := 0
+	var details kadm.TopicDetails
+	if !testenv.Poll(f.ctx, func() bool {
+		details = f.listTopics(t, names...)
 		for _, name := range names {
-			if d, ok := details[name]; ok && d.Err == nil && len(d.Partitions) > 0 {
-				visible++
+			if d, ok := details[name]; !ok || d.Err != nil || len(d.Partitions) == 0 {
+				return false
 			}
 		}
-		if visible == len(names) {
-			return
-		}
-		select {
-		case <-f.ctx.Done():
-			t.Fatalf("topics %v not in the broker's metadata: %v", names, details)
-		case <-time.After(20 * time.Millisecond):
-		}
+		return true
+	}) {
+		t.Fatalf("topics %v not in the broker's metadata: %v", names, details)
 	}
 }
 

@@ -162,16 +162,13 @@ func BenchmarkSinkInsertVsClickHouseClient(b *testing.B) {
 // merges the sink's parts set off would otherwise run during the
 // client's INSERT, and the client's during the sink's next round.
 func mergesSettled(b *testing.B, ctx context.Context, conn driver.Conn, database string) {
-	for {
+	testenv.WaitFor(b, ctx, "the merges to settle", func() bool {
 		var merges uint64
 		if err := conn.QueryRow(ctx, "SELECT count() FROM system.merges WHERE database = ?", database).Scan(&merges); err != nil {
 			b.Fatal(err)
 		}
-		if merges == 0 {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return merges == 0
+	})
 }
 
 // serverCPU is the user and system time ClickHouse's query threads have

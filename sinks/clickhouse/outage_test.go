@@ -96,22 +96,12 @@ func TestSinkRidesOutClickHouseStoppedFor30s(t *testing.T) {
 		_ = conn.QueryRow(ctx, "SELECT count() FROM "+cfg.ClickHouse.Database+".events").Scan(&n)
 		return n
 	}
-	wait := func(what string, cond func() bool) {
-		t.Helper()
-		for !cond() {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("timed out waiting for %s", what)
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}
-	wait("the first rows", func() bool { return rows() >= 2000 })
+	testenv.WaitFor(t, ctx, "the first rows", func() bool { return rows() >= 2000 })
 
 	srv.Kill()
 	stoppedAt := time.Now()
 	before := produced.Load()
-	wait("the sink to report not ready", func() bool {
+	testenv.WaitFor(t, ctx, "the sink to report not ready", func() bool {
 		err := ops.Ready(ctx)
 		return err != nil && strings.Contains(err.Error(), "clickhouse")
 	})
@@ -123,11 +113,11 @@ func TestSinkRidesOutClickHouseStoppedFor30s(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("ClickHouse was down for %s", time.Since(stoppedAt).Round(time.Second))
-	wait("the sink to report ready again", func() bool { return ops.Ready(ctx) == nil })
+	testenv.WaitFor(t, ctx, "the sink to report ready again", func() bool { return ops.Ready(ctx) == nil })
 	if err := <-producing; err != nil {
 		t.Fatal(err)
 	}
-	wait("every record in events", func() bool { return rows() >= total })
+	testenv.WaitFor(t, ctx, "every record in events", func() bool { return rows() >= total })
 	time.Sleep(2 * cfg.ClickHouse.BatchPeriod) // a doubled row would show by now
 	var n, positions uint64
 	if err := conn.QueryRow(ctx, "SELECT count(), uniqExact(`topic`, `partition`, `offset`) FROM "+cfg.ClickHouse.Database+".events").
