@@ -18,10 +18,14 @@ func WriteConfig(t testing.TB, dir, yaml string) string {
 	return WriteFile(t, dir, "driftguard.yaml", yaml)
 }
 
-// WriteFile writes content to name in dir and returns its path.
+// WriteFile writes content to name in dir, creating the folders name
+// names, and returns its path.
 func WriteFile(t testing.TB, dir, name, content string) string {
 	t.Helper()
 	path := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
