@@ -319,11 +319,7 @@ func TestBrokerWithoutAckIs503(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(cluster.Close)
+			cluster := testenv.FakeCluster(t)
 			brokers := cluster.ListenAddrs()
 			cfg, presence := presenceConfig(t, specSecret)
 			createTopics(t, brokers, cfg)

@@ -40,12 +40,8 @@ func TestSaramaConfigOverridesGokaDefaults(t *testing.T) {
 	}
 }
 
-func TestProcessorsRefuseTopicsThatAreNotCopartitionedKfake(t *testing.T) {
-	testRefuseNotCopartitioned(t, testenv.Fake(t))
-}
-
-func TestProcessorsRefuseTopicsThatAreNotCopartitionedRealKafka(t *testing.T) {
-	testRefuseNotCopartitioned(t, testenv.Kafka(t))
+func TestProcessorsRefuseTopicsThatAreNotCopartitioned(t *testing.T) {
+	testenv.OnBothBrokers(t, testRefuseNotCopartitioned)
 }
 
 func testRefuseNotCopartitioned(t *testing.T, brokers []string) {

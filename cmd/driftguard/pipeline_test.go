@@ -31,13 +31,9 @@ import (
 
 const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
-func TestPresenceEndToEndRealKafka(t *testing.T) {
-	runPresence(t, testenv.Kafka(t))
-}
-
-// The same test on the embedded broker: only the address changes.
-func TestPresenceEndToEndKfake(t *testing.T) {
-	runPresence(t, testenv.Fake(t))
+// On the embedded broker and on the real one: only the address changes.
+func TestPresenceEndToEnd(t *testing.T) {
+	testenv.OnBothBrokers(t, runPresence)
 }
 
 // pipeline is ingest, processors and the ClickHouse sink for one uniquely

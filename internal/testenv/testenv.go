@@ -55,6 +55,13 @@ func Kafka(t testing.TB) []string {
 // Fake starts an embedded kfake broker for the test and returns its address.
 func Fake(t testing.TB) []string {
 	t.Helper()
+	return FakeCluster(t).ListenAddrs()
+}
+
+// FakeCluster starts an embedded kfake broker for the test and returns it,
+// for a test that injects faults or closes it; it closes at the test's end.
+func FakeCluster(t testing.TB) *kfake.Cluster {
+	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.ListenFn(func(network, _ string) (net.Listener, error) {
 		return net.Listen(network, "127.0.0.1:0")
 	}))
@@ -62,7 +69,16 @@ func Fake(t testing.TB) []string {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	return c.ListenAddrs()
+	return c
+}
+
+// OnBothBrokers runs test as two subtests, "kfake" on an embedded broker
+// of its own and "kafka" on the real broker (skipped or failed as Kafka
+// does): the same code talks to either by address.
+func OnBothBrokers(t *testing.T, test func(t *testing.T, brokers []string)) {
+	t.Helper()
+	t.Run("kfake", func(t *testing.T) { test(t, Fake(t)) })
+	t.Run("kafka", func(t *testing.T) { test(t, Kafka(t)) })
 }
 
 // ClickHouse returns the real server's native address.

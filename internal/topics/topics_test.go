@@ -84,16 +84,9 @@ var ensureCases = []struct {
 	{"topic created after an earlier listing is still checked", testEnsureChecksTopicCreatedAfterListing},
 }
 
-func TestEnsureTopicsOnKfake(t *testing.T) {
+func TestEnsureTopics(t *testing.T) {
 	for _, tc := range ensureCases {
-		t.Run(tc.name, func(t *testing.T) { tc.run(t, testenv.Fake(t)) })
-	}
-}
-
-func TestEnsureTopicsOnRealKafka(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	for _, tc := range ensureCases {
-		t.Run(tc.name, func(t *testing.T) { tc.run(t, brokers) })
+		t.Run(tc.name, func(t *testing.T) { testenv.OnBothBrokers(t, tc.run) })
 	}
 }
 
