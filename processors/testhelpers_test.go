@@ -3,7 +3,6 @@ package processors
 import (
 	"context"
 	"encoding/json"
-	"reflect"
 	"testing"
 
 	"github.com/lovoo/goka"
@@ -76,17 +75,4 @@ func streamTopics(t testing.TB, ctx context.Context, brokers []string, s *config
 	}
 	cfg.Streams = map[string]*config.Stream{s.Name: s}
 	return testenv.Topics(t, ctx, cfg, brokers, opts...)
-}
-
-// sameJSON reports whether two JSON texts hold the same value.
-func sameJSON(t testenv.Fataler, a, b []byte) bool {
-	t.Helper()
-	var va, vb any
-	if err := json.Unmarshal(a, &va); err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &vb); err != nil {
-		t.Fatal(err)
-	}
-	return reflect.DeepEqual(va, vb)
 }

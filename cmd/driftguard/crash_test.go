@@ -347,7 +347,7 @@ func decodeLast(t *testing.T, last lastRecords, key string, state any) (record.S
 		t.Errorf("%s: table value: %v", key, err)
 		return st, false
 	}
-	if table.Revision() != st.Version || !sameJSON(string(table.State), string(st.State)) || len(table.Buffer) != 0 {
+	if table.Revision() != st.Version || !testenv.SameJSON(table.State, st.State) || len(table.Buffer) != 0 {
 		t.Errorf("%s: the table (revision %d, %d buffered, %s) is not the last state record (version %d, %s)",
 			key, table.Revision(), len(table.Buffer), table.State, st.Version, st.State)
 	}

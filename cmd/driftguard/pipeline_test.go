@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -289,21 +288,11 @@ func runPresence(t *testing.T, brokers []string) {
 				final = d
 			}
 		}
-		if versions[user] != uint64(final.Version) || !sameJSON(states[user], string(final.Body)) {
+		if versions[user] != uint64(final.Version) || !testenv.SameJSON([]byte(states[user]), final.Body) {
 			t.Errorf("%s: entity_state version %d state %s; ordered replay gives %d %s", user, versions[user], states[user], final.Version, final.Body)
 		}
 	}
 	if versions["alice"] != 844 {
 		t.Errorf("alice ends at version %d, want 844", versions["alice"])
 	}
-}
-
-func sameJSON(a, b string) bool {
-	var x, y any
-	if json.Unmarshal([]byte(a), &x) != nil || json.Unmarshal([]byte(b), &y) != nil {
-		return false
-	}
-	xa, _ := json.Marshal(x)
-	ya, _ := json.Marshal(y)
-	return string(xa) == string(ya)
 }

@@ -88,7 +88,7 @@ func TestProcessorRebalanceLosesAndDoublesNothing(t *testing.T) {
 		if err := rows.Scan(&key, &version, &state); err != nil {
 			t.Fatal(err)
 		}
-		if want := final[key]; version != uint64(want.Version) || !sameJSON(state, string(want.Body)) {
+		if want := final[key]; version != uint64(want.Version) || !testenv.SameJSON([]byte(state), want.Body) {
 			t.Errorf("%s ends at %d %s; the ordered replay at %d %s", key, version, state, want.Version, want.Body)
 		}
 	}

@@ -1,7 +1,9 @@
 package testenv
 
 import (
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/driftguard/driftguard/internal/config"
@@ -39,6 +41,17 @@ func (p Presence) Body() []byte {
 		b = fmt.Appendf(b, `,"expires_at":%d`, p.ExpiresAt)
 	}
 	return append(b, '}')
+}
+
+// SameJSON reports whether a and b are JSON texts of the same value. It is
+// false when either is not JSON; callers print both texts when it is false,
+// which shows a broken one too.
+func SameJSON(a, b []byte) bool {
+	var va, vb any
+	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+		return false
+	}
+	return reflect.DeepEqual(va, vb)
 }
 
 // Fataler is what *testing.T, *testing.B and *rapid.T all offer.

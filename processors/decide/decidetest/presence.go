@@ -85,7 +85,7 @@ func Presence(t *rapid.T, s *config.Stream, key string) History {
 			}
 		}
 		want, wantExpires := presenceModel(t, s, key, final, bodies)
-		if !sameJSON(t, last.JSON, want) || last.ExpiresAtMs != wantExpires {
+		if !testenv.SameJSON(last.JSON, want) || last.ExpiresAtMs != wantExpires {
 			t.Fatalf("state %s expiring %d; the model gives %s expiring %d", last.JSON, last.ExpiresAtMs, want, wantExpires)
 		}
 	}
