@@ -14,6 +14,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/webhook"
 )
 
@@ -42,10 +43,8 @@ func standardMAC(key []byte, id, ts string, body []byte) []byte {
 	return mac.Sum(nil)
 }
 
-// fataler is what both *testing.T and *rapid.T offer.
-type fataler interface{ Fatal(args ...any) }
-
-func mustStandardScheme(t fataler, secrets ...string) *standardScheme {
+func mustStandardScheme(t testenv.Fataler, secrets ...string) *standardScheme {
+	t.Helper()
 	s, err := newStandardScheme(secrets, 300*time.Second)
 	if err != nil {
 		t.Fatal(err)

@@ -54,10 +54,12 @@ func SameJSON(a, b []byte) bool {
 	return reflect.DeepEqual(va, vb)
 }
 
-// Fataler is what *testing.T, *testing.B and *rapid.T all offer.
+// Fataler is what *testing.T, *testing.B, *testing.F and *rapid.T all
+// offer.
 type Fataler interface {
 	Helper()
 	Fatal(args ...any)
+	Fatalf(format string, args ...any)
 }
 
 // Shipped returns a fresh copy of the shipped catalogue's stream name, for

@@ -9,6 +9,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -106,8 +107,12 @@ func Context(t testing.TB, d time.Duration) context.Context {
 
 // Logger returns a logger that writes to the test log.
 func Logger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return slog.New(slog.NewTextHandler(LogWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
+
+// LogWriter writes to the test log, each write as a line: for a logger, or
+// a child process's output.
+func LogWriter(t testing.TB) io.Writer { return testWriter{t} }
 
 type testWriter struct{ t testing.TB }
 
