@@ -165,15 +165,13 @@ func TestBrokerPauseAndResume(t *testing.T) {
 	pid := testenv.KafkaPID(t)
 
 	// A stream of its own, so its topics hold only this test's events.
-	cfg, presence := presenceConfig(t, specSecret)
-	stream := *presence
+	_, stream := presenceConfig(t, specSecret)
 	stream.Name = testenv.UniqueName("fault")
 	stream.Limits.Partitions = 3
-	cfg.Streams = map[string]*config.Stream{stream.Name: &stream}
-	createTopics(t, brokers, cfg)
+	testenv.Topics(t, testenv.Context(t, 30*time.Second), testenv.OnlyStream(t, stream), brokers).Close()
 	topic := stream.Name + ".in"
 
-	routes, _ := edgeRoutes(t, brokers, []*config.Stream{&stream}, Options{Now: fixedClock, ProduceTimeout: time.Second})
+	routes, _ := edgeRoutes(t, brokers, []*config.Stream{stream}, Options{Now: fixedClock, ProduceTimeout: time.Second})
 	baseURL := serveProduction(t, routes)
 	client := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(client.CloseIdleConnections)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/webhook"
 )
 
@@ -49,20 +50,13 @@ func derivedSecret(seed string) string {
 	return "whsec_" + base64.StdEncoding.EncodeToString(key[:])
 }
 
-// presenceConfig returns the default configuration and its shipped presence
-// stream with secrets set.
+// presenceConfig returns the shipped presence stream with secrets set, and
+// the default configuration with it as its only stream.
 func presenceConfig(t testing.TB, secrets ...string) (*config.Config, *config.Stream) {
 	t.Helper()
-	cfg, err := config.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := cfg.Streams["presence"]
-	if s == nil {
-		t.Fatal("the shipped catalogue has no presence stream")
-	}
+	s := testenv.Shipped(t, "presence")
 	s.Signature.Secrets = secrets
-	return cfg, s
+	return testenv.OnlyStream(t, s), s
 }
 
 // delivery is one webhook request as a publisher sends it.
@@ -163,21 +157,6 @@ func do(t testing.TB, req *http.Request) reply {
 		t.Fatal(err)
 	}
 	return reply{status: resp.StatusCode, header: resp.Header, body: data}
-}
-
-// createTopics creates every topic of the configured streams on brokers.
-func createTopics(t testing.TB, brokers []string, cfg *config.Config) {
-	t.Helper()
-	cl, err := kafka.NewClient(brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := kafka.EnsureTopics(ctx, cl, cfg, true); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // serveEdge serves a handler for stream over HTTP, producing with the

@@ -33,9 +33,10 @@ import (
 // holds exactly the accepted deliveries, each byte for byte where the 202
 // said it is. Rejections are only proven harmless by that second part.
 func TestHandlerStatuses(t *testing.T) {
+	ctx := testenv.Context(t, time.Minute)
 	brokers := testenv.Fake(t)
 	cfg, presence := presenceConfig(t, specSecret, nextSecret)
-	createTopics(t, brokers, cfg)
+	testenv.Topics(t, ctx, cfg, brokers).Close()
 	edge := serveEdge(t, brokers, presence, Options{})
 
 	// A second edge on the same topic whose body limit is exactly the size
@@ -125,7 +126,6 @@ func TestHandlerStatuses(t *testing.T) {
 		{name: "empty user_id", d: signedBody("evt-empty-user", `{"event_id":"evt-empty-user","user_id":"","presence":"ONLINE","sequence_number":1,"timestamp":1700000000}`), status: 422, field: "user_id"},
 	}
 
-	ctx := testenv.Context(t, time.Minute)
 	var accepted []acceptedDelivery
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -321,10 +321,10 @@ func TestBrokerWithoutAckIs503(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cluster := testenv.FakeCluster(t)
 			brokers := cluster.ListenAddrs()
-			cfg, presence := presenceConfig(t, specSecret)
-			createTopics(t, brokers, cfg)
-			edge := serveEdge(t, brokers, presence, Options{ProduceTimeout: 300 * time.Millisecond})
 			ctx := testenv.Context(t, time.Minute)
+			cfg, presence := presenceConfig(t, specSecret)
+			testenv.Topics(t, ctx, cfg, brokers).Close()
+			edge := serveEdge(t, brokers, presence, Options{ProduceTimeout: 300 * time.Millisecond})
 
 			var want []string
 			if tc.warm {

@@ -156,7 +156,7 @@ func TestEdgeConformsToOpenAPI(t *testing.T) {
 	// server to drain, so the reply is read like any other.
 	presence.Limits.MaxBodyBytes = 1 << 10
 	brokers := testenv.Fake(t)
-	createTopics(t, brokers, cfg)
+	testenv.Topics(t, ctx, cfg, brokers).Close()
 	healthyRoutes, _ := edgeRoutes(t, brokers, []*config.Stream{presence}, Options{Now: fixedClock})
 	healthy := serveProduction(t, healthyRoutes)
 	downRoutes, _ := edgeRoutes(t, []string{unreachableBroker(t)}, []*config.Stream{presence}, Options{Now: fixedClock, ProduceTimeout: 300 * time.Millisecond})

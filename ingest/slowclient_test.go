@@ -108,7 +108,7 @@ func (s *slowLoris) trickle(ctx context.Context, addr string) {
 func TestSlowClientsDoNotStarveTheEdge(t *testing.T) {
 	cfg, presence := presenceConfig(t, specSecret)
 	brokers := testenv.Fake(t)
-	createTopics(t, brokers, cfg)
+	testenv.Topics(t, testenv.Context(t, 30*time.Second), cfg, brokers).Close()
 	routes, _ := edgeRoutes(t, brokers, []*config.Stream{presence}, Options{Now: fixedClock})
 	baseURL := serveProduction(t, routes)
 

@@ -34,8 +34,9 @@ func TestEveryCatalogueStream(t *testing.T) {
 		s.Signature.Secrets = []string{specSecret}
 		streams = append(streams, s)
 	}
+	ctx := testenv.Context(t, time.Minute)
 	brokers := testenv.Fake(t)
-	createTopics(t, brokers, cfg)
+	testenv.Topics(t, ctx, cfg, brokers).Close()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +48,6 @@ func TestEveryCatalogueStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := serveHandler(t, h)
-	ctx := testenv.Context(t, time.Minute)
 
 	cases := []struct {
 		stream, body string

@@ -255,7 +255,7 @@ func TestRedeliveryMemoryForgetsCommittedInputs(t *testing.T) {
 	s := testenv.Shipped(t, "presence")
 	s.Name = testenv.UniqueName("forget")
 	s.Limits.Partitions = 1
-	cl := streamTopics(t, ctx, brokers, s)
+	cl := testenv.Topics(t, ctx, testenv.OnlyStream(t, s), brokers)
 	defer cl.Close()
 	in := topics.For(s.Name).In
 	produce := func(version int64) {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/lovoo/goka"
 	"github.com/lovoo/goka/tester"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/record"
@@ -63,16 +62,4 @@ func rawRecords(qt *tester.QueueTracker) [][]byte {
 		}
 		out = append(out, raw)
 	}
-}
-
-// streamTopics creates the topics of stream s on the brokers and returns a
-// client of them, with opts, for the caller to close.
-func streamTopics(t testing.TB, ctx context.Context, brokers []string, s *config.Stream, opts ...kgo.Opt) *kgo.Client {
-	t.Helper()
-	cfg, err := config.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Streams = map[string]*config.Stream{s.Name: s}
-	return testenv.Topics(t, ctx, cfg, brokers, opts...)
 }

@@ -48,18 +48,14 @@ func startPipeline(t *testing.T, brokers []string) *pipeline {
 	t.Helper()
 	chAddr := testenv.ClickHouse(t)
 	ctx := testenv.Context(t, 5*time.Minute)
-	cfg, err := config.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// A fresh stream name per test keeps topics apart on a shared broker; it
 	// also proves that a stream is a catalogue entry, not code.
 	stream := testenv.UniqueName("presence")
-	s := *cfg.Streams["presence"]
+	s := testenv.Shipped(t, "presence")
 	s.Name = stream
 	s.Signature.Secrets = []string{testSecret}
 	s.Limits.Partitions = 3
-	cfg.Streams = map[string]*config.Stream{stream: &s}
+	cfg := testenv.OnlyStream(t, s)
 	cfg.Kafka.Brokers = brokers
 	cfg.ClickHouse.Addr = chAddr
 	cfg.ClickHouse.Database = testenv.UniqueName("dg_test")

@@ -66,15 +66,29 @@ type Fataler interface {
 // a test to change as it likes.
 func Shipped(t Fataler, name string) *config.Stream {
 	t.Helper()
-	cfg, err := config.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := cfg.Streams[name]
+	s := defaults(t).Streams[name]
 	if s == nil {
 		t.Fatal("the shipped catalogue has no stream " + name)
 	}
 	return s
+}
+
+// OnlyStream returns the default configuration with s as its only stream,
+// so that what is made of the configuration, topics first, is s's alone.
+func OnlyStream(t Fataler, s *config.Stream) *config.Config {
+	t.Helper()
+	cfg := defaults(t)
+	cfg.Streams = map[string]*config.Stream{s.Name: s}
+	return cfg
+}
+
+func defaults(t Fataler) *config.Config {
+	t.Helper()
+	cfg, err := config.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
 var _ Fataler = (*testing.T)(nil)

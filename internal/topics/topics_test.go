@@ -106,16 +106,12 @@ type fixture struct {
 func newFixture(t *testing.T, brokers []string) *fixture {
 	t.Helper()
 	ctx := testenv.Context(t, time.Minute)
-	cfg, err := config.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// A unique stream per test keeps its topics apart from every other test
 	// on a shared broker.
-	s := *cfg.Streams["presence"]
+	s := testenv.Shipped(t, "presence")
 	s.Name = testenv.UniqueName("topics")
 	s.Limits.Partitions = partitions
-	cfg.Streams = map[string]*config.Stream{s.Name: &s}
+	cfg := testenv.OnlyStream(t, s)
 	cfg.Kafka.Brokers = brokers
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -126,7 +122,7 @@ func newFixture(t *testing.T, brokers []string) *fixture {
 	}
 	adm := kadm.NewClient(cl)
 	specs := map[string]topics.Spec{}
-	for _, spec := range topics.Specs(&s) {
+	for _, spec := range topics.Specs(s) {
 		specs[spec.Name] = spec
 	}
 	t.Cleanup(func() {
@@ -140,7 +136,7 @@ func newFixture(t *testing.T, brokers []string) *fixture {
 		_, _ = adm.DeleteTopics(ctx, names...)
 		cl.Close()
 	})
-	return &fixture{ctx: ctx, cfg: cfg, stream: &s, adm: adm, specs: specs}
+	return &fixture{ctx: ctx, cfg: cfg, stream: s, adm: adm, specs: specs}
 }
 
 func (f *fixture) names() []string {

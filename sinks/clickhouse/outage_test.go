@@ -12,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/chlocal"
-	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/telemetry"
@@ -38,14 +37,10 @@ func TestSinkRidesOutClickHouseStoppedFor30s(t *testing.T) {
 	}
 	t.Cleanup(srv.Stop)
 
-	cfg, err := config.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
 	stream := testenv.UniqueName("outage")
-	presence := *cfg.Streams["presence"]
+	presence := testenv.Shipped(t, "presence")
 	presence.Name = stream
-	cfg.Streams = map[string]*config.Stream{stream: &presence}
+	cfg := testenv.OnlyStream(t, presence)
 	cfg.Kafka.Brokers = testenv.Kafka(t)
 	cfg.ClickHouse.Addr = srv.Addr
 	cfg.ClickHouse.BatchPeriod = 200 * time.Millisecond
@@ -58,7 +53,8 @@ func TestSinkRidesOutClickHouseStoppedFor30s(t *testing.T) {
 	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse.Database, nil); err != nil {
 		t.Fatal(err)
 	}
-	cl := withTopics(t, ctx, cfg)
+	cl := testenv.Topics(t, ctx, cfg, cfg.Kafka.Brokers)
+	t.Cleanup(cl.Close)
 
 	ops := telemetry.NewOps()
 	sinkCtx, stop := context.WithCancel(ctx)
