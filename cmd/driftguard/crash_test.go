@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"syscall"
@@ -59,8 +58,7 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 	for _, base := range []string{"presence", "workflow", "chat"} {
 		names[base] = testenv.UniqueName(base)
 	}
-	configFile := filepath.Join(dir, "driftguard.yaml")
-	cfg := writeCatalogueCopies(t, configFile, names)
+	configFile, cfg := writeCatalogueCopies(t, dir, names)
 	cfg.Kafka.Brokers = brokers
 	cl := testenv.Topics(t, ctx, cfg, brokers)
 	defer cl.Close()
@@ -124,9 +122,10 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 	checkChat(t, history, decisions, out.last("chat"))
 }
 
-// writeCatalogueCopies writes a config file defining each catalogue stream
-// again under its new name with three partitions, and returns it loaded.
-func writeCatalogueCopies(t *testing.T, path string, names map[string]string) *config.Config {
+// writeCatalogueCopies writes a config file in dir defining each catalogue
+// stream again under its new name with three partitions, and returns its
+// path and it loaded.
+func writeCatalogueCopies(t *testing.T, dir string, names map[string]string) (string, *config.Config) {
 	t.Helper()
 	catalogue, err := config.Default()
 	if err != nil {
@@ -142,9 +141,7 @@ func writeCatalogueCopies(t *testing.T, path string, names map[string]string) *c
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := testenv.WriteConfig(t, dir, string(data))
 	cfg, err := config.Load(path, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +152,7 @@ func writeCatalogueCopies(t *testing.T, path string, names map[string]string) *c
 			delete(cfg.Streams, name)
 		}
 	}
-	return cfg
+	return path, cfg
 }
 
 // inputPos is a delivery's place in its stream's input.
