@@ -41,9 +41,10 @@ func WaitFor(t testing.TB, ctx context.Context, what string, cond func() bool) {
 	}
 }
 
-// Poll calls cond every 50ms until it holds, and reports whether it did
-// before ctx ended: for a wait whose failure the test words itself, with
-// what it saw last, or goes on from to check more.
+// Poll calls cond every 50ms until it holds, and reports whether it held
+// before ctx ended. It serves a wait whose failure the test reports in its
+// own words, with what it saw last, and one the test goes on from to check
+// more.
 func Poll(ctx context.Context, cond func() bool) bool {
 	for !cond() {
 		select {

@@ -4,6 +4,10 @@
 // quick `go test ./...` without them skips those tests with a message, and
 // DRIFTGUARD_TEST_REQUIRE=1 (set by the test task and CI) turns every such
 // skip into a failure, so a green CI run means the real services ran.
+//
+// It also holds what the tests of every package share, each once: presence
+// webhooks, shipped streams and their topics, config files, JSON
+// comparison and waits.
 package testenv
 
 import (
