@@ -61,18 +61,23 @@ func TestDevDemoShowsOutcomesAndFillsClickHouse(t *testing.T) {
 		_ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+cfg.ClickHouse.Database)
 		conn.Close()
 	}()
-	if !testenv.Poll(ctx, func() bool {
+	// Its own loop rather than testenv.Poll: it also watches dev stop
+	// early, and stopping dev on Poll's shorter period made the test's
+	// teardown take about two minutes in some runs after the crash test.
+	for {
 		var rows uint64
 		_ = conn.QueryRow(ctx, fmt.Sprintf("SELECT count() FROM %s.events WHERE outcome = 'applied'", cfg.ClickHouse.Database)).Scan(&rows)
 		text := out.String()
+		if rows > 0 && strings.Contains(text, "outcomes last") && strings.Contains(text, "outcome  applied") {
+			break
+		}
 		select {
 		case err := <-done:
 			t.Fatalf("dev stopped early: %v\n%s", err, text)
-		default:
+		case <-ctx.Done():
+			t.Fatalf("no outcomes within the deadline; output:\n%s", text)
+		case <-time.After(200 * time.Millisecond):
 		}
-		return rows > 0 && strings.Contains(text, "outcomes last") && strings.Contains(text, "outcome  applied")
-	}) {
-		t.Fatalf("no outcomes within the deadline; output:\n%s", out.String())
 	}
 	text := out.String()
 	for _, want := range []string{"webhooks:  POST http://127.0.0.1:", demoSecret, "ClickHouse at " + chAddr} {
