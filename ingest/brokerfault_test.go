@@ -101,7 +101,7 @@ func (l *faultLoad) run(ctx context.Context, worker int, wg *sync.WaitGroup) {
 func (l *faultLoad) send(eventID string, worker int, seq int64) faultOutcome {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	d := signedDelivery(l.t, specSecret, "msg_"+eventID, presenceBody(eventID, fmt.Sprintf("user-%d", worker), seq))
+	d := signedDelivery(l.t, specSecret, "msg_"+eventID, testenv.Presence{EventID: eventID, User: fmt.Sprintf("user-%d", worker), Version: seq}.Body())
 	d.stream = l.stream
 	o := faultOutcome{eventID: eventID, started: l.phase.Load()}
 	r, err := d.sendWith(ctx, l.client, l.baseURL)
@@ -131,18 +131,6 @@ func (l *faultLoad) snapshot() []faultOutcome {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.outcomes)
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(deadline time.Duration, cond func() bool) bool {
-	end := time.Now().Add(deadline)
-	for !cond() {
-		if time.Now().After(end) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return true
 }
 
 // readyzStatus asks /readyz once; 0 and the error when it does not answer
@@ -177,15 +165,13 @@ func TestBrokerPauseAndResume(t *testing.T) {
 	pid := testenv.KafkaPID(t)
 
 	// A stream of its own, so its topics hold only this test's events.
-	cfg, presence := presenceConfig(t, specSecret)
-	stream := *presence
+	_, stream := presenceConfig(t, specSecret)
 	stream.Name = testenv.UniqueName("fault")
 	stream.Limits.Partitions = 3
-	cfg.Streams = map[string]*config.Stream{stream.Name: &stream}
-	createTopics(t, brokers, cfg)
+	testenv.Topics(t, testenv.Context(t, 30*time.Second), testenv.OnlyStream(t, stream), brokers).Close()
 	topic := stream.Name + ".in"
 
-	routes, _ := edgeRoutes(t, brokers, []*config.Stream{&stream}, Options{Now: fixedClock, ProduceTimeout: time.Second})
+	routes, _ := edgeRoutes(t, brokers, []*config.Stream{stream}, Options{Now: fixedClock, ProduceTimeout: time.Second})
 	baseURL := serveProduction(t, routes)
 	client := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(client.CloseIdleConnections)
@@ -218,7 +204,7 @@ func TestBrokerPauseAndResume(t *testing.T) {
 		go load.run(loadCtx, w, &workers)
 	}
 
-	if !waitFor(30*time.Second, func() bool { return load.accepted.Load() >= 50 }) {
+	if !testenv.Poll(testenv.Context(t, 30*time.Second), func() bool { return load.accepted.Load() >= 50 }) {
 		t.Fatalf("the running broker accepted only %d webhooks", load.accepted.Load())
 	}
 
@@ -226,7 +212,7 @@ func TestBrokerPauseAndResume(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatalf("pausing the broker (pid %d): %v", pid, err)
 	}
-	if !waitFor(30*time.Second, func() bool { return phase.Load() == brokerStopped }) {
+	if !testenv.Poll(testenv.Context(t, 30*time.Second), func() bool { return phase.Load() == brokerStopped }) {
 		t.Fatalf("no request was answered 503 after the broker was paused")
 	}
 	// Ask /readyz while the broker is paused; its checks have 2 s, so a
@@ -235,7 +221,7 @@ func TestBrokerPauseAndResume(t *testing.T) {
 	readyWhileStopped, readyBody, readyErr := readyzStatus(client, baseURL, 15*time.Second)
 	t.Logf("/readyz while paused answered in %s", time.Since(askedReady).Round(time.Millisecond))
 	// Requests that started and ended while the broker was paused.
-	if !waitFor(30*time.Second, func() bool { return load.whollyPaused.Load() >= 8 }) {
+	if !testenv.Poll(testenv.Context(t, 30*time.Second), func() bool { return load.whollyPaused.Load() >= 8 }) {
 		t.Errorf("only %d requests were made entirely while the broker was paused", load.whollyPaused.Load())
 	}
 	if err := resume(); err != nil {
@@ -254,13 +240,13 @@ func TestBrokerPauseAndResume(t *testing.T) {
 	// The same edge recovers by itself: ready, and accepting again.
 	var lastReady int
 	var lastReadyBody string
-	if !waitFor(60*time.Second, func() bool {
+	if !testenv.Poll(testenv.Context(t, 60*time.Second), func() bool {
 		lastReady, lastReadyBody, _ = readyzStatus(client, baseURL, 15*time.Second)
 		return lastReady == http.StatusOK
 	}) {
 		t.Errorf("/readyz after the broker resumed: %d %q, want 200", lastReady, lastReadyBody)
 	}
-	if !waitFor(60*time.Second, func() bool { return load.acceptedAfterResume.Load() >= 20 }) {
+	if !testenv.Poll(testenv.Context(t, 60*time.Second), func() bool { return load.acceptedAfterResume.Load() >= 20 }) {
 		t.Errorf("after the broker resumed, only %d webhooks were accepted", load.acceptedAfterResume.Load())
 	}
 	stopLoad()

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/webhook"
 )
 
@@ -36,8 +36,9 @@ var (
 	strangerSecret = derivedSecret("stranger")
 )
 
-// testNow is the edge's clock in the handler tests; deliveries are signed at
-// it unless a case says otherwise.
+// testNow is the edge's clock in the handler tests, and the timestamp
+// testenv.Presence bodies carry by default; deliveries are signed at it
+// unless a case says otherwise.
 var testNow = time.Unix(1_700_000_000, 0)
 
 func fixedClock() time.Time { return testNow }
@@ -49,37 +50,13 @@ func derivedSecret(seed string) string {
 	return "whsec_" + base64.StdEncoding.EncodeToString(key[:])
 }
 
-// presenceConfig returns the default configuration and its shipped presence
-// stream with secrets set.
+// presenceConfig returns the shipped presence stream with secrets set, and
+// the default configuration with it as its only stream.
 func presenceConfig(t testing.TB, secrets ...string) (*config.Config, *config.Stream) {
 	t.Helper()
-	cfg, err := config.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := cfg.Streams["presence"]
-	if s == nil {
-		t.Fatal("the shipped catalogue has no presence stream")
-	}
+	s := testenv.Shipped(t, "presence")
 	s.Signature.Secrets = secrets
-	return cfg, s
-}
-
-// presenceBody is a schema-valid presence webhook.
-func presenceBody(eventID, user string, seq int64) []byte {
-	return fmt.Appendf(nil, `{"event_id":%q,"user_id":%q,"presence":"ONLINE","sequence_number":%d,"timestamp":%d}`,
-		eventID, user, seq, testNow.Unix())
-}
-
-// signature is the webhook-signature value for one secret, over the exact
-// timestamp text given, so malformed timestamps can still be signed.
-func signature(t testing.TB, secret, id, ts string, body []byte) string {
-	t.Helper()
-	key, err := config.DecodeStandardSecret(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return "v1," + base64.StdEncoding.EncodeToString(webhook.Sign(key, id, ts, body))
+	return testenv.OnlyStream(t, s), s
 }
 
 // delivery is one webhook request as a publisher sends it.
@@ -100,13 +77,18 @@ func signedDelivery(t testing.TB, secret, id string, body []byte) delivery {
 	return signedDeliveryAt(t, secret, id, strconv.FormatInt(testNow.Unix(), 10), body)
 }
 
-// signedDeliveryAt is signedDelivery with the webhook-timestamp text given.
+// signedDeliveryAt is signedDelivery with the webhook-timestamp text given,
+// signed as it is, so malformed timestamps can still be signed.
 func signedDeliveryAt(t testing.TB, secret, id, ts string, body []byte) delivery {
 	t.Helper()
+	sig, err := webhook.SignatureHeader(secret, id, ts, body)
+	if err != nil {
+		t.Fatal(err)
+	}
 	h := http.Header{}
 	h.Set(HeaderWebhookID, id)
 	h.Set(HeaderWebhookTimestamp, ts)
-	h.Set(HeaderWebhookSignature, signature(t, secret, id, ts, body))
+	h.Set(HeaderWebhookSignature, sig)
 	return delivery{method: http.MethodPost, stream: "presence", contentType: "application/json", header: h, body: body}
 }
 
@@ -175,21 +157,6 @@ func do(t testing.TB, req *http.Request) reply {
 		t.Fatal(err)
 	}
 	return reply{status: resp.StatusCode, header: resp.Header, body: data}
-}
-
-// createTopics creates every topic of the configured streams on brokers.
-func createTopics(t testing.TB, brokers []string, cfg *config.Config) {
-	t.Helper()
-	cl, err := kafka.NewClient(brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := kafka.EnsureTopics(ctx, cl, cfg, true); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // serveEdge serves a handler for stream over HTTP, producing with the

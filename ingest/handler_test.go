@@ -33,14 +33,15 @@ import (
 // holds exactly the accepted deliveries, each byte for byte where the 202
 // said it is. Rejections are only proven harmless by that second part.
 func TestHandlerStatuses(t *testing.T) {
+	ctx := testenv.Context(t, time.Minute)
 	brokers := testenv.Fake(t)
 	cfg, presence := presenceConfig(t, specSecret, nextSecret)
-	createTopics(t, brokers, cfg)
+	testenv.Topics(t, ctx, cfg, brokers).Close()
 	edge := serveEdge(t, brokers, presence, Options{})
 
 	// A second edge on the same topic whose body limit is exactly the size
 	// of one delivery, so both sides of the limit are tested to the byte.
-	atLimit := presenceBody("evt-at-limit", "frank", 1)
+	atLimit := testenv.Presence{EventID: "evt-at-limit", User: "frank", Version: 1}.Body()
 	_, small := presenceConfig(t, specSecret)
 	small.Limits.MaxBodyBytes = int64(len(atLimit))
 	smallEdge := serveEdge(t, brokers, small, Options{})
@@ -48,7 +49,7 @@ func TestHandlerStatuses(t *testing.T) {
 
 	ts := func(offset int64) string { return strconv.FormatInt(testNow.Unix()+offset, 10) }
 	valid := func(eventID, user string) delivery {
-		return signedDelivery(t, specSecret, "msg_"+eventID, presenceBody(eventID, user, 1))
+		return signedDelivery(t, specSecret, "msg_"+eventID, testenv.Presence{EventID: eventID, User: user, Version: 1}.Body())
 	}
 	signedBody := func(eventID, body string) delivery {
 		return signedDelivery(t, specSecret, "msg_"+eventID, []byte(body))
@@ -66,11 +67,11 @@ func TestHandlerStatuses(t *testing.T) {
 		field string
 	}{
 		{name: "signed with the current secret", d: valid("evt-current", "alice"), status: 202},
-		{name: "signed with the next secret during a rotation", d: signedDelivery(t, nextSecret, "msg_evt-next", presenceBody("evt-next", "alice", 2)), status: 202},
+		{name: "signed with the next secret during a rotation", d: signedDelivery(t, nextSecret, "msg_evt-next", testenv.Presence{EventID: "evt-next", User: "alice", Version: 2}.Body()), status: 202},
 		{name: "only the second signature of the list is valid", d: valid("evt-second-sig", "bob").mapSignature(func(s string) string { return zeroMAC + " " + s }), status: 202},
 		{name: "a signature of an unknown version before a valid one", d: valid("evt-v2-first", "bob").mapSignature(func(s string) string { return "v2,c2lnbmF0dXJl " + s }), status: 202},
-		{name: "timestamp 300s in the past", d: signedDeliveryAt(t, specSecret, "msg_evt-past-300", ts(-300), presenceBody("evt-past-300", "carol", 1)), status: 202},
-		{name: "timestamp 300s in the future", d: signedDeliveryAt(t, specSecret, "msg_evt-future-300", ts(300), presenceBody("evt-future-300", "carol", 2)), status: 202},
+		{name: "timestamp 300s in the past", d: signedDeliveryAt(t, specSecret, "msg_evt-past-300", ts(-300), testenv.Presence{EventID: "evt-past-300", User: "carol", Version: 1}.Body()), status: 202},
+		{name: "timestamp 300s in the future", d: signedDeliveryAt(t, specSecret, "msg_evt-future-300", ts(300), testenv.Presence{EventID: "evt-future-300", User: "carol", Version: 2}.Body()), status: 202},
 		{name: "content type with a charset", d: valid("evt-charset", "dave").with(func(d *delivery) { d.contentType = "application/json; charset=utf-8" }), status: 202},
 		{name: "whitespace, key order and extra fields are kept byte for byte", d: signedBody("evt-spacing", "\n{ \"timestamp\" : 1700000000,\t\"sequence_number\":7,\n \"presence\":\"AWAY\", \"user_id\":\"erin\", \"event_id\":\"evt-spacing\", \"device_id\":\"d1\" }\n"), status: 202},
 		{name: "body exactly at the limit", edge: smallEdge, d: signedDelivery(t, specSecret, "msg_evt-at-limit", atLimit), status: 202},
@@ -80,7 +81,7 @@ func TestHandlerStatuses(t *testing.T) {
 		{name: "not JSON", d: signedBody("evt-not-json", "user_id=alice&presence=ONLINE"), status: 400},
 		{name: "empty body", d: signedBody("evt-empty", ""), status: 400},
 		{name: "truncated JSON", d: signedBody("evt-truncated", `{"event_id":"evt-truncated","user_id":"alice"`), status: 400},
-		{name: "data after the object", d: signedBody("evt-trailing", string(presenceBody("evt-trailing", "alice", 1))+"{}"), status: 400},
+		{name: "data after the object", d: signedBody("evt-trailing", string(testenv.Presence{EventID: "evt-trailing", User: "alice", Version: 1}.Body())+"{}"), status: 400},
 		{name: "nesting deeper than the decoder allows", d: signedBody("evt-deep", strings.Repeat("[", 10001)+strings.Repeat("]", 10001)), status: 400},
 		{name: "nesting deeper than MaxDepth", d: signedBody("evt-deep-65", `{"event_id":"evt-deep-65","x":`+strings.Repeat("[", envelope.MaxDepth)+strings.Repeat("]", envelope.MaxDepth)+`}`), status: 400},
 		// Readers disagree on which of two equal keys wins: the edge refuses.
@@ -96,19 +97,19 @@ func TestHandlerStatuses(t *testing.T) {
 		{name: "base64 cut mid-quantum", d: valid("evt-cut-1", "alice").mapSignature(func(s string) string { return s[:len(s)-1] }), status: 401},
 		{name: "base64 cut to a shorter MAC", d: valid("evt-cut-4", "alice").mapSignature(func(s string) string { return s[:len(s)-4] }), status: 401},
 		{name: "one bit flipped in the signature", d: valid("evt-bit", "alice").mapSignature(func(s string) string { return flipFirstBit(t, s) }), status: 401},
-		{name: "signed with a secret the stream does not have", d: signedDelivery(t, strangerSecret, "msg_evt-stranger", presenceBody("evt-stranger", "alice", 1)), status: 401},
+		{name: "signed with a secret the stream does not have", d: signedDelivery(t, strangerSecret, "msg_evt-stranger", testenv.Presence{EventID: "evt-stranger", User: "alice", Version: 1}.Body()), status: 401},
 		{name: "only unknown signature versions", d: valid("evt-v2", "alice").mapSignature(func(s string) string { return "v2," + strings.TrimPrefix(s, "v1,") }), status: 401},
 		{name: "signature without its version", d: valid("evt-no-version", "alice").mapSignature(func(s string) string { return strings.TrimPrefix(s, "v1,") }), status: 401},
 		{name: "more signatures than are read", d: valid("evt-many", "alice").mapSignature(func(s string) string { return strings.Repeat(zeroMAC+" ", maxSignatures) + s }), status: 401},
-		{name: "timestamp 301s in the past", d: signedDeliveryAt(t, specSecret, "msg_evt-past-301", ts(-301), presenceBody("evt-past-301", "alice", 1)), status: 401},
-		{name: "timestamp 301s in the future", d: signedDeliveryAt(t, specSecret, "msg_evt-future-301", ts(301), presenceBody("evt-future-301", "alice", 1)), status: 401},
-		{name: "timestamp in milliseconds", d: signedDeliveryAt(t, specSecret, "msg_evt-ms", strconv.FormatInt(testNow.UnixMilli(), 10), presenceBody("evt-ms", "alice", 1)), status: 401},
-		{name: "timestamp with a leading zero", d: signedDeliveryAt(t, specSecret, "msg_evt-zero", "0"+ts(0), presenceBody("evt-zero", "alice", 1)), status: 401},
-		{name: "timestamp with a plus sign", d: signedDeliveryAt(t, specSecret, "msg_evt-plus", "+"+ts(0), presenceBody("evt-plus", "alice", 1)), status: 401},
-		{name: "timestamp with a fraction", d: signedDeliveryAt(t, specSecret, "msg_evt-fraction", ts(0)+".5", presenceBody("evt-fraction", "alice", 1)), status: 401},
-		{name: "webhook-id containing a dot", d: signedDelivery(t, specSecret, "msg.evt-dot", presenceBody("evt-dot", "alice", 1)), status: 401},
-		{name: "webhook-id over 256 bytes", d: signedDelivery(t, specSecret, strings.Repeat("i", 257), presenceBody("evt-long-id", "alice", 1)), status: 401},
-		{name: "signature made for a different body", d: valid("evt-other-body", "alice").withBody(presenceBody("evt-other-body", "mallory", 1)), status: 401},
+		{name: "timestamp 301s in the past", d: signedDeliveryAt(t, specSecret, "msg_evt-past-301", ts(-301), testenv.Presence{EventID: "evt-past-301", User: "alice", Version: 1}.Body()), status: 401},
+		{name: "timestamp 301s in the future", d: signedDeliveryAt(t, specSecret, "msg_evt-future-301", ts(301), testenv.Presence{EventID: "evt-future-301", User: "alice", Version: 1}.Body()), status: 401},
+		{name: "timestamp in milliseconds", d: signedDeliveryAt(t, specSecret, "msg_evt-ms", strconv.FormatInt(testNow.UnixMilli(), 10), testenv.Presence{EventID: "evt-ms", User: "alice", Version: 1}.Body()), status: 401},
+		{name: "timestamp with a leading zero", d: signedDeliveryAt(t, specSecret, "msg_evt-zero", "0"+ts(0), testenv.Presence{EventID: "evt-zero", User: "alice", Version: 1}.Body()), status: 401},
+		{name: "timestamp with a plus sign", d: signedDeliveryAt(t, specSecret, "msg_evt-plus", "+"+ts(0), testenv.Presence{EventID: "evt-plus", User: "alice", Version: 1}.Body()), status: 401},
+		{name: "timestamp with a fraction", d: signedDeliveryAt(t, specSecret, "msg_evt-fraction", ts(0)+".5", testenv.Presence{EventID: "evt-fraction", User: "alice", Version: 1}.Body()), status: 401},
+		{name: "webhook-id containing a dot", d: signedDelivery(t, specSecret, "msg.evt-dot", testenv.Presence{EventID: "evt-dot", User: "alice", Version: 1}.Body()), status: 401},
+		{name: "webhook-id over 256 bytes", d: signedDelivery(t, specSecret, strings.Repeat("i", 257), testenv.Presence{EventID: "evt-long-id", User: "alice", Version: 1}.Body()), status: 401},
+		{name: "signature made for a different body", d: valid("evt-other-body", "alice").withBody(testenv.Presence{EventID: "evt-other-body", User: "mallory", Version: 1}.Body()), status: 401},
 		{name: "signature made for a different webhook-id", d: valid("evt-other-id", "alice").withHeader(HeaderWebhookID, "msg_forged"), status: 401},
 
 		{name: "unknown stream", d: valid("evt-unknown-stream", "alice").with(func(d *delivery) { d.stream = "no_such_stream" }), status: 404},
@@ -125,7 +126,6 @@ func TestHandlerStatuses(t *testing.T) {
 		{name: "empty user_id", d: signedBody("evt-empty-user", `{"event_id":"evt-empty-user","user_id":"","presence":"ONLINE","sequence_number":1,"timestamp":1700000000}`), status: 422, field: "user_id"},
 	}
 
-	ctx := testenv.Context(t, time.Minute)
 	var accepted []acceptedDelivery
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -319,20 +319,16 @@ func TestBrokerWithoutAckIs503(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(cluster.Close)
+			cluster := testenv.FakeCluster(t)
 			brokers := cluster.ListenAddrs()
-			cfg, presence := presenceConfig(t, specSecret)
-			createTopics(t, brokers, cfg)
-			edge := serveEdge(t, brokers, presence, Options{ProduceTimeout: 300 * time.Millisecond})
 			ctx := testenv.Context(t, time.Minute)
+			cfg, presence := presenceConfig(t, specSecret)
+			testenv.Topics(t, ctx, cfg, brokers).Close()
+			edge := serveEdge(t, brokers, presence, Options{ProduceTimeout: 300 * time.Millisecond})
 
 			var want []string
 			if tc.warm {
-				before := signedDelivery(t, specSecret, "msg_evt-before", presenceBody("evt-before", "alice", 1))
+				before := signedDelivery(t, specSecret, "msg_evt-before", testenv.Presence{EventID: "evt-before", User: "alice", Version: 1}.Body())
 				if r := before.send(t, ctx, edge.URL); r.status != http.StatusAccepted {
 					t.Fatalf("before the failure: status %d, body %s", r.status, r.body)
 				}
@@ -340,7 +336,7 @@ func TestBrokerWithoutAckIs503(t *testing.T) {
 			}
 			restore := tc.fail(t, cluster)
 
-			during := signedDelivery(t, specSecret, "msg_evt-during", presenceBody("evt-during", "alice", 2))
+			during := signedDelivery(t, specSecret, "msg_evt-during", testenv.Presence{EventID: "evt-during", User: "alice", Version: 2}.Body())
 			r := during.send(t, ctx, edge.URL)
 			if r.status != http.StatusServiceUnavailable {
 				t.Fatalf("status %d, want 503; body %s", r.status, r.body)
@@ -412,7 +408,7 @@ func (p *recordingProducer) last() *kgo.Record {
 // be 202, 400 or 422 (413 only over the limit), 400 exactly when the body is
 // not JSON, and a record is produced, as sent, exactly on 202.
 func FuzzHandlerSignedBody(f *testing.F) {
-	f.Add(presenceBody("evt-1", "alice", 1))
+	f.Add(testenv.Presence{EventID: "evt-1", User: "alice", Version: 1}.Body())
 	f.Add([]byte(`{"event_id":"e","user_id":"u","presence":"BUSY","sequence_number":9007199254740991,"timestamp":0,"expires_at":1}`))
 	f.Add([]byte(`{"event_id":"e","user_id":"u","presence":"ONLINE","sequence_number":1.0,"timestamp":1e3}`))
 	f.Add([]byte(`{"event_id":"e","user_id":"u","presence":"ONLINE","sequence_number":1,"timestamp":99999999999999999999}`))
@@ -495,7 +491,7 @@ func TestRequestMetricFoldsUnknownStreams(t *testing.T) {
 	_, reg, srv := memoryEdge(t)
 	ctx := testenv.Context(t, time.Minute)
 
-	valid := signedDelivery(t, specSecret, "msg_evt-metric", presenceBody("evt-metric", "alice", 1))
+	valid := signedDelivery(t, specSecret, "msg_evt-metric", testenv.Presence{EventID: "evt-metric", User: "alice", Version: 1}.Body())
 	valid.send(t, ctx, srv.URL)
 	for _, name := range []string{"wp-admin", "presence2", "Presence"} {
 		valid.with(func(d *delivery) { d.stream = name }).send(t, ctx, srv.URL)

@@ -16,9 +16,9 @@ func TestRejectionsAreCountedByReason(t *testing.T) {
 	h, reg, srv := memoryEdge(t)
 	ctx := testenv.Context(t, time.Minute)
 
-	valid := signedDelivery(t, specSecret, "msg_evt-ok", presenceBody("evt-ok", "alice", 1))
+	valid := signedDelivery(t, specSecret, "msg_evt-ok", testenv.Presence{EventID: "evt-ok", User: "alice", Version: 1}.Body())
 	valid.send(t, ctx, srv.URL)
-	signedDelivery(t, strangerSecret, "msg_evt-forged", presenceBody("evt-forged", "alice", 2)).send(t, ctx, srv.URL)
+	signedDelivery(t, strangerSecret, "msg_evt-forged", testenv.Presence{EventID: "evt-forged", User: "alice", Version: 2}.Body()).send(t, ctx, srv.URL)
 	valid.withoutHeader(HeaderWebhookSignature).send(t, ctx, srv.URL)
 	signedDelivery(t, specSecret, "msg_evt-bad", []byte(`{"event_id":"evt-bad"}`)).send(t, ctx, srv.URL)
 	signedDelivery(t, specSecret, "msg_evt-junk", []byte(`{"a":1,"a":2}`)).send(t, ctx, srv.URL)

@@ -156,14 +156,14 @@ func TestEdgeConformsToOpenAPI(t *testing.T) {
 	// server to drain, so the reply is read like any other.
 	presence.Limits.MaxBodyBytes = 1 << 10
 	brokers := testenv.Fake(t)
-	createTopics(t, brokers, cfg)
+	testenv.Topics(t, ctx, cfg, brokers).Close()
 	healthyRoutes, _ := edgeRoutes(t, brokers, []*config.Stream{presence}, Options{Now: fixedClock})
 	healthy := serveProduction(t, healthyRoutes)
 	downRoutes, _ := edgeRoutes(t, []string{unreachableBroker(t)}, []*config.Stream{presence}, Options{Now: fixedClock, ProduceTimeout: 300 * time.Millisecond})
 	brokerDown := serveProduction(t, downRoutes)
 
 	valid := func(eventID string) delivery {
-		return signedDelivery(t, specSecret, "msg_"+eventID, presenceBody(eventID, "alice", 1))
+		return signedDelivery(t, specSecret, "msg_"+eventID, testenv.Presence{EventID: eventID, User: "alice", Version: 1}.Body())
 	}
 	signedBody := func(eventID, body string) delivery {
 		return signedDelivery(t, specSecret, "msg_"+eventID, []byte(body))
@@ -180,7 +180,7 @@ func TestEdgeConformsToOpenAPI(t *testing.T) {
 	}{
 		{"accepted", healthy, webhookExchange(valid("evt-oa-202")), 202, true},
 		{"not JSON", healthy, webhookExchange(signedBody("evt-oa-400", "user_id=alice")), 400, false},
-		{"wrong signature", healthy, webhookExchange(signedDelivery(t, strangerSecret, "msg_evt-oa-401", presenceBody("evt-oa-401", "alice", 1))), 401, true},
+		{"wrong signature", healthy, webhookExchange(signedDelivery(t, strangerSecret, "msg_evt-oa-401", testenv.Presence{EventID: "evt-oa-401", User: "alice", Version: 1}.Body())), 401, true},
 		{"unknown stream", healthy, webhookExchange(valid("evt-oa-404").with(func(d *delivery) { d.stream = "no_such_stream" })), 404, true},
 		{"unknown stream with GET", healthy, webhookExchange(valid("evt-oa-404-get").with(func(d *delivery) { d.stream = "no_such_stream"; d.method = http.MethodGet; d.body = nil })), 404, true},
 		{"GET", healthy, webhookExchange(valid("evt-oa-405").with(func(d *delivery) { d.method = http.MethodGet; d.body = nil })), 405, true},

@@ -108,7 +108,7 @@ func (s *slowLoris) trickle(ctx context.Context, addr string) {
 func TestSlowClientsDoNotStarveTheEdge(t *testing.T) {
 	cfg, presence := presenceConfig(t, specSecret)
 	brokers := testenv.Fake(t)
-	createTopics(t, brokers, cfg)
+	testenv.Topics(t, testenv.Context(t, 30*time.Second), cfg, brokers).Close()
 	routes, _ := edgeRoutes(t, brokers, []*config.Stream{presence}, Options{Now: fixedClock})
 	baseURL := serveProduction(t, routes)
 
@@ -132,7 +132,7 @@ func TestSlowClientsDoNotStarveTheEdge(t *testing.T) {
 	var accepted, whileHeld int
 	for n := 0; loris.open.Load() > 0 && trickleCtx.Err() == nil; n++ {
 		id := fmt.Sprintf("evt-slow-%d", n)
-		d := signedDelivery(t, specSecret, "msg_"+id, presenceBody(id, "alice", int64(n+1)))
+		d := signedDelivery(t, specSecret, "msg_"+id, testenv.Presence{EventID: id, User: "alice", Version: int64(n + 1)}.Body())
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		r, err := d.sendWith(ctx, publisher, baseURL)
 		held := loris.open.Load()

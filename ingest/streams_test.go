@@ -1,8 +1,6 @@
 package ingest
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -19,6 +17,7 @@ import (
 	"github.com/driftguard/driftguard/internal/partition"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
+	"github.com/driftguard/driftguard/internal/webhook"
 )
 
 // Every shipped stream is served from its catalogue entry: the key comes
@@ -35,8 +34,9 @@ func TestEveryCatalogueStream(t *testing.T) {
 		s.Signature.Secrets = []string{specSecret}
 		streams = append(streams, s)
 	}
+	ctx := testenv.Context(t, time.Minute)
 	brokers := testenv.Fake(t)
-	createTopics(t, brokers, cfg)
+	testenv.Topics(t, ctx, cfg, brokers).Close()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +48,6 @@ func TestEveryCatalogueStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := serveHandler(t, h)
-	ctx := testenv.Context(t, time.Minute)
 
 	cases := []struct {
 		stream, body string
@@ -149,9 +148,7 @@ func TestGitHubSchemeGoldenVector(t *testing.T) {
 func TestBodyHMACSchemes(t *testing.T) {
 	const secret = "presence-seed-secret-0123456789"
 	body := []byte(`{"event_id":"e1","user_id":"u1","presence":"BUSY","sequence_number":2,"timestamp":1700000000}`)
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write(body)
-	sum := hex.EncodeToString(mac.Sum(nil))
+	sum := hex.EncodeToString(webhook.NewKey([]byte(secret)).Sign(nil, body))
 	cases := []struct {
 		scheme string
 		header http.Header

@@ -35,7 +35,7 @@ func BenchmarkProcessorAgainstRawConsumer(b *testing.B) {
 	for range b.N {
 		s := testenv.Shipped(b, "presence")
 		s.Name = testenv.UniqueName("bench")
-		cl := streamTopics(b, ctx, brokers, s, kgo.ProducerLinger(5*time.Millisecond))
+		cl := testenv.Topics(b, ctx, testenv.OnlyStream(b, s), brokers, kgo.ProducerLinger(5*time.Millisecond))
 		in := topics.For(s.Name).In
 		for i := range benchEvents {
 			user := fmt.Sprintf("user-%d", i%5000)

@@ -12,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/partition"
 	"github.com/driftguard/driftguard/internal/testenv"
@@ -40,25 +39,17 @@ func TestSaramaConfigOverridesGokaDefaults(t *testing.T) {
 	}
 }
 
-func TestProcessorsRefuseTopicsThatAreNotCopartitionedKfake(t *testing.T) {
-	testRefuseNotCopartitioned(t, testenv.Fake(t))
-}
-
-func TestProcessorsRefuseTopicsThatAreNotCopartitionedRealKafka(t *testing.T) {
-	testRefuseNotCopartitioned(t, testenv.Kafka(t))
+func TestProcessorsRefuseTopicsThatAreNotCopartitioned(t *testing.T) {
+	testenv.OnBothBrokers(t, testRefuseNotCopartitioned)
 }
 
 func testRefuseNotCopartitioned(t *testing.T, brokers []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cfg, err := config.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := *cfg.Streams["presence"]
+	s := testenv.Shipped(t, "presence")
 	s.Name = testenv.UniqueName("copart")
 	s.Limits.Partitions = 4
-	cfg.Streams = map[string]*config.Stream{s.Name: &s}
+	cfg := testenv.OnlyStream(t, s)
 	cl, err := kafka.NewClient(brokers)
 	if err != nil {
 		t.Fatal(err)

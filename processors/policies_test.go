@@ -91,7 +91,7 @@ func TestProcessorPresenceDevices(t *testing.T) {
 	wantFinal := fmt.Sprintf(`{"event_id":"m100","user_id":"alice","presence":"BUSY","sequence_number":100,"timestamp":%d,"devices":{
 		"laptop":{"presence":"OFFLINE","version":6,"updated_at_ms":1700000000123,"expires_at_ms":%d},
 		"phone":{"presence":"BUSY","version":4,"updated_at_ms":1700000000123,"expires_at_ms":%[2]d}}}`, ts, (ts+300)*1000)
-	if last := states[len(states)-1]; !sameJSON(t, last.State, []byte(wantFinal)) || last.Version != 100 {
+	if last := states[len(states)-1]; !testenv.SameJSON(last.State, []byte(wantFinal)) || last.Version != 100 {
 		t.Errorf("final state %d %s, want 100 %s", last.Version, last.State, wantFinal)
 	}
 
@@ -206,12 +206,8 @@ func TestProcessorLostAndFoundThroughGoka(t *testing.T) {
 	timersCtx, stopTimers := context.WithCancel(ctx)
 	timersDone := make(chan error, 1)
 	go func() { timersDone <- proc.RunTimers(timersCtx, 10*time.Millisecond, nil) }()
-	for testutil.ToFloat64(metrics.quarantined.WithLabelValues(s.Name)) != 3 {
-		select {
-		case <-time.After(10 * time.Millisecond):
-		case <-t.Context().Done():
-			t.Fatal("the quarantine gauge never showed the waiting children")
-		}
+	if !testenv.Poll(ctx, func() bool { return testutil.ToFloat64(metrics.quarantined.WithLabelValues(s.Name)) == 3 }) {
+		t.Fatal("the quarantine gauge never showed the waiting children")
 	}
 	stopTimers()
 	<-timersDone

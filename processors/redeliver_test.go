@@ -255,7 +255,7 @@ func TestRedeliveryMemoryForgetsCommittedInputs(t *testing.T) {
 	s := testenv.Shipped(t, "presence")
 	s.Name = testenv.UniqueName("forget")
 	s.Limits.Partitions = 1
-	cl := streamTopics(t, ctx, brokers, s)
+	cl := testenv.Topics(t, ctx, testenv.OnlyStream(t, s), brokers)
 	defer cl.Close()
 	in := topics.For(s.Name).In
 	produce := func(version int64) {
@@ -296,22 +296,13 @@ func TestRedeliveryMemoryForgetsCommittedInputs(t *testing.T) {
 		}
 		return &tableValue{}
 	}
-	wait := func(what string, ok func() bool) {
-		t.Helper()
-		for !ok() {
-			if ctx.Err() != nil {
-				t.Fatalf("waiting for %s", what)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	wait("five inputs decided", func() bool { return alice().NextInput == 5 })
+	testenv.WaitFor(t, ctx, "five inputs decided", func() bool { return alice().NextInput == 5 })
 	if n := len(remembered(t, alice())); n != 5 {
 		t.Fatalf("%d inputs remembered before any commit was read", n)
 	}
-	wait("the commit read", func() bool { return proc.h.committedOffset(0) == 5 })
+	testenv.WaitFor(t, ctx, "the commit read", func() bool { return proc.h.committedOffset(0) == 5 })
 	produce(6)
-	wait("the sixth input decided", func() bool { return alice().NextInput == 6 })
+	testenv.WaitFor(t, ctx, "the sixth input decided", func() bool { return alice().NextInput == 6 })
 	if d := remembered(t, alice()); len(d) != 1 || d[0].Offset != 5 {
 		t.Fatalf("after a commit at 5 the memory holds %+v", d)
 	}

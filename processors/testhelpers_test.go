@@ -3,12 +3,10 @@ package processors
 import (
 	"context"
 	"encoding/json"
-	"reflect"
 	"testing"
 
 	"github.com/lovoo/goka"
 	"github.com/lovoo/goka/tester"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/record"
@@ -64,29 +62,4 @@ func rawRecords(qt *tester.QueueTracker) [][]byte {
 		}
 		out = append(out, raw)
 	}
-}
-
-// streamTopics creates the topics of stream s on the brokers and returns a
-// client of them, with opts, for the caller to close.
-func streamTopics(t testing.TB, ctx context.Context, brokers []string, s *config.Stream, opts ...kgo.Opt) *kgo.Client {
-	t.Helper()
-	cfg, err := config.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Streams = map[string]*config.Stream{s.Name: s}
-	return testenv.Topics(t, ctx, cfg, brokers, opts...)
-}
-
-// sameJSON reports whether two JSON texts hold the same value.
-func sameJSON(t testenv.Fataler, a, b []byte) bool {
-	t.Helper()
-	var va, vb any
-	if err := json.Unmarshal(a, &va); err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &vb); err != nil {
-		t.Fatal(err)
-	}
-	return reflect.DeepEqual(va, vb)
 }

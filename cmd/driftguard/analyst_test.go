@@ -194,15 +194,12 @@ func (h *history) presence() {
 	// The source clock is tsAgo seconds before the base; the event is
 	// received lateMs after it.
 	send := func(id, user string, seq int64, presence string, tsAgo, lateMs, expiresIn int64) *sent {
-		ts := h.base - tsAgo
-		body := fmt.Sprintf(`{"event_id":%q,"user_id":%q,"presence":%q,"sequence_number":%d,"timestamp":%d`, id, user, presence, seq, ts)
-		var expiresMs int64
+		p := testenv.Presence{EventID: id, User: user, Status: presence, Version: seq, Timestamp: h.base - tsAgo}
 		if expiresIn != 0 {
-			body += fmt.Sprintf(`,"expires_at":%d`, h.base+expiresIn)
-			expiresMs = (h.base + expiresIn) * 1000
+			p.ExpiresAt = h.base + expiresIn
 		}
-		ev := h.send("presence", user, id, "presence.changed", tsAgo*1000-lateMs, body+"}")
-		ev.occurredMs, ev.presence, ev.expiresMs = ts*1000, presence, expiresMs
+		ev := h.send("presence", user, id, "presence.changed", tsAgo*1000-lateMs, string(p.Body()))
+		ev.occurredMs, ev.presence, ev.expiresMs = p.Timestamp*1000, presence, p.ExpiresAt*1000
 		return ev
 	}
 	const hour = 3600

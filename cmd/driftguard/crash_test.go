@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"syscall"
@@ -59,8 +58,7 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 	for _, base := range []string{"presence", "workflow", "chat"} {
 		names[base] = testenv.UniqueName(base)
 	}
-	configFile := filepath.Join(dir, "driftguard.yaml")
-	cfg := writeCatalogueCopies(t, configFile, names)
+	configFile, cfg := writeCatalogueCopies(t, dir, names)
 	cfg.Kafka.Brokers = brokers
 	cl := testenv.Topics(t, ctx, cfg, brokers)
 	defer cl.Close()
@@ -109,9 +107,7 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 	// Waited for with a deadline of its own, so that a delivery never
 	// decided is named below rather than timing the test out.
 	waitCtx, cancel := context.WithTimeout(ctx, 4*time.Minute)
-	for !out.decidedAll(history.inputs) && waitCtx.Err() == nil {
-		out.poll(waitCtx)
-	}
+	testenv.Poll(waitCtx, func() bool { out.poll(waitCtx); return out.decidedAll(history.inputs) })
 	cancel()
 	// A clean stop flushes everything; then nothing more can appear.
 	if err := proc.Process.Signal(syscall.SIGTERM); err != nil {
@@ -126,9 +122,10 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 	checkChat(t, history, decisions, out.last("chat"))
 }
 
-// writeCatalogueCopies writes a config file defining each catalogue stream
-// again under its new name with three partitions, and returns it loaded.
-func writeCatalogueCopies(t *testing.T, path string, names map[string]string) *config.Config {
+// writeCatalogueCopies writes a config file in dir defining each catalogue
+// stream again under its new name with three partitions, and returns its
+// path and it loaded.
+func writeCatalogueCopies(t *testing.T, dir string, names map[string]string) (string, *config.Config) {
 	t.Helper()
 	catalogue, err := config.Default()
 	if err != nil {
@@ -144,9 +141,7 @@ func writeCatalogueCopies(t *testing.T, path string, names map[string]string) *c
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := testenv.WriteConfig(t, dir, string(data))
 	cfg, err := config.Load(path, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +152,7 @@ func writeCatalogueCopies(t *testing.T, path string, names map[string]string) *c
 			delete(cfg.Streams, name)
 		}
 	}
-	return cfg
+	return path, cfg
 }
 
 // inputPos is a delivery's place in its stream's input.
@@ -349,7 +344,7 @@ func decodeLast(t *testing.T, last lastRecords, key string, state any) (record.S
 		t.Errorf("%s: table value: %v", key, err)
 		return st, false
 	}
-	if table.Revision() != st.Version || !sameJSON(string(table.State), string(st.State)) || len(table.Buffer) != 0 {
+	if table.Revision() != st.Version || !testenv.SameJSON(table.State, st.State) || len(table.Buffer) != 0 {
 		t.Errorf("%s: the table (revision %d, %d buffered, %s) is not the last state record (version %d, %s)",
 			key, table.Revision(), len(table.Buffer), table.State, st.Version, st.State)
 	}

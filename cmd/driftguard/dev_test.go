@@ -70,6 +70,9 @@ func TestDevDemoShowsOutcomesAndFillsClickHouse(t *testing.T) {
 		_ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+cfg.ClickHouse.Database)
 		conn.Close()
 	}()
+	// Its own loop rather than testenv.Poll: it also watches dev stop
+	// early, and stopping dev on Poll's shorter period made the test's
+	// teardown take about two minutes in some runs after the crash test.
 	for {
 		var rows uint64
 		_ = conn.QueryRow(ctx, fmt.Sprintf("SELECT count() FROM %s.events WHERE outcome = 'applied'", cfg.ClickHouse.Database)).Scan(&rows)

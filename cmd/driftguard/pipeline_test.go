@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -31,13 +30,9 @@ import (
 
 const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
-func TestPresenceEndToEndRealKafka(t *testing.T) {
-	runPresence(t, testenv.Kafka(t))
-}
-
-// The same test on the embedded broker: only the address changes.
-func TestPresenceEndToEndKfake(t *testing.T) {
-	runPresence(t, testenv.Fake(t))
+// On the embedded broker and on the real one: only the address changes.
+func TestPresenceEndToEnd(t *testing.T) {
+	testenv.OnBothBrokers(t, runPresence)
 }
 
 // pipeline is ingest, processors and the ClickHouse sink for one uniquely
@@ -53,18 +48,14 @@ func startPipeline(t *testing.T, brokers []string) *pipeline {
 	t.Helper()
 	chAddr := testenv.ClickHouse(t)
 	ctx := testenv.Context(t, 5*time.Minute)
-	cfg, err := config.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// A fresh stream name per test keeps topics apart on a shared broker; it
 	// also proves that a stream is a catalogue entry, not code.
 	stream := testenv.UniqueName("presence")
-	s := *cfg.Streams["presence"]
+	s := testenv.Shipped(t, "presence")
 	s.Name = stream
 	s.Signature.Secrets = []string{testSecret}
 	s.Limits.Partitions = 3
-	cfg.Streams = map[string]*config.Stream{stream: &s}
+	cfg := testenv.OnlyStream(t, s)
 	cfg.Kafka.Brokers = brokers
 	cfg.ClickHouse.Addr = chAddr
 	cfg.ClickHouse.Database = testenv.UniqueName("dg_test")
@@ -125,19 +116,16 @@ func prepare(t testing.TB, ctx context.Context, cfg *config.Config, brokers []st
 
 func (p *pipeline) waitReady(t *testing.T, ctx context.Context) {
 	t.Helper()
-	for {
-		resp, err := http.Get(p.url + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+	var err error
+	if !testenv.Poll(ctx, func() bool {
+		var resp *http.Response
+		if resp, err = http.Get(p.url + "/readyz"); err != nil {
+			return false
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("pipeline not ready: %v", err)
-		case <-time.After(100 * time.Millisecond):
-		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}) {
+		t.Fatalf("pipeline not ready: %v", err)
 	}
 }
 
@@ -296,21 +284,11 @@ func runPresence(t *testing.T, brokers []string) {
 				final = d
 			}
 		}
-		if versions[user] != uint64(final.Version) || !sameJSON(states[user], string(final.Body)) {
+		if versions[user] != uint64(final.Version) || !testenv.SameJSON([]byte(states[user]), final.Body) {
 			t.Errorf("%s: entity_state version %d state %s; ordered replay gives %d %s", user, versions[user], states[user], final.Version, final.Body)
 		}
 	}
 	if versions["alice"] != 844 {
 		t.Errorf("alice ends at version %d, want 844", versions["alice"])
 	}
-}
-
-func sameJSON(a, b string) bool {
-	var x, y any
-	if json.Unmarshal([]byte(a), &x) != nil || json.Unmarshal([]byte(b), &y) != nil {
-		return false
-	}
-	xa, _ := json.Marshal(x)
-	ya, _ := json.Marshal(y)
-	return string(xa) == string(ya)
 }

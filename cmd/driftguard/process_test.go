@@ -110,7 +110,7 @@ func startDriftguard(tb testing.TB, bin string, args []string, env ...string) *e
 	cmd.Env = append(append(os.Environ(), env...),
 		"DRIFTGUARD_TELEMETRY_ADDR=127.0.0.1:0",
 		"DRIFTGUARD_LOG_LEVEL=warn")
-	cmd.Stdout, cmd.Stderr = testWriter{tb}, testWriter{tb}
+	cmd.Stdout, cmd.Stderr = testenv.LogWriter(tb), testenv.LogWriter(tb)
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
@@ -195,12 +195,4 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(binDir)
 	}
 	os.Exit(code)
-}
-
-// testWriter sends a child process's output to the test log.
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"syscall"
@@ -71,10 +72,11 @@ func TestProcessorRebalanceLosesAndDoublesNothing(t *testing.T) {
 	for _, want := range final {
 		versions += uint64(want.Version)
 	}
-	settled := time.Now().Add(time.Minute)
-	for q("SELECT sum(version) FROM %s.entity_state FINAL WHERE stream = '%s'") != versions && time.Now().Before(settled) {
-		time.Sleep(200 * time.Millisecond)
-	}
+	settle, cancel := context.WithTimeout(ctx, time.Minute)
+	testenv.Poll(settle, func() bool {
+		return q("SELECT sum(version) FROM %s.entity_state FINAL WHERE stream = '%s'") == versions
+	})
+	cancel()
 	rows, err := h.conn.Query(ctx, fmt.Sprintf("SELECT entity_key, version, state FROM %s.entity_state FINAL WHERE stream = '%s'", h.cfg.ClickHouse.Database, stream))
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +88,7 @@ func TestProcessorRebalanceLosesAndDoublesNothing(t *testing.T) {
 		if err := rows.Scan(&key, &version, &state); err != nil {
 			t.Fatal(err)
 		}
-		if want := final[key]; version != uint64(want.Version) || !sameJSON(state, string(want.Body)) {
+		if want := final[key]; version != uint64(want.Version) || !testenv.SameJSON([]byte(state), want.Body) {
 			t.Errorf("%s ends at %d %s; the ordered replay at %d %s", key, version, state, want.Version, want.Body)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/testenv"
 )
 
 // Secrets of the right shape: "whsec_" plus base64 of 32 and 16 bytes.
@@ -20,26 +20,6 @@ var (
 	otherValidSecret = "whsec_" + base64.StdEncoding.EncodeToString([]byte("fedcba9876543210fedcba9876543210"))
 	shortSecret      = "whsec_" + base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))
 )
-
-// writeFile writes content to name under dir, creating folders, and returns
-// the path.
-func writeFile(t *testing.T, dir, name, content string) string {
-	t.Helper()
-	path := filepath.Join(dir, name)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// writeConfig writes a config file in a fresh folder and returns its path.
-func writeConfig(t *testing.T, content string) string {
-	t.Helper()
-	return writeFile(t, t.TempDir(), "driftguard.yaml", content)
-}
 
 // field is one observed value and the value it should have.
 type field struct {
@@ -133,7 +113,7 @@ func TestDefaultValidatesAndMatchesLoad(t *testing.T) {
 }
 
 func TestLoadFileMergesStreamEntriesFieldByField(t *testing.T) {
-	path := writeConfig(t, `
+	path := testenv.WriteConfig(t, "", `
 kafka:
   brokers: [kafka-1:9092, kafka-2:9092]
 streams:
@@ -175,8 +155,8 @@ streams:
 func TestLoadFileAddsStreamWithSchemaNextToConfigFile(t *testing.T) {
 	dir := t.TempDir()
 	schema := `{"type": "object", "required": ["agent_id", "id", "revision"]}`
-	writeFile(t, dir, "etc/schemas/availability.schema.json", schema)
-	path := writeFile(t, dir, "etc/driftguard.yaml", `
+	testenv.WriteFile(t, dir, "etc/schemas/availability.schema.json", schema)
+	path := testenv.WriteFile(t, dir, "etc/driftguard.yaml", `
 streams:
   availability:
     policy: latest
@@ -393,7 +373,7 @@ func TestLoadRejectsInvalidFileNamingTheConfigPath(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := config.Load(writeConfig(t, tc.yaml), nil)
+			cfg, err := config.Load(testenv.WriteConfig(t, "", tc.yaml), nil)
 			if err == nil {
 				t.Fatalf("Load accepted the file; config %+v", cfg)
 			}
@@ -469,7 +449,7 @@ func TestLoadReportsUnknownKeysAsWarnings(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			path := writeConfig(t, tc.yaml)
+			path := testenv.WriteConfig(t, "", tc.yaml)
 			// A typo must not stop the process: only a warning.
 			cfg := mustLoad(t, path, nil)
 			if len(cfg.Warnings) != 1 {
@@ -485,7 +465,7 @@ func TestLoadReportsUnknownKeysAsWarnings(t *testing.T) {
 
 // Environment overrides win over the file (design §7).
 func TestLoadEnvironmentWinsOverFile(t *testing.T) {
-	path := writeConfig(t, `
+	path := testenv.WriteConfig(t, "", `
 kafka: {brokers: [file:9092]}
 http: {addr: 127.0.0.1:1}
 clickhouse: {addr: 127.0.0.1:2, database: fromfile}
@@ -556,7 +536,7 @@ streams:
 		t.Run(tc.name, func(t *testing.T) {
 			path := ""
 			if tc.yaml != "" {
-				path = writeConfig(t, tc.yaml)
+				path = testenv.WriteConfig(t, "", tc.yaml)
 			}
 			_, err := config.Load(path, tc.environ)
 			if len(tc.wantErr) == 0 {

@@ -6,11 +6,12 @@ import (
 	"testing"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/testenv"
 )
 
 // benchBody is the presence webhook ingest's BenchmarkHandler sends, so the
 // decoder's share of the edge's cost can be read off the two.
-var benchBody = []byte(`{"event_id":"evt_01J0Z3K9Q7M2B8C4D6E8F0G1H2","user_id":"usr_7f3a9c2e4b1d","presence":"AWAY","sequence_number":184467,"timestamp":1718900000,"device_id":"dev_macbook-pro-14_3f9a","expires_at":1718900300,"client":{"app":"desktop","version":"4.12.3","os":"macOS 14.5"},"status_text":"In a meeting until 15:30"}`)
+var benchBody = []byte(testenv.BenchBody)
 
 // BenchmarkParse reads the body in place, as the edge does.
 func BenchmarkParse(b *testing.B) {

@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"pgregory.net/rapid"
+
+	"github.com/driftguard/driftguard/internal/testenv"
 )
 
 // The flat Document is checked against a reference built on encoding/json's
@@ -140,14 +142,9 @@ func pointersOf(v any, at string, out []string) []string {
 	return out
 }
 
-// fataler is what *testing.T and *rapid.T share.
-type fataler interface {
-	Fatalf(format string, args ...any)
-}
-
 // checkAgainstReference fails when Parse and the reference disagree on
 // body.
-func checkAgainstReference(t fataler, body []byte) {
+func checkAgainstReference(t testenv.Fataler, body []byte) {
 	doc, err := Parse(body)
 	want, wantErr, isJSON := referenceDecode(body)
 	if !isJSON {

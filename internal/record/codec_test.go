@@ -8,6 +8,8 @@ import (
 	"unicode"
 
 	"pgregory.net/rapid"
+
+	"github.com/driftguard/driftguard/internal/testenv"
 )
 
 // The scanner gives what encoding/json gives, or leaves the input to it.
@@ -153,7 +155,7 @@ func roundTrip[T any](t *rapid.T, encode func([]byte, *T) []byte, decode func([]
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sameJSON(t, data, stdEncoded) {
+	if !testenv.SameJSON(data, stdEncoded) {
 		t.Fatalf("hand-encoded %s\nencoding/json %s", data, stdEncoded)
 	}
 	var want T
@@ -197,18 +199,6 @@ func TestStateRoundTrip(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		roundTrip(t, AppendState, DecodeState, func(st *State) *json.RawMessage { return &st.State }, stateFields)
 	})
-}
-
-// sameJSON reports whether two JSON texts hold the same value.
-func sameJSON(t *rapid.T, a, b []byte) bool {
-	var va, vb any
-	if err := json.Unmarshal(a, &va); err != nil {
-		t.Fatalf("%s: %v", a, err)
-	}
-	if err := json.Unmarshal(b, &vb); err != nil {
-		t.Fatalf("%s: %v", b, err)
-	}
-	return reflect.DeepEqual(va, vb)
 }
 
 // The scanners next to encoding/json on records as the processors write

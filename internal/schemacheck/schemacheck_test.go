@@ -13,6 +13,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/schemas"
 )
 
@@ -296,7 +297,7 @@ func FuzzAgreesWithLibrary(f *testing.F) {
 // sends against the shipped presence schema.
 func BenchmarkValid(b *testing.B) {
 	checker := Compile(compileSchema(b, "presence", shippedSchemas(b)["presence.schema.json"]))
-	doc, err := envelope.Parse([]byte(`{"event_id":"evt_01J0Z3K9Q7M2B8C4D6E8F0G1H2","user_id":"usr_7f3a9c2e4b1d","presence":"AWAY","sequence_number":184467,"timestamp":1718900000,"device_id":"dev_macbook-pro-14_3f9a","expires_at":1718900300,"client":{"app":"desktop","version":"4.12.3","os":"macOS 14.5"},"status_text":"In a meeting until 15:30"}`))
+	doc, err := envelope.Parse([]byte(testenv.BenchBody))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -19,10 +19,14 @@ func WriteConfig(t testing.TB, dir, yaml string) string {
 	return WriteFile(t, dir, "driftguard.yaml", yaml)
 }
 
-// WriteFile writes content to name in dir and returns its path.
+// WriteFile writes content to name in dir, creating the folders name
+// names, and returns its path.
 func WriteFile(t testing.TB, dir, name, content string) string {
 	t.Helper()
 	path := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -33,13 +37,24 @@ func WriteFile(t testing.TB, dir, name, content string) string {
 // what it waited for when ctx ends first.
 func WaitFor(t testing.TB, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
+	if !Poll(ctx, cond) {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// Poll calls cond every 50ms until it holds, and reports whether it held
+// before ctx ended. It serves a wait whose failure the test reports in its
+// own words, with what it saw last, and one the test goes on from to check
+// more.
+func Poll(ctx context.Context, cond func() bool) bool {
 	for !cond() {
 		select {
 		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
+			return false
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+	return true
 }
 
 //go:embed fixtures/custom-streams

@@ -4,11 +4,16 @@
 // quick `go test ./...` without them skips those tests with a message, and
 // DRIFTGUARD_TEST_REQUIRE=1 (set by the test task and CI) turns every such
 // skip into a failure, so a green CI run means the real services ran.
+//
+// It also holds what the tests of every package share, each once: presence
+// webhooks, shipped streams and their topics, config files, JSON
+// comparison and waits.
 package testenv
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -55,6 +60,13 @@ func Kafka(t testing.TB) []string {
 // Fake starts an embedded kfake broker for the test and returns its address.
 func Fake(t testing.TB) []string {
 	t.Helper()
+	return FakeCluster(t).ListenAddrs()
+}
+
+// FakeCluster starts an embedded kfake broker for the test and returns it,
+// for a test that injects faults or closes it; it closes at the test's end.
+func FakeCluster(t testing.TB) *kfake.Cluster {
+	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.ListenFn(func(network, _ string) (net.Listener, error) {
 		return net.Listen(network, "127.0.0.1:0")
 	}))
@@ -62,7 +74,16 @@ func Fake(t testing.TB) []string {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	return c.ListenAddrs()
+	return c
+}
+
+// OnBothBrokers runs test as two subtests, "kfake" on an embedded broker
+// of its own and "kafka" on the real broker (skipped or failed as Kafka
+// does): the same code talks to either by address.
+func OnBothBrokers(t *testing.T, test func(t *testing.T, brokers []string)) {
+	t.Helper()
+	t.Run("kfake", func(t *testing.T) { test(t, Fake(t)) })
+	t.Run("kafka", func(t *testing.T) { test(t, Kafka(t)) })
 }
 
 // ClickHouse returns the real server's native address.
@@ -90,8 +111,12 @@ func Context(t testing.TB, d time.Duration) context.Context {
 
 // Logger returns a logger that writes to the test log.
 func Logger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return slog.New(slog.NewTextHandler(LogWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
+
+// LogWriter writes to the test log, each write as a line: for a logger, or
+// a child process's output.
+func LogWriter(t testing.TB) io.Writer { return testWriter{t} }
 
 type testWriter struct{ t testing.TB }
 

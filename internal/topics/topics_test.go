@@ -84,16 +84,9 @@ var ensureCases = []struct {
 	{"topic created after an earlier listing is still checked", testEnsureChecksTopicCreatedAfterListing},
 }
 
-func TestEnsureTopicsOnKfake(t *testing.T) {
+func TestEnsureTopics(t *testing.T) {
 	for _, tc := range ensureCases {
-		t.Run(tc.name, func(t *testing.T) { tc.run(t, testenv.Fake(t)) })
-	}
-}
-
-func TestEnsureTopicsOnRealKafka(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	for _, tc := range ensureCases {
-		t.Run(tc.name, func(t *testing.T) { tc.run(t, brokers) })
+		t.Run(tc.name, func(t *testing.T) { testenv.OnBothBrokers(t, tc.run) })
 	}
 }
 
@@ -113,16 +106,12 @@ type fixture struct {
 func newFixture(t *testing.T, brokers []string) *fixture {
 	t.Helper()
 	ctx := testenv.Context(t, time.Minute)
-	cfg, err := config.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// A unique stream per test keeps its topics apart from every other test
 	// on a shared broker.
-	s := *cfg.Streams["presence"]
+	s := testenv.Shipped(t, "presence")
 	s.Name = testenv.UniqueName("topics")
 	s.Limits.Partitions = partitions
-	cfg.Streams = map[string]*config.Stream{s.Name: &s}
+	cfg := testenv.OnlyStream(t, s)
 	cfg.Kafka.Brokers = brokers
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -133,7 +122,7 @@ func newFixture(t *testing.T, brokers []string) *fixture {
 	}
 	adm := kadm.NewClient(cl)
 	specs := map[string]topics.Spec{}
-	for _, spec := range topics.Specs(&s) {
+	for _, spec := range topics.Specs(s) {
 		specs[spec.Name] = spec
 	}
 	t.Cleanup(func() {
@@ -147,7 +136,7 @@ func newFixture(t *testing.T, brokers []string) *fixture {
 		_, _ = adm.DeleteTopics(ctx, names...)
 		cl.Close()
 	})
-	return &fixture{ctx: ctx, cfg: cfg, stream: &s, adm: adm, specs: specs}
+	return &fixture{ctx: ctx, cfg: cfg, stream: s, adm: adm, specs: specs}
 }
 
 func (f *fixture) names() []string {
@@ -200,22 +189,17 @@ func (f *fixture) listTopics(t *testing.T, names ...string) kadm.TopicDetails {
 // milliseconds, during which a new topic is unknown.
 func (f *fixture) waitForTopics(t *testing.T, names ...string) {
 	t.Helper()
-	for {
-		details := f.listTopics(t, names...)
-		visible := 0
+	var details kadm.TopicDetails
+	if !testenv.Poll(f.ctx, func() bool {
+		details = f.listTopics(t, names...)
 		for _, name := range names {
-			if d, ok := details[name]; ok && d.Err == nil && len(d.Partitions) > 0 {
-				visible++
+			if d, ok := details[name]; !ok || d.Err != nil || len(d.Partitions) == 0 {
+				return false
 			}
 		}
-		if visible == len(names) {
-			return
-		}
-		select {
-		case <-f.ctx.Done():
-			t.Fatalf("topics %v not in the broker's metadata: %v", names, details)
-		case <-time.After(20 * time.Millisecond):
-		}
+		return true
+	}) {
+		t.Fatalf("topics %v not in the broker's metadata: %v", names, details)
 	}
 }
 

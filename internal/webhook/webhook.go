@@ -84,13 +84,15 @@ func (k *Key) SignStandard(dst []byte, id, timestamp string, body []byte) []byte
 	return k.finish(s, dst)
 }
 
-// SignatureHeader returns the webhook-signature value for one secret.
-func SignatureHeader(secret, id string, timestamp int64, body []byte) (string, error) {
+// SignatureHeader returns the webhook-signature value for one secret over
+// the webhook-timestamp text as sent: the signature covers that text, not
+// the number it spells, so a test can sign a malformed timestamp too.
+func SignatureHeader(secret, id, timestamp string, body []byte) (string, error) {
 	key, err := config.DecodeStandardSecret(secret)
 	if err != nil {
 		return "", err
 	}
-	return "v1," + base64.StdEncoding.EncodeToString(Sign(key, id, strconv.FormatInt(timestamp, 10), body)), nil
+	return "v1," + base64.StdEncoding.EncodeToString(Sign(key, id, timestamp, body)), nil
 }
 
 // Publisher signs and POSTs webhooks to one stream's URL.
@@ -120,7 +122,7 @@ func (p *Publisher) Post(ctx context.Context, id string, body []byte) (Response,
 	if client == nil {
 		client = &http.Client{Timeout: 10 * time.Second}
 	}
-	ts := now().Unix()
+	ts := strconv.FormatInt(now().Unix(), 10)
 	sig, err := SignatureHeader(p.Secret, id, ts, body)
 	if err != nil {
 		return Response{}, err
@@ -131,7 +133,7 @@ func (p *Publisher) Post(ctx context.Context, id string, body []byte) (Response,
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("webhook-id", id)
-	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	req.Header.Set("webhook-timestamp", ts)
 	req.Header.Set("webhook-signature", sig)
 	resp, err := client.Do(req)
 	if err != nil {

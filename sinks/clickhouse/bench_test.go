@@ -162,16 +162,13 @@ func BenchmarkSinkInsertVsClickHouseClient(b *testing.B) {
 // merges the sink's parts set off would otherwise run during the
 // client's INSERT, and the client's during the sink's next round.
 func mergesSettled(b *testing.B, ctx context.Context, conn driver.Conn, database string) {
-	for {
+	testenv.WaitFor(b, ctx, "the merges to settle", func() bool {
 		var merges uint64
 		if err := conn.QueryRow(ctx, "SELECT count() FROM system.merges WHERE database = ?", database).Scan(&merges); err != nil {
 			b.Fatal(err)
 		}
-		if merges == 0 {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return merges == 0
+	})
 }
 
 // serverCPU is the user and system time ClickHouse's query threads have
@@ -207,8 +204,7 @@ func outcomeRecords(topic string, first int64, n int) []*kgo.Record {
 			Version: offset, Outcome: record.Applied, Gap: 1,
 			OccurredAtMs: now - 250, ReceivedAtMs: now - 200, ProcessedAtMs: now,
 			InputPartition: 3, InputOffset: offset,
-			Payload: json.RawMessage(`{"event_id":"` + id + `","user_id":"` + user + `","presence":"ONLINE","sequence_number":` +
-				fmt.Sprint(offset) + `,"timestamp":"2026-11-30T07:00:00Z"}`),
+			Payload: testenv.Presence{EventID: id, User: user, Version: offset}.Body(),
 		})
 		out[i] = &kgo.Record{Topic: topic, Partition: 0, Offset: offset, Value: value}
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
-	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/schemas"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
@@ -260,20 +259,7 @@ func withFakeBroker(t *testing.T, ctx context.Context, cfg *config.Config) *kgo.
 	t.Helper()
 	cfg.Kafka.Brokers = testenv.Fake(t)
 	cfg.ClickHouse.BatchPeriod = 50 * time.Millisecond
-	return withTopics(t, ctx, cfg)
-}
-
-// withTopics creates the streams' topics on cfg's broker and returns a
-// client for producing, closed when the test ends.
-func withTopics(t *testing.T, ctx context.Context, cfg *config.Config) *kgo.Client {
-	t.Helper()
-	cl, err := kafka.NewClient(cfg.Kafka.Brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := testenv.Topics(t, ctx, cfg, cfg.Kafka.Brokers)
 	t.Cleanup(cl.Close)
-	if _, err := kafka.EnsureTopics(ctx, cl, cfg, true); err != nil {
-		t.Fatal(err)
-	}
 	return cl
 }

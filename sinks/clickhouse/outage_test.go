@@ -12,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/chlocal"
-	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/telemetry"
@@ -38,14 +37,10 @@ func TestSinkRidesOutClickHouseStoppedFor30s(t *testing.T) {
 	}
 	t.Cleanup(srv.Stop)
 
-	cfg, err := config.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
 	stream := testenv.UniqueName("outage")
-	presence := *cfg.Streams["presence"]
+	presence := testenv.Shipped(t, "presence")
 	presence.Name = stream
-	cfg.Streams = map[string]*config.Stream{stream: &presence}
+	cfg := testenv.OnlyStream(t, presence)
 	cfg.Kafka.Brokers = testenv.Kafka(t)
 	cfg.ClickHouse.Addr = srv.Addr
 	cfg.ClickHouse.BatchPeriod = 200 * time.Millisecond
@@ -58,7 +53,8 @@ func TestSinkRidesOutClickHouseStoppedFor30s(t *testing.T) {
 	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse.Database, nil); err != nil {
 		t.Fatal(err)
 	}
-	cl := withTopics(t, ctx, cfg)
+	cl := testenv.Topics(t, ctx, cfg, cfg.Kafka.Brokers)
+	t.Cleanup(cl.Close)
 
 	ops := telemetry.NewOps()
 	sinkCtx, stop := context.WithCancel(ctx)
@@ -96,22 +92,12 @@ func TestSinkRidesOutClickHouseStoppedFor30s(t *testing.T) {
 		_ = conn.QueryRow(ctx, "SELECT count() FROM "+cfg.ClickHouse.Database+".events").Scan(&n)
 		return n
 	}
-	wait := func(what string, cond func() bool) {
-		t.Helper()
-		for !cond() {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("timed out waiting for %s", what)
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}
-	wait("the first rows", func() bool { return rows() >= 2000 })
+	testenv.WaitFor(t, ctx, "the first rows", func() bool { return rows() >= 2000 })
 
 	srv.Kill()
 	stoppedAt := time.Now()
 	before := produced.Load()
-	wait("the sink to report not ready", func() bool {
+	testenv.WaitFor(t, ctx, "the sink to report not ready", func() bool {
 		err := ops.Ready(ctx)
 		return err != nil && strings.Contains(err.Error(), "clickhouse")
 	})
@@ -123,11 +109,11 @@ func TestSinkRidesOutClickHouseStoppedFor30s(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("ClickHouse was down for %s", time.Since(stoppedAt).Round(time.Second))
-	wait("the sink to report ready again", func() bool { return ops.Ready(ctx) == nil })
+	testenv.WaitFor(t, ctx, "the sink to report ready again", func() bool { return ops.Ready(ctx) == nil })
 	if err := <-producing; err != nil {
 		t.Fatal(err)
 	}
-	wait("every record in events", func() bool { return rows() >= total })
+	testenv.WaitFor(t, ctx, "every record in events", func() bool { return rows() >= total })
 	time.Sleep(2 * cfg.ClickHouse.BatchPeriod) // a doubled row would show by now
 	var n, positions uint64
 	if err := conn.QueryRow(ctx, "SELECT count(), uniqExact(`topic`, `partition`, `offset`) FROM "+cfg.ClickHouse.Database+".events").

@@ -70,24 +70,19 @@ func TestSinkRestartAfterInsertBeforeCommitDoesNotDoubleRows(t *testing.T) {
 	// A record after the crash: once its row is in, the restarted sink has
 	// been through everything before it on the partition.
 	produce("after-restart", 4)
-	for {
+	inserted := testenv.Poll(ctx, func() bool {
 		var n uint64
 		err := conn.QueryRow(ctx, "SELECT count() FROM "+cfg.ClickHouse.Database+".events WHERE event_id = 'after-restart'").Scan(&n)
 		if err != nil {
 			stop()
 			t.Fatal(err)
 		}
-		if n > 0 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			stop()
-			t.Fatal("the restarted sink never inserted the new record")
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+		return n > 0
+	})
 	stop()
+	if !inserted {
+		t.Fatal("the restarted sink never inserted the new record")
+	}
 
 	var rows, positions uint64
 	err := conn.QueryRow(ctx, "SELECT count(), uniqExact(`topic`, `partition`, `offset`) FROM "+cfg.ClickHouse.Database+".events").Scan(&rows, &positions)

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 	"strings"
 
@@ -106,18 +105,6 @@ func everyDecided(t *rapid.T, delivered []string, outs []Outcome) {
 			t.Fatalf("event %s was delivered and never decided", id)
 		}
 	}
-}
-
-// sameJSON reports whether two JSON texts hold the same value.
-func sameJSON(t *rapid.T, a, b []byte) bool {
-	var va, vb any
-	if err := json.Unmarshal(a, &va); err != nil {
-		t.Fatalf("%s: %v", a, err)
-	}
-	if err := json.Unmarshal(b, &vb); err != nil {
-		t.Fatalf("%s: %v", b, err)
-	}
-	return reflect.DeepEqual(va, vb)
 }
 
 // idOf reads the event id of a body the generators built.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/record"
+	"github.com/driftguard/driftguard/internal/testenv"
 )
 
 // claim is one presence event of the model.
@@ -84,23 +85,18 @@ func Presence(t *rapid.T, s *config.Stream, key string) History {
 			}
 		}
 		want, wantExpires := presenceModel(t, s, key, final, bodies)
-		if !sameJSON(t, last.JSON, want) || last.ExpiresAtMs != wantExpires {
+		if !testenv.SameJSON(last.JSON, want) || last.ExpiresAtMs != wantExpires {
 			t.Fatalf("state %s expiring %d; the model gives %s expiring %d", last.JSON, last.ExpiresAtMs, want, wantExpires)
 		}
 	}
 	return h
 }
 
+// presenceBody is c as key's webhook; the member's own claim has no
+// device_id, and one without expires_at none.
 func presenceBody(key string, c claim) []byte {
-	fields := map[string]any{"/event_id": c.id, "/user_id": key, "/presence": c.status,
-		"/sequence_number": c.version, "/timestamp": c.occurredMs / 1000}
-	if c.row != "" {
-		fields["/device_id"] = c.row
-	}
-	if c.expiresMs != 0 {
-		fields["/expires_at"] = c.expiresMs / 1000
-	}
-	return body(fields)
+	return testenv.Presence{EventID: c.id, User: key, Device: c.row, Status: c.status, Version: c.version,
+		Timestamp: c.occurredMs / 1000, ExpiresAt: c.expiresMs / 1000}.Body()
 }
 
 // presenceModel is the user's public state from each row's last claim:

@@ -7,6 +7,7 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/record"
+	"github.com/driftguard/driftguard/internal/testenv"
 )
 
 // Workflow draws a history of the shipped workflow stream s (gapless, with
@@ -71,7 +72,7 @@ func Workflow(t *rapid.T, s *config.Stream, key string) History {
 		if len(waiting) > 0 {
 			t.Fatalf("%d steps left buffered after every step arrived: %v", len(waiting), sortedKeys(waiting))
 		}
-		if !sameJSON(t, state.JSON, bodies[lastID]) {
+		if !testenv.SameJSON(state.JSON, bodies[lastID]) {
 			t.Fatalf("final state %s, want step %d's body %s", state.JSON, last, bodies[lastID])
 		}
 	}
