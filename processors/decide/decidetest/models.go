@@ -6,6 +6,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/testenv"
 )
 
 // A Model is one policy's model on the shipped stream it draws for.
@@ -20,12 +21,8 @@ type Model struct {
 }
 
 // StreamOf is a fresh copy of the model's stream, with its limits.
-func (m Model) StreamOf(t interface{ Fatal(...any) }) *config.Stream {
-	cfg, err := config.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := cfg.Streams[m.Stream]
+func (m Model) StreamOf(t testenv.Fataler) *config.Stream {
+	s := testenv.Shipped(t, m.Stream)
 	if m.Limits != nil {
 		m.Limits(s)
 	}
