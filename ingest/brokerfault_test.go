@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/problem"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 )
@@ -117,7 +118,7 @@ func (l *faultLoad) send(eventID string, worker int, seq int64) faultOutcome {
 			o.problem = fmt.Sprintf("202 body %s: %v", r.body, err)
 		}
 	case http.StatusServiceUnavailable:
-		var p Problem
+		var p problem.Problem
 		if err := json.Unmarshal(r.body, &p); err != nil || p.Status != r.status || r.header.Get("Content-Type") != "application/problem+json" {
 			o.problem = fmt.Sprintf("503 is not a problem+json body: Content-Type %q, body %s", r.header.Get("Content-Type"), r.body)
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
 	"github.com/driftguard/driftguard/internal/partition"
+	"github.com/driftguard/driftguard/internal/problem"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 )
@@ -245,12 +246,12 @@ func checkRecord(t *testing.T, rec *kgo.Record, a acceptedDelivery, stream *conf
 }
 
 // checkProblem checks the RFC 9457 body every rejection carries.
-func checkProblem(t *testing.T, r reply) Problem {
+func checkProblem(t *testing.T, r reply) problem.Problem {
 	t.Helper()
 	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
 		t.Errorf("Content-Type %q, want application/problem+json", ct)
 	}
-	var p Problem
+	var p problem.Problem
 	dec := json.NewDecoder(bytes.NewReader(r.body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
@@ -259,7 +260,7 @@ func checkProblem(t *testing.T, r reply) Problem {
 	if p.Status != r.status {
 		t.Errorf("problem status %d, reply status %d", p.Status, r.status)
 	}
-	if p.Title != http.StatusText(r.status) || !strings.HasPrefix(p.Type, problemTypeBase) || p.Detail == "" {
+	if p.Title != http.StatusText(r.status) || !strings.HasPrefix(p.Type, problem.TypeBase) || p.Detail == "" {
 		t.Errorf("problem %+v lacks a type, title or detail", p)
 	}
 	return p

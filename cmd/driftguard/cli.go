@@ -46,6 +46,7 @@ var commands = []command{
 	{name: "ingest", summary: "the webhook HTTP edge", flags: func(*flag.FlagSet) runner { return runIngest }},
 	{name: "process", args: "[--streams a,b]", summary: "the ordering processors (one goka group per stream; --streams a,b for some)", flags: processFlags},
 	{name: "sink", summary: "the ClickHouse sink", flags: func(*flag.FlagSet) runner { return runSink }},
+	{name: "bridge", summary: "the realtime bridge: ordered state to browsers over SSE, and the page", flags: func(*flag.FlagSet) runner { return runBridge }},
 	{name: "migrate", args: "[--print]", summary: "create or upgrade the ClickHouse database and tables (--print: only print the DDL)", flags: migrateFlags},
 	{name: "topics", args: "[--check]", summary: "create and check every Kafka topic of the catalogue (--check: only check)", flags: topicsFlags},
 	{name: "config", summary: "print an example configuration file", noConfig: true, flags: func(*flag.FlagSet) runner { return printExample }},

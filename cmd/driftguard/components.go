@@ -16,6 +16,7 @@ import (
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/processors"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
+	"github.com/driftguard/driftguard/sinks/realtime"
 )
 
 func runIngest(ctx context.Context, env *environment) error {
@@ -69,6 +70,16 @@ func runSink(ctx context.Context, env *environment) error {
 	return withTelemetry(ctx, env, func(ops *telemetry.Ops) service.Service {
 		return sinkch.New(sinkch.Options{Config: env.cfg, Conn: conn, Logger: env.log, Ops: ops})
 	})
+}
+
+// runBridge serves the streams, the page and its operational endpoints on
+// bridge.addr.
+func runBridge(ctx context.Context, env *environment) error {
+	b, err := realtime.New(realtime.Options{Config: env.cfg, Logger: env.log})
+	if err != nil {
+		return err
+	}
+	return b.Run(ctx)
 }
 
 // withTelemetry runs a component and serves its /metrics, /healthz and

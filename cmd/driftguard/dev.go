@@ -7,6 +7,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,6 +29,7 @@ import (
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/processors"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
+	"github.com/driftguard/driftguard/sinks/realtime"
 )
 
 // demoSecret signs webhooks of every stream that has no secret configured,
@@ -108,12 +111,48 @@ func dev(ctx context.Context, cfg *config.Config, opts devOptions) error {
 		}
 		chNote = note
 	}
+	bridge, pageURL, err := devBridge(cfg, brokers, log, ops)
+	if err != nil {
+		return err
+	}
+	services = append(services, bridge)
 	webhookURL := "http://" + ln.Addr().String() + "/v1/webhooks/"
 	if opts.Demo {
 		services = append(services, &demo{url: webhookURL + "presence", secret: cfg.Streams["presence"].Signature.Secrets[0], log: log})
 	}
-	printBanner(opts.Out, brokers, webhookURL, cfg, demoSecretStreams, chNote, opts.Demo)
+	printBanner(opts.Out, brokers, webhookURL, pageURL, cfg, demoSecretStreams, chNote, opts.Demo)
 	return service.RunAll(ctx, services...)
+}
+
+// pageUser is the user of the page's demo token: a member of the demo's
+// conversation, so the page shows the chat.
+const pageUser = "demo"
+
+// devBridge is the realtime bridge of a dev run, with a key of its own
+// when none is configured, and the page's URL with a token that reads
+// every stream for a day. The token travels in the URL's fragment, which
+// the browser never sends, so no log holds it.
+func devBridge(cfg *config.Config, brokers []string, log *slog.Logger, ops *telemetry.Ops) (service.Service, string, error) {
+	if cfg.Bridge.Secret == "" {
+		key := make([]byte, config.MinBridgeSecretBytes)
+		_, _ = rand.Read(key)
+		cfg.Bridge.Secret = hex.EncodeToString(key)
+	}
+	ln, err := net.Listen("tcp", cfg.Bridge.Addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("the bridge cannot listen on %s (set DRIFTGUARD_BRIDGE_ADDR to another address): %w", cfg.Bridge.Addr, err)
+	}
+	b, err := realtime.New(realtime.Options{Config: cfg, Brokers: brokers, Logger: log, Ops: ops, Listener: ln})
+	if err != nil {
+		ln.Close()
+		return nil, "", err
+	}
+	tok, err := realtime.Sign([]byte(cfg.Bridge.Secret), pageUser, []string{"*"}, time.Now().Add(24*time.Hour))
+	if err != nil {
+		ln.Close()
+		return nil, "", err
+	}
+	return b, "http://" + ln.Addr().String() + "/#token=" + tok, nil
 }
 
 // startClickHouse returns the sink when ClickHouse is reachable at the
@@ -164,7 +203,7 @@ func openWithRetry(ctx context.Context, c config.ClickHouse) (driver.Conn, error
 	return nil, err
 }
 
-func printBanner(w io.Writer, brokers []string, webhookURL string, cfg *config.Config, demoSecretStreams []string, chNote string, demo bool) {
+func printBanner(w io.Writer, brokers []string, webhookURL, pageURL string, cfg *config.Config, demoSecretStreams []string, chNote string, demo bool) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "driftguard dev\n")
 	fmt.Fprintf(&b, "  kafka:     %s\n", strings.Join(brokers, ","))
@@ -173,6 +212,7 @@ func printBanner(w io.Writer, brokers []string, webhookURL string, cfg *config.C
 		fmt.Fprintf(&b, "  secret:    %s (demo secret for %s; set DRIFTGUARD_SECRETS_<STREAM> to use your own)\n", demoSecret, strings.Join(demoSecretStreams, ", "))
 	}
 	fmt.Fprintf(&b, "  metrics:   %s/metrics   health: /healthz /readyz\n", strings.TrimSuffix(webhookURL, "/v1/webhooks/"))
+	fmt.Fprintf(&b, "  page:      %s   (the realtime bridge; a demo token for %q, valid a day)\n", pageURL, pageUser)
 	fmt.Fprintf(&b, "  %s\n", chNote)
 	if demo {
 		fmt.Fprintf(&b, "  demo:      sending signed, shuffled, duplicated presence webhooks\n")

@@ -50,7 +50,7 @@ func TestDevDemoShowsOutcomesAndFillsClickHouse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.HTTP.Addr = "127.0.0.1:0"
+	cfg.HTTP.Addr, cfg.Bridge.Addr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.ClickHouse.Addr = chAddr
 	cfg.ClickHouse.Database = testenv.UniqueName("dg_dev")
 	cfg.ClickHouse.BatchPeriod = 100 * time.Millisecond
@@ -129,7 +129,7 @@ func TestDevDecidesStreamsOfAConfigFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.HTTP.Addr = "127.0.0.1:0"
+	cfg.HTTP.Addr, cfg.Bridge.Addr = "127.0.0.1:0", "127.0.0.1:0"
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out syncBuffer

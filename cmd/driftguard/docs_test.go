@@ -34,6 +34,7 @@ import (
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/processors"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
+	"github.com/driftguard/driftguard/sinks/realtime"
 )
 
 // repoRoot is the module's folder, seen from this package's.
@@ -249,6 +250,10 @@ func registeredMetrics(t *testing.T) map[string]bool {
 	}
 	processors.NewMetrics(ops.Registry)
 	sinkch.New(sinkch.Options{Config: cfg, Ops: ops})
+	cfg.Bridge.Secret = strings.Repeat("k", config.MinBridgeSecretBytes)
+	if _, err := realtime.New(realtime.Options{Config: cfg, Ops: ops}); err != nil {
+		t.Fatal(err)
+	}
 	// Vectors without series are not gathered; their descriptions are.
 	descs := make(chan *prometheus.Desc)
 	go func() {

@@ -25,6 +25,7 @@ type Config struct {
 	ClickHouse ClickHouse `yaml:"clickhouse"`
 	Telemetry  Telemetry  `yaml:"telemetry"`
 	Processing Processing `yaml:"processing"`
+	Bridge     Bridge     `yaml:"bridge"`
 	// DataDir holds local state such as the processors' table storage.
 	// Default: $XDG_STATE_HOME/driftguard or ~/.local/state/driftguard.
 	DataDir string `yaml:"data_dir"`
@@ -92,6 +93,43 @@ type Processing struct {
 	// timeouts, orphan TTLs). Each tick visits every key of the partitions
 	// it owns, so a larger tick costs less on big tables. Default 1s.
 	TimerTick time.Duration `yaml:"timer_tick"`
+}
+
+// MinBridgeSecretBytes is the shortest JWT key the bridge accepts: HS256
+// with a key shorter than its 32-byte output is weaker than it should be.
+const MinBridgeSecretBytes = 32
+
+// Bridge configures the realtime bridge (`driftguard bridge`).
+type Bridge struct {
+	// Addr serves the streams, the page and /metrics, /healthz, /readyz.
+	// Default 127.0.0.1:8090.
+	Addr string `yaml:"addr"`
+	// Secret is the HS256 key of the JWTs clients present, at least 32
+	// bytes. Set it with DRIFTGUARD_BRIDGE_SECRET rather than in the file.
+	// The bridge refuses to start without one, except in dev.
+	Secret string `yaml:"secret"`
+	// AllowedOrigins may read the streams from another origin's pages
+	// (CORS); empty (the default) allows none: only the bridge's own page.
+	AllowedOrigins []string `yaml:"allowed_origins"`
+	// MaxEntities bounds the entities the bridge keeps per stream; one
+	// more is dropped, counted and reported by /readyz. Default 1000000.
+	MaxEntities int `yaml:"max_entities"`
+	// Window is how many recent changes each state partition keeps in
+	// memory for clients that resume; older ones are read from Kafka.
+	// Default 10000.
+	Window int `yaml:"window"`
+	// ClientLag is how many changes a client may fall behind the stream
+	// before it gets `event: reset` and is disconnected. Default 10000.
+	ClientLag int `yaml:"client_lag"`
+	// Heartbeat is the longest a client's connection stays silent: a
+	// comment line keeps proxies from closing it. Default 15s.
+	Heartbeat time.Duration `yaml:"heartbeat"`
+	// ChatWindow is how many recent messages each conversation of an
+	// assign stream keeps for catch-up. Default 1000.
+	ChatWindow int `yaml:"chat_window"`
+	// ChatHistory is how far back the bridge reads an assign stream's
+	// outcomes when it starts, to fill the chat windows. Default 24h.
+	ChatHistory time.Duration `yaml:"chat_history"`
 }
 
 // Telemetry configures the operational endpoints of the non-HTTP components.
@@ -219,6 +257,10 @@ func (c *Config) applyEnv(environ []string) error {
 			c.Telemetry.Addr = value
 		case "DRIFTGUARD_LOG_LEVEL":
 			c.Telemetry.LogLevel = value
+		case "DRIFTGUARD_BRIDGE_ADDR":
+			c.Bridge.Addr = value
+		case "DRIFTGUARD_BRIDGE_SECRET":
+			c.Bridge.Secret = value
 		default:
 			stream, isSecret := strings.CutPrefix(name, "DRIFTGUARD_SECRETS_")
 			if !isSecret {
@@ -260,6 +302,13 @@ func (c *Config) applyDefaults() {
 	orDefault(&c.Telemetry.Addr, "127.0.0.1:9464")
 	orDefault(&c.Telemetry.LogLevel, "info")
 	orDefault(&c.Processing.TimerTick, time.Second)
+	orDefault(&c.Bridge.Addr, "127.0.0.1:8090")
+	orDefault(&c.Bridge.MaxEntities, 1_000_000)
+	orDefault(&c.Bridge.Window, 10_000)
+	orDefault(&c.Bridge.ClientLag, 10_000)
+	orDefault(&c.Bridge.Heartbeat, 15*time.Second)
+	orDefault(&c.Bridge.ChatWindow, 1000)
+	orDefault(&c.Bridge.ChatHistory, 24*time.Hour)
 	if c.DataDir == "" {
 		c.DataDir = defaultDataDir()
 	}
@@ -366,6 +415,22 @@ func (c *Config) Validate() error {
 	if c.ClickHouse.BatchPeriod < time.Millisecond {
 		add("clickhouse.batch_period", "must be at least 1ms, got %s", c.ClickHouse.BatchPeriod)
 	}
+	if n := len(c.Bridge.Secret); n > 0 && n < MinBridgeSecretBytes {
+		add("bridge.secret", "is %d bytes; at least %d are needed", n, MinBridgeSecretBytes)
+	}
+	for name, v := range map[string]int{"max_entities": c.Bridge.MaxEntities, "window": c.Bridge.Window, "client_lag": c.Bridge.ClientLag, "chat_window": c.Bridge.ChatWindow} {
+		if v < 1 {
+			add("bridge."+name, "must be at least 1, got %d", v)
+		}
+	}
+	if c.Bridge.Heartbeat < 100*time.Millisecond {
+		add("bridge.heartbeat", "must be at least 100ms, got %s", c.Bridge.Heartbeat)
+	}
+	for i, origin := range c.Bridge.AllowedOrigins {
+		if origin != "*" && !strings.HasPrefix(origin, "http://") && !strings.HasPrefix(origin, "https://") {
+			add(fmt.Sprintf("bridge.allowed_origins[%d]", i), "%q is not an origin (scheme://host[:port]) or *", origin)
+		}
+	}
 	switch c.Telemetry.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -415,6 +480,16 @@ clickhouse:
   session_timeout: 45s           # a crashed sink's partitions move after this
 processing:
   timer_tick: 1s                 # how often timers (gap timeouts) are checked
+bridge:
+  addr: 127.0.0.1:8090           # DRIFTGUARD_BRIDGE_ADDR
+  # secret: prefer DRIFTGUARD_BRIDGE_SECRET (at least 32 bytes) to the file
+  allowed_origins: []            # origins whose pages may read the streams (CORS)
+  max_entities: 1000000          # per stream
+  window: 10000                  # recent changes per state partition kept in memory
+  client_lag: 10000              # changes a client may fall behind before it is reset
+  heartbeat: 15s
+  chat_window: 1000              # recent messages per conversation
+  chat_history: 24h              # how far back chat catch-up reads at start
 telemetry:
   addr: 127.0.0.1:9464           # /metrics, /healthz, /readyz of process and sink
   log_level: info

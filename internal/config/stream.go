@@ -216,6 +216,9 @@ type AssignSend struct {
 	Sender          string   `yaml:"sender"`
 	Device          string   `yaml:"device"`
 	ClientMessageID string   `yaml:"client_message_id"`
+	// Body points at the message's text, which the bridge's chat
+	// catch-up serves; optional.
+	Body string `yaml:"body"`
 }
 
 // AssignMembers names the membership changes of an assign stream.
@@ -479,6 +482,7 @@ func (s *Stream) validateAssign(path string, checkPointer func(sub, p string, re
 	checkPointer("assign.send.sender", a.Send.Sender, true)
 	checkPointer("assign.send.device", a.Send.Device, true)
 	checkPointer("assign.send.client_message_id", a.Send.ClientMessageID, true)
+	checkPointer("assign.send.body", a.Send.Body, false)
 	checkPointer("assign.members.user", a.Members.User, true)
 	receipts := len(a.Receipts.Read)+len(a.Receipts.Delivered) > 0
 	checkPointer("assign.receipts.user", a.Receipts.User, receipts)

@@ -1,0 +1,333 @@
+package realtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/problem"
+)
+
+// Bounds of one client's connection.
+const (
+	// writeTimeout is the longest one write may block: a client whose
+	// connection takes nothing for that long is gone.
+	writeTimeout = 10 * time.Second
+	// aheadWait is how long a cursor from a bridge that has read further
+	// waits for this one to catch up.
+	aheadWait = 10 * time.Second
+	// batchChanges bounds the changes a client takes from the log under
+	// one read lock.
+	batchChanges = 256
+)
+
+// events serves every change after a cursor, then live, as server-sent
+// events: `id:` is the cursor covering the change, `event: state`, `data:`
+// the Entity. A cursor that cannot resume is 410 Gone, never a partial
+// replay.
+func (b *Bridge) events(q *request) {
+	raw := q.r.URL.Query().Get("cursor")
+	if raw == "" {
+		raw = q.r.Header.Get("Last-Event-ID")
+	}
+	if raw == "" {
+		problem.Write(q.w, http.StatusBadRequest, "cursor_required", "events resume from a cursor: take a snapshot first, then ask for its cursor's events", nil)
+		return
+	}
+	s := q.stream.store.Load()
+	pos, err := ParseCursor(raw)
+	if err != nil {
+		b.gone(q, errors.New("the cursor is malformed"))
+		return
+	}
+	if err := b.resumable(q.r.Context(), q.stream, s, pos); err != nil {
+		var g goneError
+		if errors.As(err, &g) {
+			b.gone(q, err)
+			return
+		}
+		q.w.Header().Set("Retry-After", "1")
+		problem.Write(q.w, http.StatusServiceUnavailable, "unavailable", err.Error(), nil)
+		return
+	}
+	key := q.r.URL.Query().Get("key")
+	if key != "" && q.stream.cfg.Policy == config.PolicyAssign {
+		if e, ok := s.get(key); !ok || !q.visible(e) {
+			b.forbid(q.w, q.stream.cfg.Name, "only a member of the conversation may follow it")
+			return
+		}
+	}
+	h := q.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no") // proxies pass each message on as it comes
+	q.w.WriteHeader(http.StatusOK)
+	c := &client{b: b, q: q, s: s, pos: pos, key: key, rc: http.NewResponseController(q.w)}
+	if c.flush() != nil {
+		return
+	}
+	name := q.stream.cfg.Name
+	b.metrics.clients.WithLabelValues(name).Inc()
+	defer b.metrics.clients.WithLabelValues(name).Dec()
+	if err := c.run(q.r.Context()); err != nil && q.r.Context().Err() == nil {
+		b.log.Debug("events client ended", "stream", name, "err", err)
+	}
+}
+
+// resumable checks a cursor against the stream: its epoch and partition
+// count, and each offset between the log's start and its end. A cursor
+// ahead of what this bridge has read but not of the log (another bridge
+// read further) waits for this one to catch up.
+func (b *Bridge) resumable(ctx context.Context, st *stream, s *store, c Cursor) error {
+	s.mu.RLock()
+	epoch, next, floor := s.epoch, slices.Clone(s.next), slices.Clone(s.floor)
+	s.mu.RUnlock()
+	switch {
+	case c.Epoch != epoch:
+		return gone("the cursor is of another epoch of the stream (its topic was created again)")
+	case len(c.Offsets) != len(next):
+		return gone("the cursor has %d partitions, the stream %d", len(c.Offsets), len(next))
+	}
+	var below, ahead bool
+	for p, o := range c.Offsets {
+		below = below || o < floor[p]
+		ahead = ahead || o > next[p]
+	}
+	if below {
+		starts, err := b.adm.ListStartOffsets(ctx, st.topic)
+		if err != nil {
+			return fmt.Errorf("reading the log start: %w", err)
+		}
+		var err2 error
+		starts.Each(func(o kadm.ListedOffset) {
+			if int(o.Partition) < len(c.Offsets) && c.Offsets[o.Partition] < o.Offset {
+				err2 = gone("the cursor is below the log start of partition %d (%d < %d)", o.Partition, c.Offsets[o.Partition], o.Offset)
+			}
+		})
+		if err2 != nil {
+			return err2
+		}
+	}
+	if !ahead {
+		return nil
+	}
+	ends, err := b.adm.ListEndOffsets(ctx, st.topic)
+	if err != nil {
+		return fmt.Errorf("reading the log end: %w", err)
+	}
+	var err2 error
+	ends.Each(func(o kadm.ListedOffset) {
+		if int(o.Partition) < len(c.Offsets) && c.Offsets[o.Partition] > o.Offset {
+			err2 = gone("the cursor is ahead of the log end of partition %d (%d > %d)", o.Partition, c.Offsets[o.Partition], o.Offset)
+		}
+	})
+	if err2 != nil {
+		return err2
+	}
+	until := time.After(aheadWait)
+	for {
+		s.mu.RLock()
+		reached, wake := true, s.wake
+		for p, o := range c.Offsets {
+			reached = reached && o <= s.next[p]
+		}
+		s.mu.RUnlock()
+		if reached {
+			return nil
+		}
+		select {
+		case <-wake:
+		case <-until:
+			return errors.New("the bridge has not read the stream as far as the cursor yet")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// client is one connection's events. Until it has caught up with the log's
+// head its position is its own (pos, and each message's id is pos); from
+// then on, unless it follows one key, it is live: each change's id is the
+// stream's position after it, and the message is the same bytes for every
+// live client.
+type client struct {
+	b    *Bridge
+	q    *request
+	s    *store
+	pos  Cursor
+	seq  uint64
+	live bool
+	key  string
+	rc   *http.ResponseController
+	buf  []byte
+	sent int
+}
+
+// run sends the changes after the client's cursor, then every new one,
+// until the client goes, falls too far behind (reset), or, following a
+// conversation, stops being one of its members.
+func (c *client) run(ctx context.Context) error {
+	if err := c.catchUpFromKafka(ctx); err != nil {
+		return err
+	}
+	heartbeat := time.NewTicker(c.b.cfg.Heartbeat)
+	defer heartbeat.Stop()
+	for {
+		batch, head, next, wake, behind, left := c.take()
+		if left || behind > uint64(c.b.cfg.ClientLag) {
+			return c.reset(fmt.Sprintf("the client is %d changes behind the stream; take a new snapshot", behind))
+		}
+		nowMs := c.b.now().UnixMilli()
+		for _, ch := range batch {
+			ok, err := c.send(ch, nowMs)
+			if err != nil || !ok {
+				return err
+			}
+		}
+		c.seq += uint64(len(batch))
+		if len(batch) > 0 {
+			if err := c.flush(); err != nil {
+				return err
+			}
+		}
+		if c.seq < head {
+			continue
+		}
+		if !c.live && c.key == "" {
+			// Every change the log holds after the cursor has been sent;
+			// records it passed over were superseded.
+			c.pos.Offsets, c.live = next, true
+			c.b.metrics.catchUp.WithLabelValues(c.q.stream.cfg.Name).Observe(float64(c.sent))
+		}
+		select {
+		case <-wake:
+		case <-heartbeat.C:
+			if _, err := c.q.w.Write([]byte(":\n\n")); err != nil {
+				return err
+			}
+			if err := c.flush(); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// take returns the next changes for the client from the log, the log's
+// head and position, the channel closed on the next change, how far
+// behind the head the client is, and whether the log has dropped changes
+// the client has not been sent (it is then reset).
+func (c *client) take() (batch []*change, head uint64, next []int64, wake <-chan struct{}, behind uint64, left bool) {
+	s := c.s
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	head, wake = s.head, s.wake
+	if c.seq < s.tail() {
+		return nil, head, nil, wake, head - c.seq, true
+	}
+	for seq := c.seq; seq < head && len(batch) < batchChanges; seq++ {
+		batch = append(batch, s.at(seq))
+	}
+	if c.seq+uint64(len(batch)) == head {
+		next = slices.Clone(s.next)
+	}
+	return batch, head, next, wake, head - c.seq, false
+}
+
+// send writes one change when the client should see it; ok is false when
+// the client must stop (it left the conversation it follows).
+func (c *client) send(ch *change, nowMs int64) (ok bool, err error) {
+	if !c.live {
+		if ch.offset < c.pos.Offsets[ch.partition] {
+			return true, nil // before the cursor
+		}
+		c.pos.Offsets[ch.partition] = ch.offset + 1
+	}
+	if c.key != "" && ch.ent.key != c.key {
+		return true, nil
+	}
+	if !c.q.visible(ch.ent) {
+		// A member removed from the conversation it follows receives
+		// nothing decided after the removal: the connection ends.
+		return c.key == "", nil
+	}
+	frame := c.buf[:0]
+	if c.live {
+		frame = ch.frame(nowMs)
+	} else {
+		frame = appendFrame(frame, c.pos.String(), ch.ent, nowMs)
+		c.buf = frame
+	}
+	return true, c.write(frame)
+}
+
+func (c *client) write(frame []byte) error {
+	_ = c.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if _, err := c.q.w.Write(frame); err != nil {
+		return err
+	}
+	c.sent++
+	c.b.metrics.sent.WithLabelValues(c.q.stream.cfg.Name).Inc()
+	return nil
+}
+
+func (c *client) flush() error {
+	_ = c.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	return c.rc.Flush()
+}
+
+// reset tells a client that fell behind to take a new snapshot, and ends
+// its connection: memory per client stays bounded.
+func (c *client) reset(reason string) error {
+	c.b.metrics.resets.WithLabelValues(c.q.stream.cfg.Name).Inc()
+	_ = c.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	_, _ = fmt.Fprintf(c.q.w, "event: reset\ndata: {\"reason\":%q}\n\n", reason)
+	_ = c.rc.Flush()
+	return errors.New(reason)
+}
+
+// catchUpFromKafka sends, from the state topic itself, the changes after
+// the cursor that the log no longer holds, until the log holds the rest;
+// the log's place to start is then its tail.
+func (c *client) catchUpFromKafka(ctx context.Context) error {
+	nowMs := c.b.now().UnixMilli()
+	for {
+		s := c.s
+		s.mu.RLock()
+		from, to := map[int32]int64{}, map[int32]int64{}
+		for p, o := range c.pos.Offsets {
+			if o < s.floor[p] {
+				from[int32(p)], to[int32(p)] = o, s.floor[p]
+			}
+		}
+		c.seq = s.tail()
+		s.mu.RUnlock()
+		if len(from) == 0 {
+			return nil
+		}
+		err := c.b.readRange(ctx, c.q.stream.topic, from, to, func(p int32, r stateRecord) error {
+			ch := &change{partition: p, offset: r.offset, ent: newEntity(p, r, s.assign)}
+			ok, err := c.send(ch, nowMs)
+			if err == nil && !ok {
+				err = errors.New("the client left the conversation")
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		for p, o := range to {
+			c.pos.Offsets[p] = max(c.pos.Offsets[p], o)
+		}
+		if err := c.flush(); err != nil {
+			return err
+		}
+	}
+}

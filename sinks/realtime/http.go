@@ -1,0 +1,214 @@
+package realtime
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/problem"
+)
+
+// Limits of one snapshot page and one page of messages.
+const (
+	defaultSnapshotLimit = 1000
+	maxSnapshotLimit     = 10000
+	defaultMessageLimit  = 100
+	maxMessageLimit      = 1000
+)
+
+// visible reports whether the user may see entity e: anyone with the
+// stream in their token, but for assign streams only a current member of
+// the conversation.
+func (q *request) visible(e *entity) bool {
+	return q.stream.cfg.Policy != config.PolicyAssign || e.isMember(q.user.Subject)
+}
+
+// intParam reads a query parameter that must be an integer in [lo, hi],
+// def when absent; ok is false once it has answered 400.
+func (q *request) intParam(name string, def, lo, hi int64) (int64, bool) {
+	v := q.r.URL.Query().Get(name)
+	if v == "" {
+		return def, true
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < lo || n > hi {
+		problem.Write(q.w, http.StatusBadRequest, "bad_request", fmt.Sprintf("%s must be an integer from %d to %d, got %q", name, lo, hi, v), nil)
+		return 0, false
+	}
+	return n, true
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// gone answers 410 for a cursor that cannot resume.
+func (b *Bridge) gone(q *request, err error) {
+	b.metrics.gone.WithLabelValues(q.stream.cfg.Name).Inc()
+	problem.Write(q.w, http.StatusGone, "cursor-gone", err.Error()+"; take a new snapshot", nil)
+}
+
+// snapshot serves one page of the stream's entities in key order, with
+// the cursor read before the first page: a client applies the pages, then
+// resumes the events from that cursor, and misses nothing published while
+// it paged (design §6).
+func (b *Bridge) snapshot(q *request) {
+	limit, ok := q.intParam("limit", defaultSnapshotLimit, 1, maxSnapshotLimit)
+	if !ok {
+		return
+	}
+	s := q.stream.store.Load()
+	var pos Cursor
+	var after string
+	if tok := q.r.URL.Query().Get("page_token"); tok != "" {
+		var err error
+		if pos, after, err = parsePageToken(tok); err != nil {
+			problem.Write(q.w, http.StatusBadRequest, "bad_request", "page_token is malformed", nil)
+			return
+		}
+		if pos.Epoch != s.epoch {
+			b.gone(q, errors.New("the snapshot began on another epoch of the stream"))
+			return
+		}
+	} else {
+		pos = s.position()
+	}
+	nowMs := b.now().UnixMilli()
+	page := make([]entityJSON, 0, min(limit, 64))
+	more := false
+	s.mu.RLock()
+	s.entities.AscendGreaterOrEqual(&entity{key: after}, func(e *entity) bool {
+		if e.key == after && after != "" || !q.visible(e) {
+			return true
+		}
+		if int64(len(page)) == limit {
+			more = true
+			return false
+		}
+		page = append(page, e.json(nowMs))
+		return true
+	})
+	s.mu.RUnlock()
+	var next *string
+	if more {
+		t := pageToken(pos, page[len(page)-1].Key)
+		next = &t
+	}
+	b.metrics.snapshot.WithLabelValues(q.stream.cfg.Name).Observe(float64(len(page)))
+	writeJSON(q.w, struct {
+		Stream        string       `json:"stream"`
+		Cursor        string       `json:"cursor"`
+		Entities      []entityJSON `json:"entities"`
+		NextPageToken *string      `json:"next_page_token"`
+	}{q.stream.cfg.Name, pos.String(), page, next})
+}
+
+// pageToken is the snapshot's cursor and the last key served.
+func pageToken(pos Cursor, lastKey string) string {
+	return pos.String() + "." + base64.RawURLEncoding.EncodeToString([]byte(lastKey))
+}
+
+func parsePageToken(tok string) (Cursor, string, error) {
+	c, key, ok := strings.Cut(tok, ".")
+	if !ok {
+		return Cursor{}, "", errMalformedCursor
+	}
+	pos, err := ParseCursor(c)
+	if err != nil {
+		return Cursor{}, "", err
+	}
+	last, err := base64.RawURLEncoding.DecodeString(key)
+	return pos, string(last), err
+}
+
+// entity serves one entity, with expired as of now.
+func (b *Bridge) entity(q *request) {
+	e, ok := q.stream.store.Load().get(q.r.PathValue("key"))
+	switch {
+	case !ok:
+		problem.Write(q.w, http.StatusNotFound, "not_found", "the key has no state", nil)
+	case !q.visible(e):
+		b.forbid(q.w, q.stream.cfg.Name, "only a member of the conversation may read it")
+	default:
+		writeJSON(q.w, e.json(b.now().UnixMilli()))
+	}
+}
+
+func (s *store) get(key string) (*entity, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.entities.Get(&entity{key: key})
+}
+
+// messageWait bounds how long chat catch-up waits for the outcomes reader
+// to hold the messages the conversation's state says were sent.
+const messageWait = 2 * time.Second
+
+// messages serves a conversation's applied sends after after_seq, in
+// order, each sequence once (assign streams).
+func (b *Bridge) messages(q *request) {
+	c := q.stream.chat
+	if c == nil {
+		problem.Write(q.w, http.StatusNotFound, "not_assign", fmt.Sprintf("stream %q does not assign sequences: it has no messages", q.stream.cfg.Name), nil)
+		return
+	}
+	after, ok := q.intParam("after_seq", 0, 0, 1<<53)
+	if !ok {
+		return
+	}
+	limit, ok := q.intParam("limit", defaultMessageLimit, 1, maxMessageLimit)
+	if !ok {
+		return
+	}
+	key := q.r.PathValue("key")
+	e, found := q.stream.store.Load().get(key)
+	if !found || !q.visible(e) {
+		b.forbid(q.w, q.stream.cfg.Name, "only a member of the conversation may read its messages")
+		return
+	}
+	// The state may be ahead of the outcomes read so far.
+	last := lastSeq(e.state)
+	until := time.Now().Add(messageWait)
+	for {
+		top, wake := c.highest(key)
+		if top >= last || !time.Now().Before(until) {
+			break
+		}
+		select {
+		case <-wake:
+		case <-time.After(time.Until(until)):
+		case <-q.r.Context().Done():
+			return
+		}
+	}
+	msgs, limited := c.after(key, after, int(limit))
+	next := after
+	if len(msgs) > 0 {
+		next = msgs[len(msgs)-1].Seq
+	}
+	if msgs == nil {
+		msgs = []message{}
+	}
+	writeJSON(q.w, struct {
+		Messages     []message `json:"messages"`
+		NextAfterSeq int64     `json:"next_after_seq"`
+		Limited      bool      `json:"limited"`
+	}{msgs, next, limited})
+}
+
+// lastSeq reads an assign stream's public state's last sequence.
+func lastSeq(state json.RawMessage) int64 {
+	var s struct {
+		LastSeq int64 `json:"last_seq"`
+	}
+	_ = json.Unmarshal(state, &s)
+	return s.LastSeq
+}

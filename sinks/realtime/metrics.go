@@ -1,0 +1,54 @@
+package realtime
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics of the bridge, by stream.
+type metrics struct {
+	clients   *prometheus.GaugeVec
+	sent      *prometheus.CounterVec
+	resets    *prometheus.CounterVec
+	gone      *prometheus.CounterVec
+	snapshot  *prometheus.HistogramVec
+	catchUp   *prometheus.HistogramVec
+	entities  *prometheus.GaugeVec
+	dropped   *prometheus.CounterVec
+	forbidden *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		clients: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "driftguard_bridge_clients", Help: "Clients connected to a stream's events.",
+		}, []string{"stream"}),
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "driftguard_bridge_messages_total", Help: "State changes sent to clients as SSE messages.",
+		}, []string{"stream"}),
+		resets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "driftguard_bridge_resets_total", Help: "Clients sent event: reset and disconnected for falling behind (bridge.client_lag).",
+		}, []string{"stream"}),
+		gone: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "driftguard_bridge_cursor_gone_total", Help: "Requests answered 410 Gone: a cursor that cannot resume (malformed, another epoch or partition count, below the log start, ahead of the log end).",
+		}, []string{"stream"}),
+		snapshot: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "driftguard_bridge_snapshot_entities", Help: "Entities per snapshot page served.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 8),
+		}, []string{"stream"}),
+		catchUp: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "driftguard_bridge_catchup_changes", Help: "Changes a client resuming from a cursor was behind, sent before it went live.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 10),
+		}, []string{"stream"}),
+		entities: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "driftguard_bridge_entities", Help: "Entities the bridge holds.",
+		}, []string{"stream"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "driftguard_bridge_entities_dropped_total", Help: "New entities not held because the stream is at bridge.max_entities.",
+		}, []string{"stream"}),
+		forbidden: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "driftguard_bridge_auth_failures_total", Help: "Requests refused by status (401 no valid token, 403 not allowed).",
+		}, []string{"stream", "status"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.clients, m.sent, m.resets, m.gone, m.snapshot, m.catchUp, m.entities, m.dropped, m.forbidden)
+	}
+	return m
+}

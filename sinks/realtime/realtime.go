@@ -1,0 +1,228 @@
+// Package realtime is driftguard's realtime bridge (`driftguard bridge`):
+// it serves the ordered state of every stream to the people who look at
+// it, a presence sidebar, a workflow's progress badge, a chat client that
+// reconnects, over HTTP and server-sent events, with a snapshot and a
+// cursor to resume from. It reads Kafka only (`<stream>.state`, and for
+// assign streams the applied sends in `<stream>.outcomes`) and keeps
+// nothing Kafka cannot rebuild, so any number of bridges serve behind a
+// load balancer and a cursor from one is good on another (design §6).
+package realtime
+
+import (
+	"context"
+	"maps"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/problem"
+	"github.com/driftguard/driftguard/internal/service"
+	"github.com/driftguard/driftguard/internal/telemetry"
+	"github.com/driftguard/driftguard/internal/topics"
+)
+
+// Options configure the bridge. Zero values mean defaults.
+type Options struct {
+	// Config is the loaded configuration; required. Its bridge.secret must
+	// be set.
+	Config *config.Config
+	// Brokers default to the configured ones.
+	Brokers []string
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Ops receives the metrics and readiness, served with the streams;
+	// nil means ones of its own.
+	Ops *telemetry.Ops
+	// Listener is used instead of listening on bridge.addr.
+	Listener net.Listener
+	// Now is the clock of `expired` and of token expiry; nil means
+	// time.Now.
+	Now func() time.Time
+}
+
+// Bridge serves every stream of the catalogue.
+type Bridge struct {
+	cfg     config.Bridge
+	brokers []string
+	log     *slog.Logger
+	ops     *telemetry.Ops
+	ln      net.Listener
+	now     func() time.Time
+	metrics *metrics
+	auth    *verifier
+	streams map[string]*stream
+	adm     *kadm.Client
+}
+
+// ErrNoSecret is returned by New without bridge.secret.
+var ErrNoSecret = errors.New("the bridge needs bridge.secret (DRIFTGUARD_BRIDGE_SECRET, at least 32 bytes) to check its clients' tokens")
+
+// New builds the bridge.
+func New(opts Options) (*Bridge, error) {
+	cfg := opts.Config
+	if len(cfg.Bridge.Secret) < config.MinBridgeSecretBytes {
+		return nil, ErrNoSecret
+	}
+	b := &Bridge{cfg: cfg.Bridge, brokers: cfg.BrokersOr(opts.Brokers), log: telemetry.OrDiscard(opts.Logger),
+		ops: opts.Ops, ln: opts.Listener, now: opts.Now, streams: map[string]*stream{}}
+	if b.ops == nil {
+		b.ops = telemetry.NewOps()
+	}
+	if b.now == nil {
+		b.now = time.Now
+	}
+	b.metrics = newMetrics(b.ops.Registry)
+	b.auth = newVerifier([]byte(cfg.Bridge.Secret), b.now)
+	for _, s := range cfg.StreamList() {
+		st := &stream{cfg: s, topic: topics.For(s.Name).State}
+		if s.Policy == config.PolicyAssign {
+			st.chat = newChat(s, cfg.Bridge.ChatWindow, cfg.Bridge.MaxEntities)
+		}
+		b.streams[s.Name] = st
+	}
+	return b, nil
+}
+
+// Name implements service.Service.
+func (b *Bridge) Name() string { return "bridge" }
+
+// Run reads every stream and serves until ctx is done.
+func (b *Bridge) Run(ctx context.Context) error {
+	cl, err := kafka.NewClient(b.brokers)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	b.adm = kadm.NewClient(cl)
+	b.ops.AddReadiness("bridge", b.ready)
+	ln := b.ln
+	if ln == nil {
+		if ln, err = net.Listen("tcp", b.cfg.Addr); err != nil {
+			return fmt.Errorf("bridge cannot listen on %s (set DRIFTGUARD_BRIDGE_ADDR to another address): %w", b.cfg.Addr, err)
+		}
+	}
+	services := []service.Service{service.Func{Label: "bridge http", Fn: func(ctx context.Context) error {
+		return telemetry.ServeListener(ctx, ln, b.Handler(), b.log)
+	}}}
+	for _, name := range slices.Sorted(maps.Keys(b.streams)) {
+		st := b.streams[name]
+		services = append(services, service.Func{Label: "bridge " + name, Fn: func(ctx context.Context) error { return b.readState(ctx, st) }})
+		if st.chat != nil {
+			services = append(services, service.Func{Label: "bridge chat " + name, Fn: func(ctx context.Context) error { return b.readChat(ctx, st) }})
+		}
+	}
+	b.log.Info("bridge listening", "addr", ln.Addr().String(), "streams", len(b.streams))
+	return service.RunAll(ctx, services...)
+}
+
+// ready is nil once every stream is read to where it ended at start and
+// holds all its entities.
+func (b *Bridge) ready(context.Context) error {
+	for _, name := range slices.Sorted(maps.Keys(b.streams)) {
+		st := b.streams[name]
+		s := st.store.Load()
+		switch {
+		case s == nil || !st.caughtUp.Load():
+			return fmt.Errorf("stream %s: %s not read to its end yet", name, st.topic)
+		case st.chat != nil && !st.chat.caughtUp.Load():
+			return fmt.Errorf("stream %s: its outcomes not read for chat catch-up yet", name)
+		case s.droppedCount() > 0:
+			return fmt.Errorf("stream %s has more entities than bridge.max_entities (%d): %d dropped; raise the limit", name, b.cfg.MaxEntities, s.droppedCount())
+		}
+	}
+	return nil
+}
+
+// Handler serves the streams, the page and the operational endpoints.
+func (b *Bridge) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/streams/{stream}/snapshot", b.authorized(b.snapshot))
+	mux.HandleFunc("GET /v1/streams/{stream}/entities/{key}", b.authorized(b.entity))
+	mux.HandleFunc("GET /v1/streams/{stream}/entities/{key}/messages", b.authorized(b.messages))
+	mux.HandleFunc("GET /v1/streams/{stream}/events", b.authorized(b.events))
+	mux.HandleFunc("OPTIONS /v1/streams/", b.preflight)
+	b.ops.Register(mux)
+	registerPage(mux)
+	return mux
+}
+
+// request is an authorized request for one stream.
+type request struct {
+	w      http.ResponseWriter
+	r      *http.Request
+	stream *stream
+	user   *claims
+}
+
+// authorized answers what concerns every stream request: CORS, the
+// stream's existence, the token (401) and the token's streams (403).
+func (b *Bridge) authorized(serve func(*request)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		b.cors(w, r)
+		name := r.PathValue("stream")
+		st := b.streams[name]
+		if st == nil {
+			problem.Write(w, http.StatusNotFound, "unknown_stream", fmt.Sprintf("no stream named %q", name), nil)
+			return
+		}
+		c, err := b.auth.verify(r)
+		if err != nil {
+			b.metrics.forbidden.WithLabelValues(name, "401").Inc()
+			w.Header().Set("WWW-Authenticate", `Bearer realm="driftguard"`)
+			problem.Write(w, http.StatusUnauthorized, "unauthorized", err.Error(), nil)
+			return
+		}
+		if !c.mayRead(name) {
+			b.forbid(w, name, fmt.Sprintf("the token does not name stream %q", name))
+			return
+		}
+		if st.store.Load() == nil {
+			w.Header().Set("Retry-After", "1")
+			problem.Write(w, http.StatusServiceUnavailable, "starting", "the bridge has not read this stream yet", nil)
+			return
+		}
+		serve(&request{w: w, r: r, stream: st, user: c})
+	}
+}
+
+func (b *Bridge) forbid(w http.ResponseWriter, stream, detail string) {
+	b.metrics.forbidden.WithLabelValues(stream, "403").Inc()
+	problem.Write(w, http.StatusForbidden, "forbidden", detail, nil)
+}
+
+// cors lets the pages of the allowed origins read the streams; with none
+// configured, no header is set and browsers keep other origins out.
+func (b *Bridge) cors(w http.ResponseWriter, r *http.Request) {
+	origin := r.Header.Get("Origin")
+	if origin == "" || !(slices.Contains(b.cfg.AllowedOrigins, origin) || slices.Contains(b.cfg.AllowedOrigins, "*")) {
+		return
+	}
+	w.Header().Set("Access-Control-Allow-Origin", origin)
+	w.Header().Add("Vary", "Origin")
+	w.Header().Set("Access-Control-Expose-Headers", "Content-Type")
+}
+
+// preflight answers a CORS preflight for the allowed origins.
+func (b *Bridge) preflight(w http.ResponseWriter, r *http.Request) {
+	b.cors(w, r)
+	if w.Header().Get("Access-Control-Allow-Origin") != "" {
+		w.Header().Set("Access-Control-Allow-Methods", "GET")
+		w.Header().Set("Access-Control-Allow-Headers", "Authorization, Last-Event-ID")
+		w.Header().Set("Access-Control-Max-Age", "600")
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *store) droppedCount() int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.dropped
+}

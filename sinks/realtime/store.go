@@ -1,0 +1,207 @@
+package realtime
+
+import (
+	"encoding/json"
+	"slices"
+	"sync"
+
+	"github.com/google/btree"
+
+	"github.com/driftguard/driftguard/internal/record"
+)
+
+// entity is one key's latest state as the bridge holds it. A stored entity
+// never changes: a newer state replaces the pointer, so readers may keep
+// one without a lock.
+type entity struct {
+	key       string
+	version   int64
+	state     json.RawMessage
+	updatedAt int64 // unix ms
+	expiresAt int64 // unix ms, 0 for never
+	partition int32
+	// members of an assign stream's entity (a conversation), sorted; only
+	// they may read it.
+	members []string
+}
+
+func (e *entity) isMember(user string) bool {
+	_, found := slices.BinarySearch(e.members, user)
+	return found
+}
+
+// change is one state record the bridge applied, in the order it applied
+// them. A change is shared by every client that sends it.
+type change struct {
+	partition int32
+	offset    int64
+	ent       *entity
+	// after is the stream's position once the change was applied, encoded:
+	// the id of the change for a client that was at the position before it.
+	after string
+	// frames are the change's SSE message, built once for each value
+	// `expired` may have when it is sent.
+	frames [2][]byte
+	once   [2]sync.Once
+}
+
+// frame is the change's SSE message with id after, expired as of nowMs.
+func (c *change) frame(nowMs int64) []byte {
+	i := 0
+	if isExpired(c.ent, nowMs) {
+		i = 1
+	}
+	c.once[i].Do(func() { c.frames[i] = appendFrame(nil, c.after, c.ent, nowMs) })
+	return c.frames[i]
+}
+
+// store is what the bridge holds of one stream: the latest entity per key,
+// the log of recent changes, and the position it has read the state topic
+// to. Readers take the read lock; the stream's reader alone writes.
+type store struct {
+	mu       sync.RWMutex
+	epoch    [16]byte
+	next     []int64 // per partition, the offset after the last record read
+	floor    []int64 // per partition, every change at or after it is in the log
+	entities *btree.BTreeG[*entity]
+	// log is a ring of the latest changes; head is the sequence number of
+	// the next change, and the ring holds head-len(log)… (or from 0).
+	log     []*change
+	head    uint64
+	logSize int
+	// wake is closed, and replaced, whenever changes are appended.
+	wake chan struct{}
+	// maxEntities bounds entities; dropped counts new keys refused.
+	maxEntities int
+	dropped     int64
+	// assign streams keep each conversation's members.
+	assign bool
+}
+
+func newStore(epoch [16]byte, partitions, logSize, maxEntities int, assign bool) *store {
+	return &store{
+		epoch: epoch, next: make([]int64, partitions), floor: make([]int64, partitions),
+		entities: btree.NewG(32, func(a, b *entity) bool { return a.key < b.key }),
+		log:      make([]*change, 0, min(logSize, 1024)), logSize: logSize,
+		wake: make(chan struct{}), maxEntities: maxEntities, assign: assign,
+	}
+}
+
+// tail is the sequence number of the oldest change in the log.
+func (s *store) tail() uint64 { return s.head - uint64(len(s.log)) }
+
+// at is the change of sequence number seq, which must be in the log.
+func (s *store) at(seq uint64) *change {
+	if len(s.log) < s.logSize {
+		return s.log[seq]
+	}
+	return s.log[seq%uint64(s.logSize)]
+}
+
+// apply adds state records of one partition, read in offset order. A
+// record whose version is not above the entity's is read (the position
+// moves past it) but stored nowhere: a client holding the newer version
+// would ignore it. It reports how many new keys the entity bound refused.
+func (s *store) apply(partition int32, recs []stateRecord) (dropped int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range recs {
+		s.next[partition] = r.offset + 1
+		if r.st.Key == "" {
+			continue // undecodable: read, never stored
+		}
+		old, had := s.entities.Get(&entity{key: r.st.Key})
+		if had && old.version >= r.st.Version {
+			continue
+		}
+		if !had && s.entities.Len() >= s.maxEntities {
+			s.dropped++
+			dropped++
+			continue
+		}
+		e := newEntity(partition, r, s.assign)
+		s.entities.ReplaceOrInsert(e)
+		s.append(&change{partition: partition, offset: r.offset, ent: e,
+			after: Cursor{Epoch: s.epoch, Offsets: s.next}.String()})
+	}
+	close(s.wake)
+	s.wake = make(chan struct{})
+	return dropped
+}
+
+// append adds a change to the log, evicting the oldest when it is full.
+func (s *store) append(c *change) {
+	if len(s.log) < s.logSize {
+		s.log = append(s.log, c)
+	} else {
+		i := s.head % uint64(s.logSize)
+		evicted := s.log[i]
+		s.floor[evicted.partition] = evicted.offset + 1
+		s.log[i] = c
+	}
+	s.head++
+}
+
+// newEntity is the entity of a state record of partition.
+func newEntity(partition int32, r stateRecord, assign bool) *entity {
+	e := &entity{key: r.st.Key, version: r.st.Version, state: json.RawMessage(r.state),
+		updatedAt: r.st.UpdatedAtMs, expiresAt: r.st.ExpiresAtMs, partition: partition}
+	if assign {
+		e.members = membersOf(e.state)
+	}
+	return e
+}
+
+// stateRecord is one record of the state topic, decoded.
+type stateRecord struct {
+	offset int64
+	st     record.State
+	state  string
+}
+
+// position is a copy of where the store has read to.
+func (s *store) position() Cursor {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return Cursor{Epoch: s.epoch, Offsets: slices.Clone(s.next)}
+}
+
+// membersOf reads the members of an assign stream's public state, sorted.
+func membersOf(state json.RawMessage) []string {
+	var s struct {
+		Members []string `json:"members"`
+	}
+	_ = json.Unmarshal(state, &s)
+	slices.Sort(s.Members)
+	return s.Members
+}
+
+// isExpired reports whether the entity's claim has gone stale at nowMs: a
+// reader then shows unknown, never the last state.
+func isExpired(e *entity, nowMs int64) bool { return e.expiresAt != 0 && nowMs >= e.expiresAt }
+
+// entityJSON is the Entity of design §6.
+type entityJSON struct {
+	Key         string          `json:"key"`
+	Version     int64           `json:"version"`
+	State       json.RawMessage `json:"state"`
+	UpdatedAtMs int64           `json:"updated_at_ms"`
+	ExpiresAtMs int64           `json:"expires_at_ms"`
+	Expired     bool            `json:"expired"`
+}
+
+func (e *entity) json(nowMs int64) entityJSON {
+	return entityJSON{Key: e.key, Version: e.version, State: e.state, UpdatedAtMs: e.updatedAt,
+		ExpiresAtMs: e.expiresAt, Expired: isExpired(e, nowMs)}
+}
+
+// appendFrame appends the SSE message of an entity's change: its id, the
+// event name and the Entity as data.
+func appendFrame(b []byte, id string, e *entity, nowMs int64) []byte {
+	b = append(b, "id: "...)
+	b = append(b, id...)
+	b = append(b, "\nevent: state\ndata: "...)
+	data, _ := json.Marshal(e.json(nowMs))
+	b = append(b, data...)
+	return append(b, "\n\n"...)
+}
