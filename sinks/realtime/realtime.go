@@ -10,10 +10,10 @@ package realtime
 
 import (
 	"context"
-	"maps"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
