@@ -1,13 +1,21 @@
 package realtime_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/testenv"
+	"github.com/driftguard/driftguard/internal/topics"
+	"github.com/driftguard/driftguard/sinks/realtime"
 )
 
 // A snapshot, then the events from its cursor: every change after it,
@@ -61,5 +69,111 @@ func TestSnapshotThenEvents(t *testing.T) {
 	_ = json.Unmarshal([]byte(ev.data), &ent)
 	if ent.Key != "u5" || ent.Version != 2 {
 		t.Fatalf("after resuming: %s", ev.data)
+	}
+}
+
+// A cursor that cannot resume is 410 Gone with the problem type, never a
+// partial replay: malformed, of another epoch (the topic deleted and
+// created again), with another partition count, ahead of the log end, or
+// below the log start. On the real broker, which deletes and creates
+// topics by name as an operator would.
+func TestCursorsThatCannotResumeAreGone(t *testing.T) {
+	{
+		brokers := testenv.Kafka(t)
+		stream := testenv.UniqueName("presence")
+		e := newBridgeEnv(t, brokers, func(cfg *config.Config) {
+			s := cfg.Streams["presence"]
+			s.Name = stream
+			cfg.Streams = map[string]*config.Stream{stream: s}
+			cfg.Bridge.Window = 2
+		}, "presence")
+		tok := e.token("alice", "*")
+		for v := range int64(8) {
+			e.publish(stream, "u", v+1, `{"presence":"ONLINE"}`)
+		}
+		testenv.WaitFor(t, e.ctx, "version 8", func() bool {
+			var ent entityJSON
+			return e.get("/v1/streams/"+stream+"/entities/u", tok, &ent) == http.StatusOK && ent.Version == 8
+		})
+		cursor, _ := e.snapshot(stream, tok, 10)
+		c, err := realtime.ParseCursor(cursor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ahead := c.Clone()
+		ahead.Offsets[0] += 1000
+		ahead.Offsets[1] += 1000
+		ahead.Offsets[2] += 1000
+		fewer := c.Clone()
+		fewer.Offsets = fewer.Offsets[:2]
+		other := c.Clone()
+		other.Epoch[0] ^= 0xff
+		for name, cur := range map[string]string{
+			"malformed": "not-a-cursor", "truncated": cursor[:len(cursor)-3],
+			"another partition count": fewer.String(), "another epoch": other.String(), "ahead of the log end": ahead.String(),
+		} {
+			var p problemBody
+			if status := e.get("/v1/streams/"+stream+"/events?cursor="+cur, tok, &p); status != http.StatusGone || p.Type != "https://driftguard.dev/problems/cursor-gone" {
+				t.Errorf("%s: %d %+v, want 410 cursor-gone", name, status, p)
+			}
+		}
+		// Records deleted below a cursor the log no longer holds: an
+		// operator may give a state topic retention too (compact,delete).
+		p0 := c.Clone()
+		for p := range p0.Offsets {
+			p0.Offsets[p] = 0
+		}
+		admin, err := kafka.NewClient(brokers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close()
+		adm := kadm.NewClient(admin)
+		policy := "compact,delete"
+		if _, err := adm.AlterTopicConfigs(e.ctx, []kadm.AlterConfig{{Name: "cleanup.policy", Value: &policy}}, topics.For(stream).State); err != nil {
+			t.Fatal(err)
+		}
+		ends, err := adm.ListEndOffsets(e.ctx, topics.For(stream).State)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var deleteTo kadm.Offsets
+		ends.Each(func(o kadm.ListedOffset) {
+			deleteTo.Add(kadm.Offset{Topic: o.Topic, Partition: o.Partition, At: o.Offset})
+		})
+		deleted, err := adm.DeleteRecords(e.ctx, deleteTo)
+		if err != nil || deleted.Error() != nil {
+			t.Fatalf("deleting records: %v %v", err, deleted.Error())
+		}
+		var p problemBody
+		if status := e.get("/v1/streams/"+stream+"/events?cursor="+p0.String(), tok, &p); status != http.StatusGone || !strings.Contains(p.Detail, "below the log start") {
+			t.Errorf("below the log start: %d %+v", status, p)
+		}
+		// The topic deleted and created again: a cursor of the old one is
+		// gone, once the bridge has read the new one.
+		topic := topics.For(stream).State
+		if resp, err := adm.DeleteTopics(e.ctx, topic); err != nil || resp[topic].Err != nil {
+			t.Fatalf("deleting %s: %v %+v", topic, err, resp)
+		}
+		testenv.WaitFor(t, e.ctx, "the topic created again", func() bool {
+			resp, err := adm.CreateTopic(e.ctx, 3, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, topic)
+			return err == nil && resp.Err == nil
+		})
+		// A producer that knew the old topic's id would be refused.
+		e.cl = admin
+		e.publish(stream, "u", 1, `{"presence":"AWAY"}`)
+		testenv.WaitFor(t, e.ctx, "the old cursor gone", func() bool {
+			ctx, cancel := context.WithTimeout(e.ctx, 2*time.Second)
+			defer cancel()
+			s, status := e.open(ctx, stream, tok, cursor, "")
+			if s != nil {
+				s.close()
+			}
+			return status == http.StatusGone
+		})
+		fresh, ents := e.snapshot(stream, tok, 10)
+		if len(ents) != 1 || ents[0].Version != 1 || fresh == cursor {
+			t.Fatalf("after the topic was created again: %s %+v", fresh, ents)
+		}
 	}
 }

@@ -72,8 +72,8 @@ func ParseCursor(s string) (Cursor, error) {
 	return c, nil
 }
 
-// clone returns a copy that shares nothing with c.
-func (c Cursor) clone() Cursor {
+// Clone returns a copy that shares nothing with c.
+func (c Cursor) Clone() Cursor {
 	return Cursor{Epoch: c.Epoch, Offsets: slices.Clone(c.Offsets)}
 }
 

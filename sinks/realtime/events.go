@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"time"
 
@@ -17,7 +18,9 @@ import (
 // Bounds of one client's connection.
 const (
 	// writeTimeout is the longest one write may block: a client whose
-	// connection takes nothing for that long is gone.
+	// connection takes nothing for that long is cut off (and counted as
+	// reset). It is above lagGrace, so a client that reads, but slower
+	// than the stream, is told to reset first.
 	writeTimeout = 10 * time.Second
 	// aheadWait is how long a cursor from a bridge that has read further
 	// waits for this one to catch up.
@@ -25,6 +28,10 @@ const (
 	// batchChanges bounds the changes a client takes from the log under
 	// one read lock.
 	batchChanges = 256
+	// lagGrace is how long a client may stay more than bridge.client_lag
+	// changes behind before it is reset: a burst read from Kafka puts
+	// every client behind for a moment.
+	lagGrace = 5 * time.Second
 )
 
 // events serves every change after a cursor, then live, as server-sent
@@ -75,7 +82,13 @@ func (b *Bridge) events(q *request) {
 	name := q.stream.cfg.Name
 	b.metrics.clients.WithLabelValues(name).Inc()
 	defer b.metrics.clients.WithLabelValues(name).Dec()
-	if err := c.run(q.r.Context()); err != nil && q.r.Context().Err() == nil {
+	err = c.run(q.r.Context())
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// A client that took nothing for writeTimeout is as good as
+		// reset: its connection ends the same way.
+		b.metrics.resets.WithLabelValues(name).Inc()
+	}
+	if err != nil && q.r.Context().Err() == nil {
 		b.log.Debug("events client ended", "stream", name, "err", err)
 	}
 }
@@ -167,6 +180,18 @@ type client struct {
 	rc   *http.ResponseController
 	buf  []byte
 	sent int
+	// withinLag is when the client was last within client_lag of the head.
+	withinLag time.Time
+}
+
+// tooFarBehind reports whether the client, behind changes from the head,
+// has been more than client_lag behind for longer than lagGrace.
+func (c *client) tooFarBehind(behind uint64) bool {
+	if behind <= uint64(c.b.cfg.ClientLag) {
+		c.withinLag = time.Now()
+		return false
+	}
+	return time.Since(c.withinLag) > lagGrace
 }
 
 // run sends the changes after the client's cursor, then every new one,
@@ -178,13 +203,19 @@ func (c *client) run(ctx context.Context) error {
 	}
 	heartbeat := time.NewTicker(c.b.cfg.Heartbeat)
 	defer heartbeat.Stop()
+	c.withinLag = time.Now()
 	for {
 		batch, head, next, wake, behind, left := c.take()
-		if left || behind > uint64(c.b.cfg.ClientLag) {
+		if left || c.tooFarBehind(behind) {
 			return c.reset(fmt.Sprintf("the client is %d changes behind the stream; take a new snapshot", behind))
 		}
 		nowMs := c.b.now().UnixMilli()
-		for _, ch := range batch {
+		for i, ch := range batch {
+			// A slow reader's writes block: how far behind it is, is
+			// looked at before each.
+			if behind := c.s.headNow.Load() - (c.seq + uint64(i)); c.tooFarBehind(behind) {
+				return c.reset(fmt.Sprintf("the client is %d changes behind the stream; take a new snapshot", behind))
+			}
 			ok, err := c.send(ch, nowMs)
 			if err != nil || !ok {
 				return err
@@ -207,6 +238,8 @@ func (c *client) run(ctx context.Context) error {
 		}
 		select {
 		case <-wake:
+		case <-c.s.retired:
+			return c.reset("the bridge is reading the stream anew; take a new snapshot")
 		case <-heartbeat.C:
 			if _, err := c.q.w.Write([]byte(":\n\n")); err != nil {
 				return err

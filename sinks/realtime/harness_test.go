@@ -121,14 +121,26 @@ func (e *bridgeEnv) token(user string, streams ...string) string {
 }
 
 // publish writes a state record of key to the stream's state topic, as a
-// processor does.
+// processor does, and waits for the broker's ack.
 func (e *bridgeEnv) publish(stream, key string, version int64, state string) {
 	e.t.Helper()
-	st := record.State{Stream: stream, Key: key, Version: version, State: json.RawMessage(state), UpdatedAtMs: version}
-	rec := &kgo.Record{Topic: topics.For(stream).State, Key: []byte(key), Value: record.AppendState(nil, &st)}
-	if err := e.cl.ProduceSync(e.ctx, rec).FirstErr(); err != nil {
+	if err := e.cl.ProduceSync(e.ctx, stateRecord(stream, key, version, state)).FirstErr(); err != nil {
 		e.t.Fatal(err)
 	}
+}
+
+// publishAsync is publish without the wait; e.cl.Flush waits for them all.
+func (e *bridgeEnv) publishAsync(stream, key string, version int64, state string) {
+	e.cl.Produce(e.ctx, stateRecord(stream, key, version, state), func(_ *kgo.Record, err error) {
+		if err != nil {
+			e.t.Error(err)
+		}
+	})
+}
+
+func stateRecord(stream, key string, version int64, state string) *kgo.Record {
+	st := record.State{Stream: stream, Key: key, Version: version, State: json.RawMessage(state), UpdatedAtMs: version}
+	return &kgo.Record{Topic: topics.For(stream).State, Key: []byte(key), Value: record.AppendState(nil, &st)}
 }
 
 // get GETs path with the token and decodes a 200's JSON into v; it returns
@@ -156,6 +168,18 @@ func (e *bridgeEnv) get(path, tok string, v any) int {
 		}
 	}
 	return resp.StatusCode
+}
+
+// decodeProblem reads a problem body, empty for a 200.
+func decodeProblem(t *testing.T, resp *http.Response) problemBody {
+	t.Helper()
+	var p problemBody
+	if resp.StatusCode != http.StatusOK {
+		if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+			t.Fatalf("%d without a problem body: %v", resp.StatusCode, err)
+		}
+	}
+	return p
 }
 
 type problemBody struct {

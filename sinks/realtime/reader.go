@@ -85,6 +85,7 @@ func (b *Bridge) readEpoch(ctx context.Context, st *stream) error {
 	s := newStore(epoch, partitions, b.cfg.Window*partitions, b.cfg.MaxEntities, st.cfg.Policy == config.PolicyAssign)
 	st.caughtUp.Store(false)
 	st.store.Store(s)
+	defer close(s.retired)
 	start := map[int32]kgo.Offset{}
 	for p := range int32(partitions) {
 		start[p] = kgo.NewOffset().AtStart()

@@ -110,7 +110,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		}
 	}
 	services := []service.Service{service.Func{Label: "bridge http", Fn: func(ctx context.Context) error {
-		return telemetry.ServeListener(ctx, ln, b.Handler(), b.log)
+		return telemetry.ServeListener(ctx, smallSendBuffers{ln}, b.Handler(), b.log)
 	}}}
 	for _, name := range slices.Sorted(maps.Keys(b.streams)) {
 		st := b.streams[name]
@@ -121,6 +121,25 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}
 	b.log.Info("bridge listening", "addr", ln.Addr().String(), "streams", len(b.streams))
 	return service.RunAll(ctx, services...)
+}
+
+// sendBuffer bounds the kernel's send buffer of each connection. The kernel
+// would grow it to megabytes for a client that reads slowly; kept small,
+// a client that stops reading blocks the bridge's writes early and is
+// reset, and what a client can hold of the bridge's memory, the kernel's
+// included, stays small.
+const sendBuffer = 64 << 10
+
+// smallSendBuffers gives every accepted connection a send buffer of
+// sendBuffer bytes.
+type smallSendBuffers struct{ net.Listener }
+
+func (l smallSendBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(sendBuffer)
+	}
+	return c, err
 }
 
 // ready is nil once every stream is read to where it ended at start and

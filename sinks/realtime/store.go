@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/btree"
 
@@ -69,8 +70,15 @@ type store struct {
 	log     []*change
 	head    uint64
 	logSize int
+	// headNow is head, for a client to see how far behind it is between
+	// two writes without the lock.
+	headNow atomic.Uint64
 	// wake is closed, and replaced, whenever changes are appended.
 	wake chan struct{}
+	// retired is closed when the store stops being read (a new epoch, or a
+	// reading that failed and starts over): its clients take a snapshot of
+	// the next one.
+	retired chan struct{}
 	// maxEntities bounds entities; dropped counts new keys refused.
 	maxEntities int
 	dropped     int64
@@ -83,7 +91,7 @@ func newStore(epoch [16]byte, partitions, logSize, maxEntities int, assign bool)
 		epoch: epoch, next: make([]int64, partitions), floor: make([]int64, partitions),
 		entities: btree.NewG(32, func(a, b *entity) bool { return a.key < b.key }),
 		log:      make([]*change, 0, min(logSize, 1024)), logSize: logSize,
-		wake: make(chan struct{}), maxEntities: maxEntities, assign: assign,
+		wake: make(chan struct{}), retired: make(chan struct{}), maxEntities: maxEntities, assign: assign,
 	}
 }
 
@@ -140,6 +148,7 @@ func (s *store) append(c *change) {
 		s.log[i] = c
 	}
 	s.head++
+	s.headNow.Store(s.head)
 }
 
 // newEntity is the entity of a state record of partition.
