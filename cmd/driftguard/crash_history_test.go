@@ -95,7 +95,7 @@ func (h *crashHistory) presenceKey(rng *rand.Rand, user string) []*crashInput {
 	for _, d := range history {
 		if rng.IntN(10) == 0 {
 			id := d.ID + "-retry"
-			history = append(history, delivery{ID: id, User: user, Version: d.Version, Status: d.Status,
+			history = append(history, delivery{ID: id, Key: user, Version: d.Version, Status: d.Status,
 				Body: testenv.Presence{EventID: id, User: user, Status: d.Status, Version: d.Version, Timestamp: 1_700_000_000 + d.Version}.Body()})
 		}
 	}

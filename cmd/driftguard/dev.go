@@ -38,7 +38,7 @@ import (
 const demoSecret = "whsec_ZHJpZnRndWFyZC1kZXYtZGVtby1zZWNyZXQtMDAwMDE="
 
 func devFlags(fs *flag.FlagSet) runner {
-	demo := fs.Bool("demo", false, "send signed, shuffled, duplicated presence webhooks")
+	demo := fs.Bool("demo", false, "send demo webhooks to every shipped stream: shuffled, retried, out of order, a few a second")
 	noSink := fs.Bool("no-sink", false, "run without the ClickHouse sink, even when ClickHouse is reachable or installed")
 	return func(ctx context.Context, env *environment) error {
 		return dev(ctx, env.cfg, devOptions{Demo: *demo, NoSink: *noSink, Out: env.stdout, Log: env.log})
@@ -47,8 +47,10 @@ func devFlags(fs *flag.FlagSet) runner {
 
 // devOptions are the options of a dev run.
 type devOptions struct {
-	// Demo sends signed, shuffled, duplicated presence webhooks to ingest.
+	// Demo sends demo traffic to every shipped stream (demo.go).
 	Demo bool
+	// DemoPace is the time between two demo deliveries. Default 250ms.
+	DemoPace time.Duration
 	// NoSink leaves the ClickHouse sink out.
 	NoSink bool
 	// Out receives the banner and the outcome summaries.
@@ -117,10 +119,13 @@ func dev(ctx context.Context, cfg *config.Config, opts devOptions) error {
 	}
 	services = append(services, bridge)
 	webhookURL := "http://" + ln.Addr().String() + "/v1/webhooks/"
+	demoNote := ""
 	if opts.Demo {
-		services = append(services, &demo{url: webhookURL + "presence", secret: cfg.Streams["presence"].Signature.Secrets[0], log: log})
+		d := newDemo(cfg, webhookURL, opts.DemoPace, log)
+		services = append(services, d)
+		demoNote = d.describe()
 	}
-	printBanner(opts.Out, brokers, webhookURL, pageURL, cfg, demoSecretStreams, chNote, opts.Demo)
+	printBanner(opts.Out, brokers, webhookURL, pageURL, cfg, demoSecretStreams, chNote, demoNote)
 	return service.RunAll(ctx, services...)
 }
 
@@ -203,7 +208,9 @@ func openWithRetry(ctx context.Context, c config.ClickHouse) (driver.Conn, error
 	return nil, err
 }
 
-func printBanner(w io.Writer, brokers []string, webhookURL, pageURL string, cfg *config.Config, demoSecretStreams []string, chNote string, demo bool) {
+// printBanner says where everything is; demo is what the demo sends, "" when
+// it is off.
+func printBanner(w io.Writer, brokers []string, webhookURL, pageURL string, cfg *config.Config, demoSecretStreams []string, chNote, demo string) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "driftguard dev\n")
 	fmt.Fprintf(&b, "  kafka:     %s\n", strings.Join(brokers, ","))
@@ -214,8 +221,8 @@ func printBanner(w io.Writer, brokers []string, webhookURL, pageURL string, cfg 
 	fmt.Fprintf(&b, "  metrics:   %s/metrics   health: /healthz /readyz\n", strings.TrimSuffix(webhookURL, "/v1/webhooks/"))
 	fmt.Fprintf(&b, "  page:      %s   (the realtime bridge; a demo token for %q, valid a day)\n", pageURL, pageUser)
 	fmt.Fprintf(&b, "  %s\n", chNote)
-	if demo {
-		fmt.Fprintf(&b, "  demo:      sending signed, shuffled, duplicated presence webhooks\n")
+	if demo != "" {
+		fmt.Fprintf(&b, "  demo:      %s\n", strings.ReplaceAll(demo, "\n", "\n             "))
 	}
 	fmt.Fprintf(&b, "  Ctrl-C stops everything.\n")
 	_, _ = io.WriteString(w, b.String())

@@ -137,19 +137,7 @@ func TestDevDecidesStreamsOfAConfigFile(t *testing.T) {
 	go func() {
 		done <- dev(ctx, cfg, devOptions{NoSink: true, Out: &out, Log: testenv.Logger(t), SummaryEvery: time.Hour})
 	}()
-	var brokers []string
-	var webhooks string
-	testenv.WaitFor(t, ctx, "the banner", func() bool {
-		for _, line := range strings.Split(out.String(), "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "kafka:"); ok {
-				brokers = strings.Split(strings.TrimSpace(v), ",")
-			}
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "webhooks:  POST "); ok {
-				webhooks, _, _ = strings.Cut(v, "{stream}")
-			}
-		}
-		return len(brokers) > 0 && webhooks != ""
-	})
+	brokers, webhooks := devBanner(t, ctx, &out)
 	if !strings.Contains(out.String(), "ClickHouse: off (--no-sink)") {
 		t.Errorf("banner does not say the sink is off:\n%s", out.String())
 	}
@@ -199,6 +187,128 @@ func TestDevDecidesStreamsOfAConfigFile(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("dev did not stop cleanly: %v", err)
 	}
+}
+
+// devBanner waits for dev's banner in out and returns the broker addresses
+// and the webhook URL without the stream.
+func devBanner(t *testing.T, ctx context.Context, out *syncBuffer) (brokers []string, webhooks string) {
+	t.Helper()
+	testenv.WaitFor(t, ctx, "the banner", func() bool {
+		for _, line := range strings.Split(out.String(), "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "kafka:"); ok {
+				brokers = strings.Split(strings.TrimSpace(v), ",")
+			}
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "webhooks:  POST "); ok {
+				webhooks, _, _ = strings.Cut(v, "{stream}")
+			}
+		}
+		return len(brokers) > 0 && webhooks != ""
+	})
+	return brokers, webhooks
+}
+
+// `dev --demo` on the embedded broker, at a test's pace: within a deadline
+// each shipped stream's outcomes show what its demo traffic is there to
+// show, and ingest accepts every demo webhook.
+func TestDevDemoShowsEveryPolicyOnTheEmbeddedBroker(t *testing.T) {
+	cfg, err := config.Load("", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.HTTP.Addr = "127.0.0.1:0"
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, logs syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- dev(ctx, cfg, devOptions{Demo: true, DemoPace: 5 * time.Millisecond, NoSink: true, Out: &out,
+			Log: slog.New(slog.NewTextHandler(&logs, nil)), SummaryEvery: time.Hour})
+	}()
+	brokers, _ := devBanner(t, ctx, &out)
+	streams := []string{"presence", "workflow", "chat", "orders"}
+	var outcomeTopics []string
+	for _, s := range streams {
+		outcomeTopics = append(outcomeTopics, topics.For(s).Outcomes)
+		if !strings.Contains(out.String(), "\n               "+s+" ") {
+			t.Errorf("the banner's demo line does not name %s:\n%s", s, out.String())
+		}
+	}
+	cl, err := kafka.NewClient(brokers, kgo.ConsumeTopics(outcomeTopics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+
+	// What each stream must show, and what has been seen on the way.
+	shown := map[string]bool{}
+	want := []string{
+		"presence applied", "presence stale or duplicate",
+		"workflow buffered, then applied", "workflow terminal step applied",
+		"chat send applied", "chat retried send duplicate, with its message id", "chat send rejected not_member",
+		"orders quarantined, then reconciled",
+	}
+	waiting := map[string]bool{}  // stream + event id: buffered or quarantined
+	messages := map[string]bool{} // message ids of applied sends
+	terminal := map[string]bool{"completed": true, "failed": true, "cancelled": true}
+	missing := func() []string {
+		return slices.DeleteFunc(slices.Clone(want), func(w string) bool { return shown[w] })
+	}
+	refused := func() {
+		if text := logs.String(); strings.Contains(text, "demo webhook not accepted") {
+			t.Fatalf("ingest refused demo webhooks:\n%s", lastLines(text, 20))
+		}
+	}
+	seeing, stopSeeing := context.WithTimeout(ctx, time.Minute)
+	defer stopSeeing()
+	for len(missing()) > 0 {
+		fetches := cl.PollFetches(seeing)
+		refused()
+		if seeing.Err() != nil {
+			t.Fatalf("not seen within a minute: %v\nlogs:\n%s", missing(), lastLines(logs.String(), 20))
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			var o record.Outcome
+			if err := json.Unmarshal(r.Value, &o); err != nil {
+				t.Fatal(err)
+			}
+			id := o.Stream + " " + o.EventID
+			switch s := o.Stream + " " + string(o.Outcome); s {
+			case "presence applied":
+				shown[s] = true
+			case "presence stale", "presence duplicate":
+				shown["presence stale or duplicate"] = true
+			case "workflow buffered", "orders quarantined":
+				waiting[id] = true
+			case "workflow applied":
+				var step workflowEvent
+				_ = json.Unmarshal(o.Payload, &step)
+				shown["workflow buffered, then applied"] = shown["workflow buffered, then applied"] || waiting[id]
+				shown["workflow terminal step applied"] = shown["workflow terminal step applied"] || terminal[step.Status]
+			case "orders reconciled":
+				shown["orders quarantined, then reconciled"] = shown["orders quarantined, then reconciled"] || waiting[id]
+			case "chat applied":
+				if o.EventType == "message.send" && o.MessageID != "" {
+					messages[o.MessageID] = true
+					shown["chat send applied"] = true
+				}
+			case "chat duplicate":
+				shown["chat retried send duplicate, with its message id"] = shown["chat retried send duplicate, with its message id"] || messages[o.MessageID]
+			case "chat rejected":
+				shown["chat send rejected not_member"] = shown["chat send rejected not_member"] || o.EventType == "message.send" && o.Reason == record.ReasonNotMember
+			}
+		})
+	}
+	refused()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("dev did not stop cleanly: %v", err)
+	}
+}
+
+// lastLines is the end of text, n lines at most.
+func lastLines(text string, n int) string {
+	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // readOutcomes reads n outcome records of topic from its start, each as

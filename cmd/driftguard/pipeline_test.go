@@ -170,7 +170,7 @@ func runPresence(t *testing.T, brokers []string) {
 	// The seed scenario for one user: 841, 843, 842, 843 (new id), 843
 	// (same id), 844.
 	mk := func(id string, v int64) delivery {
-		return delivery{ID: id, User: "alice", Version: v, Body: testenv.Presence{EventID: id, User: "alice", Version: v, Timestamp: 1_700_000_000 + v}.Body()}
+		return delivery{ID: id, Key: "alice", Version: v, Body: testenv.Presence{EventID: id, User: "alice", Version: v, Timestamp: 1_700_000_000 + v}.Body()}
 	}
 	first843 := mk("alice-843", 843)
 	byUser := map[string][]delivery{

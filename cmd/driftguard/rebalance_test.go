@@ -33,7 +33,7 @@ func TestProcessorRebalanceLosesAndDoublesNothing(t *testing.T) {
 	rng.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
 	produce := func(ds []delivery) {
 		for _, d := range ds {
-			h.produce(d.User, d.Body)
+			h.produce(d.Key, d.Body)
 		}
 	}
 	q := h.count
