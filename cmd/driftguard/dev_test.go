@@ -137,32 +137,19 @@ func TestDevDecidesStreamsOfAConfigFile(t *testing.T) {
 	go func() {
 		done <- dev(ctx, cfg, devOptions{NoSink: true, Out: &out, Log: testenv.Logger(t), SummaryEvery: time.Hour})
 	}()
-	var brokers []string
-	var webhooks string
+	var banner devBanner
 	testenv.WaitFor(t, ctx, "the banner", func() bool {
-		for _, line := range strings.Split(out.String(), "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "kafka:"); ok {
-				brokers = strings.Split(strings.TrimSpace(v), ",")
-			}
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "webhooks:  POST "); ok {
-				webhooks, _, _ = strings.Cut(v, "{stream}")
-			}
-		}
-		return len(brokers) > 0 && webhooks != ""
+		banner = parseBanner(out.String())
+		return banner.complete()
 	})
 	if !strings.Contains(out.String(), "ClickHouse: off (--no-sink)") {
 		t.Errorf("banner does not say the sink is off:\n%s", out.String())
 	}
+	brokers := banner.brokers
 	post := func(stream, id, body string) {
 		t.Helper()
-		pub := &webhook.Publisher{URL: webhooks + stream, Secret: demoSecret}
-		var resp webhook.Response
-		testenv.WaitFor(t, ctx, "ingest to accept "+id, func() bool {
-			resp, err = pub.Post(ctx, id, []byte(body))
-			return err == nil && resp.Status != http.StatusServiceUnavailable
-		})
-		if resp.Status != http.StatusAccepted {
-			t.Fatalf("%s %s: %d %s", stream, id, resp.Status, resp.Body)
+		if err := postDemoWebhook(ctx, banner.webhooks, stream, id, []byte(body)); err != nil {
+			t.Fatal(err)
 		}
 	}
 	tickets := []struct{ id, body, want string }{
@@ -198,6 +185,56 @@ func TestDevDecidesStreamsOfAConfigFile(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("dev did not stop cleanly: %v", err)
+	}
+}
+
+// devBanner is what tests read from dev's banner.
+type devBanner struct {
+	brokers []string
+	// webhooks is the ingest URL a stream's name completes.
+	webhooks string
+	// page is the bridge's page with its demo token.
+	page string
+}
+
+// parseBanner reads the banner out of dev's output so far.
+func parseBanner(out string) devBanner {
+	var b devBanner
+	for _, line := range strings.Split(out, "\n") {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "kafka:"); ok {
+			b.brokers = strings.Split(strings.TrimSpace(v), ",")
+		}
+		if v, ok := strings.CutPrefix(line, "webhooks:  POST "); ok {
+			b.webhooks, _, _ = strings.Cut(v, "{stream}")
+		}
+		if v, ok := strings.CutPrefix(line, "page:"); ok {
+			b.page, _, _ = strings.Cut(strings.TrimSpace(v), " ")
+		}
+	}
+	return b
+}
+
+func (b devBanner) complete() bool { return len(b.brokers) > 0 && b.webhooks != "" && b.page != "" }
+
+// postDemoWebhook signs body with dev's demo secret and posts it to the
+// stream, waiting out the 503 of an edge that is still starting; anything
+// but 202 is an error.
+func postDemoWebhook(ctx context.Context, webhooks, stream, id string, body []byte) error {
+	pub := &webhook.Publisher{URL: webhooks + stream, Secret: demoSecret}
+	for {
+		resp, err := pub.Post(ctx, id, body)
+		switch {
+		case err == nil && resp.Status == http.StatusAccepted:
+			return nil
+		case err == nil && resp.Status != http.StatusServiceUnavailable:
+			return fmt.Errorf("%s %s: %d %s", stream, id, resp.Status, resp.Body)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s %s not accepted before the deadline (last: %v, %d %s)", stream, id, err, resp.Status, resp.Body)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 
