@@ -32,17 +32,9 @@ server_bin() {
 
 install() {
   server_bin >/dev/null && command -v clickhouse-client >/dev/null && return 0
-  local sudo=()
-  if ((EUID != 0)); then
-    command -v sudo >/dev/null || { log "need root or sudo to apt-get install clickhouse"; exit 1; }
-    sudo=(sudo)
-  fi
-  log "installing clickhouse-server and clickhouse-client from Debian"
-  "${sudo[@]}" apt-get update -qq >&2
   # On a systemd machine the postinst also enables and starts the system
   # service on 9000/8123; harmless here, since we only use our own ports.
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y -qq --no-install-recommends clickhouse-server clickhouse-client >&2
+  apt_install clickhouse-server clickhouse-client
 }
 
 stop() { stop_recorded "@DIR@/config.xml"; }

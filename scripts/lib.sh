@@ -1,13 +1,27 @@
 # shellcheck shell=bash
-# Shared by kafka.sh and clickhouse.sh: the state folder, process checks and
-# the stop sequence. Source it after setting NAME (used in messages and file
-# names).
+# Shared by kafka.sh, clickhouse.sh and chromium.sh: the state folder,
+# process checks, the stop sequence and apt-get installs. Source it after
+# setting NAME (used in messages and file names).
 
 STATE_DIR="${DRIFTGUARD_TEST_STATE:-${TMPDIR:-/tmp}/driftguard-test-${USER:-$(id -un)}}"
 PID_FILE="$STATE_DIR/$NAME.pid"
 DIR_FILE="$STATE_DIR/$NAME.dir"
 
 log() { echo "$NAME.sh: $*" >&2; }
+
+# apt_install PKG...: installs Debian packages with apt-get, as root or
+# through sudo.
+apt_install() {
+  local sudo=()
+  if ((EUID != 0)); then
+    command -v sudo >/dev/null || { log "need root or sudo to apt-get install $*"; exit 1; }
+    sudo=(sudo)
+  fi
+  log "installing $* from Debian"
+  "${sudo[@]}" apt-get update -qq >&2
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends "$@" >&2
+}
 
 # True if something accepts TCP connections on 127.0.0.1:$1.
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }

@@ -137,20 +137,15 @@ func TestDevDecidesStreamsOfAConfigFile(t *testing.T) {
 	go func() {
 		done <- dev(ctx, cfg, devOptions{NoSink: true, Out: &out, Log: testenv.Logger(t), SummaryEvery: time.Hour})
 	}()
-	brokers, webhooks := devBanner(t, ctx, &out)
+	banner := waitBanner(t, ctx, &out)
 	if !strings.Contains(out.String(), "ClickHouse: off (--no-sink)") {
 		t.Errorf("banner does not say the sink is off:\n%s", out.String())
 	}
+	brokers := banner.brokers
 	post := func(stream, id, body string) {
 		t.Helper()
-		pub := &webhook.Publisher{URL: webhooks + stream, Secret: demoSecret}
-		var resp webhook.Response
-		testenv.WaitFor(t, ctx, "ingest to accept "+id, func() bool {
-			resp, err = pub.Post(ctx, id, []byte(body))
-			return err == nil && resp.Status != http.StatusServiceUnavailable
-		})
-		if resp.Status != http.StatusAccepted {
-			t.Fatalf("%s %s: %d %s", stream, id, resp.Status, resp.Body)
+		if err := postDemoWebhook(ctx, banner.webhooks, stream, id, []byte(body)); err != nil {
+			t.Fatal(err)
 		}
 	}
 	tickets := []struct{ id, body, want string }{
@@ -189,22 +184,15 @@ func TestDevDecidesStreamsOfAConfigFile(t *testing.T) {
 	}
 }
 
-// devBanner waits for dev's banner in out and returns the broker addresses
-// and the webhook URL without the stream.
-func devBanner(t *testing.T, ctx context.Context, out *syncBuffer) (brokers []string, webhooks string) {
+// waitBanner waits for dev's whole banner in out.
+func waitBanner(t *testing.T, ctx context.Context, out *syncBuffer) devBanner {
 	t.Helper()
+	var banner devBanner
 	testenv.WaitFor(t, ctx, "the banner", func() bool {
-		for _, line := range strings.Split(out.String(), "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "kafka:"); ok {
-				brokers = strings.Split(strings.TrimSpace(v), ",")
-			}
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "webhooks:  POST "); ok {
-				webhooks, _, _ = strings.Cut(v, "{stream}")
-			}
-		}
-		return len(brokers) > 0 && webhooks != ""
+		banner = parseBanner(out.String())
+		return banner.complete()
 	})
-	return brokers, webhooks
+	return banner
 }
 
 // `dev --demo` on the embedded broker, at a test's pace: within a deadline
@@ -215,7 +203,7 @@ func TestDevDemoShowsEveryPolicyOnTheEmbeddedBroker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.HTTP.Addr = "127.0.0.1:0"
+	cfg.HTTP.Addr, cfg.Bridge.Addr = "127.0.0.1:0", "127.0.0.1:0"
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out, logs syncBuffer
@@ -224,7 +212,7 @@ func TestDevDemoShowsEveryPolicyOnTheEmbeddedBroker(t *testing.T) {
 		done <- dev(ctx, cfg, devOptions{Demo: true, DemoPace: 5 * time.Millisecond, NoSink: true, Out: &out,
 			Log: slog.New(slog.NewTextHandler(&logs, nil)), SummaryEvery: time.Hour})
 	}()
-	brokers, _ := devBanner(t, ctx, &out)
+	brokers := waitBanner(t, ctx, &out).brokers
 	streams := []string{"presence", "workflow", "chat", "orders"}
 	var outcomeTopics []string
 	for _, s := range streams {
@@ -309,6 +297,56 @@ func TestDevDemoShowsEveryPolicyOnTheEmbeddedBroker(t *testing.T) {
 func lastLines(text string, n int) string {
 	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// devBanner is what tests read from dev's banner.
+type devBanner struct {
+	brokers []string
+	// webhooks is the ingest URL a stream's name completes.
+	webhooks string
+	// page is the bridge's page with its demo token.
+	page string
+}
+
+// parseBanner reads the banner out of dev's output so far.
+func parseBanner(out string) devBanner {
+	var b devBanner
+	for _, line := range strings.Split(out, "\n") {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "kafka:"); ok {
+			b.brokers = strings.Split(strings.TrimSpace(v), ",")
+		}
+		if v, ok := strings.CutPrefix(line, "webhooks:  POST "); ok {
+			b.webhooks, _, _ = strings.Cut(v, "{stream}")
+		}
+		if v, ok := strings.CutPrefix(line, "page:"); ok {
+			b.page, _, _ = strings.Cut(strings.TrimSpace(v), " ")
+		}
+	}
+	return b
+}
+
+func (b devBanner) complete() bool { return len(b.brokers) > 0 && b.webhooks != "" && b.page != "" }
+
+// postDemoWebhook signs body with dev's demo secret and posts it to the
+// stream, waiting out the 503 of an edge that is still starting; anything
+// but 202 is an error.
+func postDemoWebhook(ctx context.Context, webhooks, stream, id string, body []byte) error {
+	pub := &webhook.Publisher{URL: webhooks + stream, Secret: demoSecret}
+	for {
+		resp, err := pub.Post(ctx, id, body)
+		switch {
+		case err == nil && resp.Status == http.StatusAccepted:
+			return nil
+		case err == nil && resp.Status != http.StatusServiceUnavailable:
+			return fmt.Errorf("%s %s: %d %s", stream, id, resp.Status, resp.Body)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s %s not accepted before the deadline (last: %v, %d %s)", stream, id, err, resp.Status, resp.Body)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // readOutcomes reads n outcome records of topic from its start, each as

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,11 +107,18 @@ func (h *processRunner) start(name string) *exec.Cmd {
 // environment, its output in the test log, killed at the test's end.
 func startDriftguard(tb testing.TB, bin string, args []string, env ...string) *exec.Cmd {
 	tb.Helper()
+	return startDriftguardTo(tb, testenv.LogWriter(tb), bin, args, env...)
+}
+
+// startDriftguardTo is startDriftguard with the standard output going to
+// stdout; the logs, on standard error, still go to the test log.
+func startDriftguardTo(tb testing.TB, stdout io.Writer, bin string, args []string, env ...string) *exec.Cmd {
+	tb.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(append(os.Environ(), env...),
 		"DRIFTGUARD_TELEMETRY_ADDR=127.0.0.1:0",
 		"DRIFTGUARD_LOG_LEVEL=warn")
-	cmd.Stdout, cmd.Stderr = testenv.LogWriter(tb), testenv.LogWriter(tb)
+	cmd.Stdout, cmd.Stderr = stdout, testenv.LogWriter(tb)
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}

@@ -1,7 +1,8 @@
 // Package testenv finds the real services the integration tests run
 // against. The test task starts Apache Kafka and ClickHouse on loopback and
-// names them in DRIFTGUARD_TEST_KAFKA and DRIFTGUARD_TEST_CLICKHOUSE; a
-// quick `go test ./...` without them skips those tests with a message, and
+// names them in DRIFTGUARD_TEST_KAFKA and DRIFTGUARD_TEST_CLICKHOUSE, and
+// installs Chromium for the browser tests; a quick `go test ./...` without
+// them skips those tests with a message, and
 // DRIFTGUARD_TEST_REQUIRE=1 (set by the test task and CI) turns every such
 // skip into a failure, so a green CI run means the real services ran.
 //
@@ -17,6 +18,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -40,11 +42,34 @@ const (
 // missing skips, or fails when the run requires real services.
 func missing(t testing.TB, what, env string) {
 	t.Helper()
-	msg := fmt.Sprintf("%s not available: set %s (the test task `go tool task test` starts it)", what, env)
+	unavailable(t, fmt.Sprintf("%s not available: set %s (the test task `go tool task test` starts it)", what, env))
+}
+
+// unavailable skips with msg, or fails when the run requires everything.
+func unavailable(t testing.TB, msg string) {
+	t.Helper()
 	if os.Getenv(EnvRequire) == "1" {
 		t.Fatal(msg + "; " + EnvRequire + "=1 forbids skipping")
 	}
 	t.Skip(msg)
+}
+
+// ChromiumPath is where Debian's chromium package puts the browser.
+const ChromiumPath = "/usr/bin/chromium"
+
+// Chromium returns the path of the Chromium the browser tests drive: the
+// test task installs Debian's package (scripts/chromium.sh), a quick run
+// without it skips them.
+func Chromium(t testing.TB) string {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		if _, statErr := os.Stat(ChromiumPath); statErr != nil {
+			unavailable(t, "Chromium not installed: apt-get install chromium (the test task `go tool task test` installs it)")
+		}
+		path = ChromiumPath
+	}
+	return path
 }
 
 // Kafka returns the real broker's addresses.
