@@ -33,7 +33,7 @@ var demoLines = []string{
 }
 
 // chatDemo is the demo team talking in demoRoom. The room opens with
-// everyone joining; then it goes in cycles of a few messages and a leave.
+// everyone joining, the page's user too; then it goes in cycles of a few messages and a leave.
 // A message: now and then a typing indicator first, the send (the first
 // of each cycle, and one in five of the others, sent again by the client
 // under a new event id with the same device and client message id), a
@@ -70,6 +70,8 @@ func (c *chatDemo) next(now time.Time) []delivery {
 		for _, m := range demoTeam {
 			out = append(out, c.membership("member.added", m.user))
 		}
+		// The page's user joins too, to watch: it never speaks or leaves.
+		out = append(out, c.event(chatEvent{Type: "member.added", UserID: pageUser}))
 		c.toSend, c.retry = 2, true
 		return out
 	case c.toSend > 0:

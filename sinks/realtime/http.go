@@ -133,10 +133,12 @@ func parsePageToken(tok string) (Cursor, string, error) {
 func (b *Bridge) entity(q *request) {
 	e, ok := q.stream.store.Load().get(q.r.PathValue("key"))
 	switch {
+	case q.stream.chat != nil && (!ok || !q.visible(e)):
+		// Alike whether the conversation exists or not, so that its id
+		// tells a non-member nothing.
+		b.forbid(q.w, q.stream.cfg.Name, "only a member of the conversation may read it")
 	case !ok:
 		problem.Write(q.w, http.StatusNotFound, "not_found", "the key has no state", nil)
-	case !q.visible(e):
-		b.forbid(q.w, q.stream.cfg.Name, "only a member of the conversation may read it")
 	default:
 		writeJSON(q.w, e.json(b.now().UnixMilli()))
 	}

@@ -203,9 +203,11 @@ func (b *Bridge) authorized(serve func(*request)) http.HandlerFunc {
 			b.forbid(w, name, fmt.Sprintf("the token does not name stream %q", name))
 			return
 		}
-		if st.store.Load() == nil {
+		if st.store.Load() == nil || !st.caughtUp.Load() {
+			// A snapshot of a stream half read would show lists that
+			// fill in as the events come; the client waits instead.
 			w.Header().Set("Retry-After", "1")
-			problem.Write(w, http.StatusServiceUnavailable, "starting", "the bridge has not read this stream yet", nil)
+			problem.Write(w, http.StatusServiceUnavailable, "starting", "the bridge has not read this stream to its end yet", nil)
 			return
 		}
 		serve(&request{w: w, r: r, stream: st, user: c})
