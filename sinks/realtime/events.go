@@ -262,8 +262,14 @@ func (c *client) take() (batch []*change, head uint64, next []int64, wake <-chan
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	head, wake = s.head, s.wake
-	if c.seq < s.tail() {
-		return nil, head, nil, wake, head - c.seq, true
+	if tail := s.tail(); c.seq < tail {
+		// The log dropped changes the client had not come to. A live
+		// client needed them; one still catching up may not have (they
+		// were before its cursor), and then starts from the tail.
+		if c.live || c.missed() {
+			return nil, head, nil, wake, head - c.seq, true
+		}
+		c.seq = tail
 	}
 	for seq := c.seq; seq < head && len(batch) < batchChanges; seq++ {
 		batch = append(batch, s.at(seq))
@@ -272,6 +278,17 @@ func (c *client) take() (batch []*change, head uint64, next []int64, wake <-chan
 		next = slices.Clone(s.next)
 	}
 	return batch, head, next, wake, head - c.seq, false
+}
+
+// missed reports whether the log no longer holds a change at or after the
+// client's position (the store's lock held).
+func (c *client) missed() bool {
+	for p, o := range c.pos.Offsets {
+		if o < c.s.floor[p] {
+			return true
+		}
+	}
+	return false
 }
 
 // send writes one change when the client should see it; ok is false when
