@@ -686,7 +686,7 @@ func (r *bridgeReader) follow(t *testing.T, stream string) {
 	}
 	go func() {
 		defer resp.Body.Close()
-		err := readSSE(resp.Body, func(event, data string) error {
+		err := readSSE(resp.Body, func(_, event, data string) error {
 			if event != "state" {
 				return fmt.Errorf("event %q: %s", event, data)
 			}
@@ -705,23 +705,26 @@ func (r *bridgeReader) follow(t *testing.T, stream string) {
 	}()
 }
 
-// readSSE calls each with every event of an event stream until it ends.
-func readSSE(body io.Reader, each func(event, data string) error) error {
+// readSSE calls each with every event of an event stream, its id, name
+// and data, until it ends.
+func readSSE(body io.Reader, each func(id, event, data string) error) error {
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	var event string
+	var id, event string
 	var data []string
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
 		case line == "":
 			if len(data) > 0 {
-				if err := each(event, strings.Join(data, "\n")); err != nil {
+				if err := each(id, event, strings.Join(data, "\n")); err != nil {
 					return err
 				}
 			}
-			event, data = "", nil
+			id, event, data = "", "", nil
 		case strings.HasPrefix(line, ":"):
+		case strings.HasPrefix(line, "id: "):
+			id = line[len("id: "):]
 		case strings.HasPrefix(line, "event: "):
 			event = line[len("event: "):]
 		case strings.HasPrefix(line, "data: "):

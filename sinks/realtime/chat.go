@@ -2,7 +2,7 @@ package realtime
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -147,6 +147,9 @@ func (b *Bridge) readOutcomes(ctx context.Context, c *chat, topic string) error 
 	start := map[int32]kgo.Offset{}
 	next := map[int32]int64{}
 	since.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil || o.Partition < 0 {
+			return
+		}
 		at := o.Offset
 		if at < 0 { // nothing after that time: from the end
 			at = ends[topic][o.Partition].Offset
@@ -155,7 +158,7 @@ func (b *Bridge) readOutcomes(ctx context.Context, c *chat, topic string) error 
 		next[o.Partition] = at
 	})
 	if len(start) == 0 {
-		return errors.New("no partitions")
+		return fmt.Errorf("topic %s has no partitions to read: %v", topic, since.Error())
 	}
 	cl, err := kafka.NewClient(b.brokers, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
 		kgo.FetchMaxWait(200*time.Millisecond))

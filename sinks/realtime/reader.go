@@ -28,6 +28,8 @@ type stream struct {
 	caughtUp atomic.Bool
 	// chat serves the applied sends of an assign stream; nil otherwise.
 	chat *chat
+	// failure is why reading the stream last failed, for /readyz.
+	failure atomic.Pointer[error]
 }
 
 // errEpochChanged ends a reading of a topic that was deleted and created
@@ -50,6 +52,7 @@ func (b *Bridge) readState(ctx context.Context, st *stream) error {
 		if errors.Is(err, errEpochChanged) {
 			b.log.Warn("state topic recreated: its cursors are gone, the bridge reads it anew", "topic", st.topic)
 		} else {
+			st.failure.Store(&err)
 			b.log.Warn("reading the state topic failed; retrying", "topic", st.topic, "err", err)
 			select {
 			case <-ctx.Done():

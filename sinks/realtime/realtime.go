@@ -150,6 +150,9 @@ func (b *Bridge) ready(context.Context) error {
 		s := st.store.Load()
 		switch {
 		case s == nil || !st.caughtUp.Load():
+			if err := st.failure.Load(); err != nil && s == nil {
+				return fmt.Errorf("stream %s: reading %s: %w", name, st.topic, *err)
+			}
 			return fmt.Errorf("stream %s: %s not read to its end yet", name, st.topic)
 		case st.chat != nil && !st.chat.caughtUp.Load():
 			return fmt.Errorf("stream %s: its outcomes not read for chat catch-up yet", name)
