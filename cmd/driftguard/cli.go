@@ -47,6 +47,7 @@ var commands = []command{
 	{name: "process", args: "[--streams a,b]", summary: "the ordering processors (one goka group per stream; --streams a,b for some)", flags: processFlags},
 	{name: "sink", summary: "the ClickHouse sink", flags: func(*flag.FlagSet) runner { return runSink }},
 	{name: "bridge", summary: "the realtime bridge: ordered state to browsers over SSE, and the page", flags: func(*flag.FlagSet) runner { return runBridge }},
+	{name: "token", args: "--user U [--streams a,b] [--ttl 1h]", summary: "print a token for the bridge, signed with bridge.secret", flags: tokenFlags},
 	{name: "migrate", args: "[--print]", summary: "create or upgrade the ClickHouse database and tables (--print: only print the DDL)", flags: migrateFlags},
 	{name: "topics", args: "[--check]", summary: "create and check every Kafka topic of the catalogue (--check: only check)", flags: topicsFlags},
 	{name: "config", summary: "print an example configuration file", noConfig: true, flags: func(*flag.FlagSet) runner { return printExample }},

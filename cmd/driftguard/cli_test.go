@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/testenv"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
+	"github.com/golang-jwt/jwt/v5"
 )
 
 // isolateEnv clears every variable Run reads, so the developer's shell (or a
@@ -358,5 +360,35 @@ func TestRunMigratePrintNeedsNoServer(t *testing.T) {
 	}
 	if !strings.Contains(r.stdout, "dg_print.ordering_minute") {
 		t.Errorf("the configured database is not substituted:\n%s", r.stdout)
+	}
+}
+
+// `driftguard token` prints a token the bridge accepts, for the user and
+// streams asked, and refuses to run without the bridge's key.
+func TestRunTokenSignsForTheBridge(t *testing.T) {
+	isolateEnv(t)
+	if r := runCLI(t, "token", "--user", "alice"); r.code != 1 || !strings.Contains(r.stderr, "bridge.secret") {
+		t.Errorf("without a secret: %v", r)
+	}
+	if r := runCLI(t, "token"); r.code != 2 || !strings.Contains(r.stderr, "--user is required") {
+		t.Errorf("without --user: %v", r)
+	}
+	secret := strings.Repeat("s", config.MinBridgeSecretBytes)
+	t.Setenv("DRIFTGUARD_BRIDGE_SECRET", secret)
+	r := runCLI(t, "token", "--user", "alice", "--streams", "presence, chat", "--ttl", "2m")
+	if r.code != 0 {
+		t.Fatalf("%v", r)
+	}
+	var claims struct {
+		jwt.RegisteredClaims
+		Streams []string `json:"streams"`
+	}
+	tok, err := jwt.ParseWithClaims(strings.TrimSpace(r.stdout), &claims, func(*jwt.Token) (any, error) { return []byte(secret), nil },
+		jwt.WithValidMethods([]string{"HS256"}))
+	if err != nil || !tok.Valid || claims.Subject != "alice" || !slices.Equal(claims.Streams, []string{"presence", "chat"}) {
+		t.Fatalf("token %q: %v %+v", r.stdout, err, claims)
+	}
+	if left := time.Until(claims.ExpiresAt.Time); left <= time.Minute || left > 2*time.Minute {
+		t.Errorf("the token expires in %s, want 2m", left)
 	}
 }

@@ -5,10 +5,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/driftguard/driftguard/ingest"
 	"github.com/driftguard/driftguard/internal/config"
@@ -44,8 +46,7 @@ func keepStreams(cfg *config.Config, list string) error {
 		return nil
 	}
 	keep := map[string]*config.Stream{}
-	for _, name := range strings.Split(list, ",") {
-		name = strings.TrimSpace(name)
+	for _, name := range splitList(list) {
 		s, ok := cfg.Streams[name]
 		if !ok {
 			return fmt.Errorf("--streams names %q, which is not in the catalogue (%s)", name, strings.Join(cfg.StreamNames(), ", "))
@@ -80,6 +81,39 @@ func runBridge(ctx context.Context, env *environment) error {
 		return err
 	}
 	return b.Run(ctx)
+}
+
+func tokenFlags(fs *flag.FlagSet) runner {
+	user := fs.String("user", "", "the user the token names (sub); for assign streams, a member of the conversations to read")
+	streams := fs.String("streams", "*", "the streams it may read, comma-separated, or * for all")
+	ttl := fs.Duration("ttl", time.Hour, "how long it is valid")
+	return func(_ context.Context, env *environment) error {
+		switch {
+		case *user == "":
+			return usageError{errors.New("--user is required")}
+		case *ttl <= 0:
+			return usageError{errors.New("--ttl must be positive")}
+		case env.cfg.Bridge.Secret == "":
+			return realtime.ErrNoSecret
+		}
+		tok, err := realtime.Sign([]byte(env.cfg.Bridge.Secret), *user, splitList(*streams), time.Now().Add(*ttl))
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(env.stdout, tok)
+		return err
+	}
+}
+
+// splitList splits a comma-separated flag, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 // withTelemetry runs a component and serves its /metrics, /healthz and
