@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -175,5 +176,29 @@ func TestCursorsThatCannotResumeAreGone(t *testing.T) {
 		if len(ents) != 1 || ents[0].Version != 1 || fresh == cursor {
 			t.Fatalf("after the topic was created again: %s %+v", fresh, ents)
 		}
+	}
+}
+
+// A stream with more entities than bridge.max_entities: the new ones are
+// dropped and counted, and /readyz says why the bridge is not ready.
+func TestEntityLimit(t *testing.T) {
+	e := newBridgeEnv(t, testenv.Fake(t), func(c *config.Config) { c.Bridge.MaxEntities = 3 }, "presence")
+	for i := range 5 {
+		e.publish("presence", fmt.Sprintf("u%d", i), 1, `{"presence":"ONLINE"}`)
+	}
+	testenv.WaitFor(t, e.ctx, "two entities dropped", func() bool {
+		return gathered(t, e, "driftguard_bridge_entities_dropped_total") == 2
+	})
+	resp, err := http.Get(e.url + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "bridge.max_entities") {
+		t.Errorf("/readyz %d %s, want 503 naming bridge.max_entities", resp.StatusCode, body)
+	}
+	if n := gathered(t, e, "driftguard_bridge_entities"); n != 3 {
+		t.Errorf("%v entities held, want 3", n)
 	}
 }
