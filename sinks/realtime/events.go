@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/driftguard/driftguard/internal/config"
@@ -75,11 +76,12 @@ func (b *Bridge) events(q *request) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no") // proxies pass each message on as it comes
 	q.w.WriteHeader(http.StatusOK)
-	c := &client{b: b, q: q, s: s, pos: pos, key: key, rc: http.NewResponseController(q.w)}
+	name := q.stream.cfg.Name
+	c := &client{b: b, q: q, s: s, pos: pos, key: key, rc: http.NewResponseController(q.w),
+		sentTotal: b.metrics.sent.WithLabelValues(name)}
 	if c.flush() != nil {
 		return
 	}
-	name := q.stream.cfg.Name
 	b.metrics.clients.WithLabelValues(name).Inc()
 	defer b.metrics.clients.WithLabelValues(name).Dec()
 	err = c.run(q.r.Context())
@@ -180,6 +182,9 @@ type client struct {
 	rc   *http.ResponseController
 	buf  []byte
 	sent int
+	// sentTotal is the stream's series of messages sent, looked up once:
+	// a lookup per message costs more than the message's write.
+	sentTotal prometheus.Counter
 	// withinLag is when the client was last within client_lag of the head.
 	withinLag time.Time
 }
@@ -307,7 +312,7 @@ func (c *client) write(frame []byte) error {
 		return err
 	}
 	c.sent++
-	c.b.metrics.sent.WithLabelValues(c.q.stream.cfg.Name).Inc()
+	c.sentTotal.Inc()
 	return nil
 }
 
