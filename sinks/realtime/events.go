@@ -185,18 +185,24 @@ type client struct {
 	// sentTotal is the stream's series of messages sent, looked up once:
 	// a lookup per message costs more than the message's write.
 	sentTotal prometheus.Counter
+	// clock is when the client started; the times below are durations
+	// since, read from the monotonic clock alone (time.Since) once per
+	// message: time.Now, which reads the wall clock too, cost more than
+	// a message's write.
+	clock time.Time
 	// withinLag is when the client was last within client_lag of the head.
-	withinLag time.Time
+	withinLag time.Duration
 }
 
-// tooFarBehind reports whether the client, behind changes from the head,
-// has been more than client_lag behind for longer than lagGrace.
-func (c *client) tooFarBehind(behind uint64) bool {
+// tooFarBehind reports whether the client, behind changes from the head
+// at now (since clock), has been more than client_lag behind for longer
+// than lagGrace.
+func (c *client) tooFarBehind(behind uint64, now time.Duration) bool {
 	if behind <= uint64(c.b.cfg.ClientLag) {
-		c.withinLag = time.Now()
+		c.withinLag = now
 		return false
 	}
-	return time.Since(c.withinLag) > lagGrace
+	return now-c.withinLag > lagGrace
 }
 
 // run sends the changes after the client's cursor, then every new one,
@@ -208,17 +214,17 @@ func (c *client) run(ctx context.Context) error {
 	}
 	heartbeat := time.NewTicker(c.b.cfg.Heartbeat)
 	defer heartbeat.Stop()
-	c.withinLag = time.Now()
+	c.clock, c.withinLag = time.Now(), 0
 	for {
 		batch, head, next, wake, behind, left := c.take()
-		if left || c.tooFarBehind(behind) {
+		if left || c.tooFarBehind(behind, time.Since(c.clock)) {
 			return c.reset(fmt.Sprintf("the client is %d changes behind the stream; take a new snapshot", behind))
 		}
 		nowMs := c.b.now().UnixMilli()
 		for i, ch := range batch {
 			// A slow reader's writes block: how far behind it is, is
 			// looked at before each.
-			if behind := c.s.headNow.Load() - (c.seq + uint64(i)); c.tooFarBehind(behind) {
+			if behind := c.s.headNow.Load() - (c.seq + uint64(i)); c.tooFarBehind(behind, time.Since(c.clock)) {
 				return c.reset(fmt.Sprintf("the client is %d changes behind the stream; take a new snapshot", behind))
 			}
 			ok, err := c.send(ch, nowMs)
