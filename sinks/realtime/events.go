@@ -23,6 +23,12 @@ const (
 	// reset). It is above lagGrace, so a client that reads, but slower
 	// than the stream, is told to reset first.
 	writeTimeout = 10 * time.Second
+	// deadlineSlack is how old the write deadline may be before a write
+	// sets it again, so a write may block from writeTimeout less
+	// deadlineSlack (still above lagGrace) to writeTimeout. Setting it
+	// rearms a runtime timer, which for every message cost more than the
+	// message's write.
+	deadlineSlack = time.Second
 	// aheadWait is how long a cursor from a bridge that has read further
 	// waits for this one to catch up.
 	aheadWait = 10 * time.Second
@@ -78,7 +84,7 @@ func (b *Bridge) events(q *request) {
 	q.w.WriteHeader(http.StatusOK)
 	name := q.stream.cfg.Name
 	c := &client{b: b, q: q, s: s, pos: pos, key: key, rc: http.NewResponseController(q.w),
-		sentTotal: b.metrics.sent.WithLabelValues(name)}
+		sentTotal: b.metrics.sent.WithLabelValues(name), clock: time.Now()}
 	if c.flush() != nil {
 		return
 	}
@@ -192,6 +198,9 @@ type client struct {
 	clock time.Time
 	// withinLag is when the client was last within client_lag of the head.
 	withinLag time.Duration
+	// deadlineSet is when the write deadline was last set, if armed.
+	deadlineSet time.Duration
+	armed       bool
 }
 
 // tooFarBehind reports whether the client, behind changes from the head
@@ -214,7 +223,7 @@ func (c *client) run(ctx context.Context) error {
 	}
 	heartbeat := time.NewTicker(c.b.cfg.Heartbeat)
 	defer heartbeat.Stop()
-	c.clock, c.withinLag = time.Now(), 0
+	c.withinLag = time.Since(c.clock)
 	for {
 		batch, head, next, wake, behind, left := c.take()
 		if left || c.tooFarBehind(behind, time.Since(c.clock)) {
@@ -313,7 +322,7 @@ func (c *client) send(ch *change, nowMs int64) (ok bool, err error) {
 }
 
 func (c *client) write(frame []byte) error {
-	_ = c.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	c.extendDeadline()
 	if _, err := c.q.w.Write(frame); err != nil {
 		return err
 	}
@@ -323,8 +332,19 @@ func (c *client) write(frame []byte) error {
 }
 
 func (c *client) flush() error {
-	_ = c.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	c.extendDeadline()
 	return c.rc.Flush()
+}
+
+// extendDeadline gives the writes that follow writeTimeout from now, unless
+// the deadline was set less than deadlineSlack ago.
+func (c *client) extendDeadline() {
+	now := time.Since(c.clock)
+	if c.armed && now-c.deadlineSet < deadlineSlack {
+		return
+	}
+	c.deadlineSet, c.armed = now, true
+	_ = c.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 }
 
 // reset tells a client that fell behind to take a new snapshot, and ends
