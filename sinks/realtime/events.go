@@ -193,7 +193,8 @@ type client struct {
 	sentTotal prometheus.Counter
 	// clock is when the client started; the times below are durations
 	// since, read from the monotonic clock alone (time.Since) once per
-	// message: time.Now, which reads the wall clock too, cost more than
+	// message and shared by the lag check and the write deadline: clock
+	// readings, time.Now's of both clocks all the more, cost as much as
 	// a message's write.
 	clock time.Time
 	// withinLag is when the client was last within client_lag of the head.
@@ -204,14 +205,14 @@ type client struct {
 }
 
 // tooFarBehind reports whether the client, behind changes from the head
-// at now (since clock), has been more than client_lag behind for longer
+// at at (since clock), has been more than client_lag behind for longer
 // than lagGrace.
-func (c *client) tooFarBehind(behind uint64, now time.Duration) bool {
+func (c *client) tooFarBehind(behind uint64, at time.Duration) bool {
 	if behind <= uint64(c.b.cfg.ClientLag) {
-		c.withinLag = now
+		c.withinLag = at
 		return false
 	}
-	return now-c.withinLag > lagGrace
+	return at-c.withinLag > lagGrace
 }
 
 // run sends the changes after the client's cursor, then every new one,
@@ -233,10 +234,11 @@ func (c *client) run(ctx context.Context) error {
 		for i, ch := range batch {
 			// A slow reader's writes block: how far behind it is, is
 			// looked at before each.
-			if behind := c.s.headNow.Load() - (c.seq + uint64(i)); c.tooFarBehind(behind, time.Since(c.clock)) {
+			at := time.Since(c.clock)
+			if behind := c.s.headNow.Load() - (c.seq + uint64(i)); c.tooFarBehind(behind, at) {
 				return c.reset(fmt.Sprintf("the client is %d changes behind the stream; take a new snapshot", behind))
 			}
-			ok, err := c.send(ch, nowMs)
+			ok, err := c.send(ch, nowMs, at)
 			if err != nil || !ok {
 				return err
 			}
@@ -294,9 +296,10 @@ func (c *client) take() (batch []*change, head uint64, next []int64, wake <-chan
 	return batch, head, next, wake, head - c.seq, false
 }
 
-// send writes one change when the client should see it; ok is false when
-// the client must stop (it left the conversation it follows).
-func (c *client) send(ch *change, nowMs int64) (ok bool, err error) {
+// send writes one change when the client should see it, expired as of
+// nowMs, at at (since clock); ok is false when the client must stop (it
+// left the conversation it follows).
+func (c *client) send(ch *change, nowMs int64, at time.Duration) (ok bool, err error) {
 	if !c.live {
 		if ch.offset < c.pos.Offsets[ch.partition] {
 			return true, nil // before the cursor
@@ -318,11 +321,11 @@ func (c *client) send(ch *change, nowMs int64) (ok bool, err error) {
 		frame = appendFrame(frame, c.pos.String(), ch.ent, nowMs)
 		c.buf = frame
 	}
-	return true, c.write(frame)
+	return true, c.write(frame, at)
 }
 
-func (c *client) write(frame []byte) error {
-	c.extendDeadline()
+func (c *client) write(frame []byte, at time.Duration) error {
+	c.extendDeadline(at)
 	if _, err := c.q.w.Write(frame); err != nil {
 		return err
 	}
@@ -332,18 +335,18 @@ func (c *client) write(frame []byte) error {
 }
 
 func (c *client) flush() error {
-	c.extendDeadline()
+	c.extendDeadline(time.Since(c.clock))
 	return c.rc.Flush()
 }
 
-// extendDeadline gives the writes that follow writeTimeout from now, unless
-// the deadline was set less than deadlineSlack ago.
-func (c *client) extendDeadline() {
-	now := time.Since(c.clock)
-	if c.armed && now-c.deadlineSet < deadlineSlack {
+// extendDeadline gives the writes that follow, at at (since clock),
+// writeTimeout from now, unless the deadline was set less than
+// deadlineSlack before.
+func (c *client) extendDeadline(at time.Duration) {
+	if c.armed && at-c.deadlineSet < deadlineSlack {
 		return
 	}
-	c.deadlineSet, c.armed = now, true
+	c.deadlineSet, c.armed = at, true
 	_ = c.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 }
 
@@ -378,7 +381,7 @@ func (c *client) catchUpFromKafka(ctx context.Context) error {
 		}
 		err := c.b.readRange(ctx, c.q.stream.topic, from, to, func(p int32, r stateRecord) error {
 			ch := &change{partition: p, offset: r.offset, ent: newEntity(p, r, s.assign)}
-			ok, err := c.send(ch, nowMs)
+			ok, err := c.send(ch, nowMs, time.Since(c.clock))
 			if err == nil && !ok {
 				err = errors.New("the client left the conversation")
 			}
