@@ -81,7 +81,7 @@ func BenchmarkFanOut(b *testing.B) {
 	// A client sends its frames shared with the others only once it has
 	// caught up with the log: all of them have before the first round.
 	testenv.WaitFor(b, e.ctx, "every bridge client live", func() bool {
-		return histogramCount(b, e, "driftguard_bridge_catchup_changes") >= uint64(clients)
+		return gathered(b, e, "driftguard_bridge_catchup_changes") >= float64(clients)
 	})
 
 	bc := newBroadcaster()
@@ -348,24 +348,6 @@ func raiseOpenFiles(b *testing.B, need int) {
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur < uint64(need) {
 		b.Fatalf("%d open files are needed, the limit is %d (hard %d): %v", need, lim.Cur, lim.Max, err)
 	}
-}
-
-// histogramCount is how many observations a histogram of the bridge's
-// registry holds, over its series.
-func histogramCount(b *testing.B, e *bridgeEnv, name string) uint64 {
-	families, err := e.ops.Registry.Gather()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var n uint64
-	for _, f := range families {
-		if f.GetName() == name {
-			for _, m := range f.GetMetric() {
-				n += m.GetHistogram().GetSampleCount()
-			}
-		}
-	}
-	return n
 }
 
 // replayChanges is how far back BenchmarkReplay's client resumes.

@@ -202,6 +202,10 @@ type client struct {
 	// deadlineSet is when the write deadline was last set, if armed.
 	deadlineSet time.Duration
 	armed       bool
+	// queued is the block holding the live messages queued to be written
+	// at once, from runStart to runEnd, runLen of them; nil when none.
+	queued                   *frameBlock
+	runStart, runEnd, runLen int
 }
 
 // tooFarBehind reports whether the client, behind changes from the head
@@ -314,28 +318,73 @@ func (c *client) send(ch *change, nowMs int64, at time.Duration) (ok bool, err e
 		// nothing decided after the removal: the connection ends.
 		return c.key == "", nil
 	}
-	frame := c.buf[:0]
-	if c.live {
-		frame = ch.frame(nowMs)
-	} else {
-		frame = appendFrame(frame, c.pos.String(), ch.ent, nowMs)
-		c.buf = frame
+	expired := isExpired(ch.ent, nowMs)
+	switch {
+	case c.live && !expired:
+		return true, c.queue(ch, at)
+	case c.live:
+		return true, c.write(ch.expired(), at)
 	}
-	return true, c.write(frame, at)
+	c.buf = appendFrame(c.buf[:0], c.pos.String(), ch.ent, expired)
+	return true, c.write(c.buf, at)
 }
 
-func (c *client) write(frame []byte, at time.Duration) error {
-	c.extendDeadline(at)
-	if _, err := c.q.w.Write(frame); err != nil {
+// maxRun bounds the bytes of live messages a client writes at once. The
+// kernel must take each write before the write deadline (writeTimeout,
+// less at most deadlineSlack), so a client whose buffers are full is cut
+// off unless it reads maxRun in that time, about 3 KiB a second.
+const maxRun = 32 << 10
+
+// queue adds a change's live message to the run the client writes next;
+// the messages of consecutive changes lie end to end in their block, so
+// a run is written at once, not in a write per message.
+func (c *client) queue(ch *change, at time.Duration) error {
+	ch.block.build()
+	if c.queued != nil && ch.follows(c.queued, c.runEnd) && ch.end-c.runStart <= maxRun {
+		c.runEnd, c.runLen = ch.end, c.runLen+1
+		return nil
+	}
+	if err := c.writeRun(at); err != nil {
 		return err
 	}
-	c.sent++
-	c.sentTotal.Inc()
+	c.queued, c.runStart, c.runEnd, c.runLen = ch.block, ch.start, ch.end, 1
+	return nil
+}
+
+// writeRun writes the queued run, if any.
+func (c *client) writeRun(at time.Duration) error {
+	if c.queued == nil {
+		return nil
+	}
+	run := c.queued.b[c.runStart:c.runEnd]
+	c.queued = nil
+	return c.writeMessages(run, c.runLen, at)
+}
+
+// write writes one message, after the queued run.
+func (c *client) write(frame []byte, at time.Duration) error {
+	if err := c.writeRun(at); err != nil {
+		return err
+	}
+	return c.writeMessages(frame, 1, at)
+}
+
+func (c *client) writeMessages(b []byte, n int, at time.Duration) error {
+	c.extendDeadline(at)
+	if _, err := c.q.w.Write(b); err != nil {
+		return err
+	}
+	c.sent += n
+	c.sentTotal.Add(float64(n))
 	return nil
 }
 
 func (c *client) flush() error {
-	c.extendDeadline(time.Since(c.clock))
+	at := time.Since(c.clock)
+	if err := c.writeRun(at); err != nil {
+		return err
+	}
+	c.extendDeadline(at)
 	return c.rc.Flush()
 }
 
@@ -354,6 +403,7 @@ func (c *client) extendDeadline(at time.Duration) {
 // its connection: memory per client stays bounded.
 func (c *client) reset(reason string) error {
 	c.b.metrics.resets.WithLabelValues(c.q.stream.cfg.Name).Inc()
+	_ = c.writeRun(time.Since(c.clock))
 	_ = c.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	_, _ = fmt.Fprintf(c.q.w, "event: reset\ndata: {\"reason\":%q}\n\n", reason)
 	_ = c.rc.Flush()
