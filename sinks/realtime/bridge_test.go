@@ -14,6 +14,7 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
 	"github.com/driftguard/driftguard/sinks/realtime"
@@ -200,5 +201,68 @@ func TestEntityLimit(t *testing.T) {
 	}
 	if n := gathered(t, e, "driftguard_bridge_entities"); n != 3 {
 		t.Errorf("%v entities held, want 3", n)
+	}
+}
+
+// Live clients share each change's message, `expired` as of when it is
+// sent: changes of one batch, some of whose claims have lapsed, reach
+// every live client in order, each with the id to resume after it.
+func TestLiveMessagesSayExpired(t *testing.T) {
+	e := newBridgeEnv(t, testenv.Fake(t), nil, "presence")
+	now := time.Now() // held still: a claim expires as of it
+	e.now = func() time.Time { return now }
+	tok := e.token("alice", "presence")
+	cursor, _ := e.snapshot("presence", tok, 10)
+	var clients []*sse
+	for range 2 {
+		s, status := e.open(e.ctx, "presence", tok, cursor, "")
+		if status != http.StatusOK {
+			t.Fatalf("events: %d", status)
+		}
+		defer s.close()
+		clients = append(clients, s)
+	}
+	testenv.WaitFor(t, e.ctx, "both clients live", func() bool {
+		return gathered(t, e, "driftguard_bridge_catchup_changes") == 2
+	})
+	// One key, so one partition and one batch as far as the producer
+	// lingers: versions 1 to 6, the even ones expired by now.
+	expiries := []int64{0, now.UnixMilli() - 1, now.UnixMilli() + 60_000, now.UnixMilli(), 0, 1}
+	for i, exp := range expiries {
+		r := stateRecord("presence", "u", int64(i+1), `{"presence":"ONLINE"}`)
+		st := record.State{Stream: "presence", Key: "u", Version: int64(i + 1), State: json.RawMessage(`{"presence":"ONLINE"}`), ExpiresAtMs: exp}
+		r.Value = record.AppendState(nil, &st)
+		e.cl.Produce(e.ctx, r, nil)
+	}
+	if err := e.cl.Flush(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got [2][]sseEvent
+	for c, s := range clients {
+		for i := range expiries {
+			ev, _ := s.next(t, 10*time.Second)
+			var ent entityJSON
+			if err := json.Unmarshal([]byte(ev.data), &ent); err != nil {
+				t.Fatalf("client %d event %d: %v", c, i, err)
+			}
+			if want := i%2 == 1; ent.Version != int64(i+1) || ent.Expired != want {
+				t.Fatalf("client %d event %d: %s, want version %d expired %v", c, i, ev.data, i+1, want)
+			}
+			got[c] = append(got[c], ev)
+		}
+	}
+	if fmt.Sprint(got[0]) != fmt.Sprint(got[1]) {
+		t.Fatalf("live clients were sent different messages:\n%v\n%v", got[0], got[1])
+	}
+	// Each id resumes after its change.
+	s, status := e.open(e.ctx, "presence", tok, got[0][3].id, "")
+	if status != http.StatusOK {
+		t.Fatalf("resume: %d", status)
+	}
+	defer s.close()
+	for _, want := range got[0][4:] {
+		if ev, _ := s.next(t, 10*time.Second); ev != want {
+			t.Fatalf("resumed: %+v, want %+v", ev, want)
+		}
 	}
 }

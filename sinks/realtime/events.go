@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/driftguard/driftguard/internal/config"
@@ -22,6 +23,12 @@ const (
 	// reset). It is above lagGrace, so a client that reads, but slower
 	// than the stream, is told to reset first.
 	writeTimeout = 10 * time.Second
+	// deadlineSlack is how old the write deadline may be before a write
+	// sets it again, so a write may block from writeTimeout less
+	// deadlineSlack (still above lagGrace) to writeTimeout. Setting it
+	// rearms a runtime timer, which for every message cost more than the
+	// message's write.
+	deadlineSlack = time.Second
 	// aheadWait is how long a cursor from a bridge that has read further
 	// waits for this one to catch up.
 	aheadWait = 10 * time.Second
@@ -75,11 +82,12 @@ func (b *Bridge) events(q *request) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no") // proxies pass each message on as it comes
 	q.w.WriteHeader(http.StatusOK)
-	c := &client{b: b, q: q, s: s, pos: pos, key: key, rc: http.NewResponseController(q.w)}
+	name := q.stream.cfg.Name
+	c := &client{b: b, q: q, s: s, pos: pos, key: key, rc: http.NewResponseController(q.w),
+		sentTotal: b.metrics.sent.WithLabelValues(name), clock: time.Now()}
 	if c.flush() != nil {
 		return
 	}
-	name := q.stream.cfg.Name
 	b.metrics.clients.WithLabelValues(name).Inc()
 	defer b.metrics.clients.WithLabelValues(name).Dec()
 	err = c.run(q.r.Context())
@@ -180,18 +188,35 @@ type client struct {
 	rc   *http.ResponseController
 	buf  []byte
 	sent int
+	// sentTotal is the stream's series of messages sent, looked up once:
+	// a lookup per message costs more than the message's write.
+	sentTotal prometheus.Counter
+	// clock is when the client started; the times below are durations
+	// since, read from the monotonic clock alone (time.Since) once per
+	// message and shared by the lag check and the write deadline: clock
+	// readings, time.Now's of both clocks all the more, cost as much as
+	// a message's write.
+	clock time.Time
 	// withinLag is when the client was last within client_lag of the head.
-	withinLag time.Time
+	withinLag time.Duration
+	// deadlineSet is when the write deadline was last set, if armed.
+	deadlineSet time.Duration
+	armed       bool
+	// queued is the block holding the live messages queued to be written
+	// at once, from runStart to runEnd, runLen of them; nil when none.
+	queued                   *frameBlock
+	runStart, runEnd, runLen int
 }
 
-// tooFarBehind reports whether the client, behind changes from the head,
-// has been more than client_lag behind for longer than lagGrace.
-func (c *client) tooFarBehind(behind uint64) bool {
+// tooFarBehind reports whether the client, behind changes from the head
+// at at (since clock), has been more than client_lag behind for longer
+// than lagGrace.
+func (c *client) tooFarBehind(behind uint64, at time.Duration) bool {
 	if behind <= uint64(c.b.cfg.ClientLag) {
-		c.withinLag = time.Now()
+		c.withinLag = at
 		return false
 	}
-	return time.Since(c.withinLag) > lagGrace
+	return at-c.withinLag > lagGrace
 }
 
 // run sends the changes after the client's cursor, then every new one,
@@ -203,20 +228,21 @@ func (c *client) run(ctx context.Context) error {
 	}
 	heartbeat := time.NewTicker(c.b.cfg.Heartbeat)
 	defer heartbeat.Stop()
-	c.withinLag = time.Now()
+	c.withinLag = time.Since(c.clock)
 	for {
 		batch, head, next, wake, behind, left := c.take()
-		if left || c.tooFarBehind(behind) {
+		if left || c.tooFarBehind(behind, time.Since(c.clock)) {
 			return c.reset(fmt.Sprintf("the client is %d changes behind the stream; take a new snapshot", behind))
 		}
 		nowMs := c.b.now().UnixMilli()
 		for i, ch := range batch {
 			// A slow reader's writes block: how far behind it is, is
 			// looked at before each.
-			if behind := c.s.headNow.Load() - (c.seq + uint64(i)); c.tooFarBehind(behind) {
+			at := time.Since(c.clock)
+			if behind := c.s.headNow.Load() - (c.seq + uint64(i)); c.tooFarBehind(behind, at) {
 				return c.reset(fmt.Sprintf("the client is %d changes behind the stream; take a new snapshot", behind))
 			}
-			ok, err := c.send(ch, nowMs)
+			ok, err := c.send(ch, nowMs, at)
 			if err != nil || !ok {
 				return err
 			}
@@ -291,9 +317,10 @@ func (c *client) missed() bool {
 	return false
 }
 
-// send writes one change when the client should see it; ok is false when
-// the client must stop (it left the conversation it follows).
-func (c *client) send(ch *change, nowMs int64) (ok bool, err error) {
+// send writes one change when the client should see it, expired as of
+// nowMs, at at (since clock); ok is false when the client must stop (it
+// left the conversation it follows).
+func (c *client) send(ch *change, nowMs int64, at time.Duration) (ok bool, err error) {
 	if !c.live {
 		if ch.offset < c.pos.Offsets[ch.partition] {
 			return true, nil // before the cursor
@@ -308,35 +335,92 @@ func (c *client) send(ch *change, nowMs int64) (ok bool, err error) {
 		// nothing decided after the removal: the connection ends.
 		return c.key == "", nil
 	}
-	frame := c.buf[:0]
-	if c.live {
-		frame = ch.frame(nowMs)
-	} else {
-		frame = appendFrame(frame, c.pos.String(), ch.ent, nowMs)
-		c.buf = frame
+	expired := isExpired(ch.ent, nowMs)
+	switch {
+	case c.live && !expired:
+		return true, c.queue(ch, at)
+	case c.live:
+		return true, c.write(ch.expired(), at)
 	}
-	return true, c.write(frame)
+	c.buf = appendFrame(c.buf[:0], c.pos.String(), ch.ent, expired)
+	return true, c.write(c.buf, at)
 }
 
-func (c *client) write(frame []byte) error {
-	_ = c.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	if _, err := c.q.w.Write(frame); err != nil {
+// maxRun bounds the bytes of live messages a client writes at once. The
+// kernel must take each write before the write deadline (writeTimeout,
+// less at most deadlineSlack), so a client whose buffers are full is cut
+// off unless it reads maxRun in that time, about 3 KiB a second.
+const maxRun = 32 << 10
+
+// queue adds a change's live message to the run the client writes next;
+// the messages of consecutive changes lie end to end in their block, so
+// a run is written at once, not in a write per message.
+func (c *client) queue(ch *change, at time.Duration) error {
+	ch.block.build()
+	if c.queued != nil && ch.follows(c.queued, c.runEnd) && ch.end-c.runStart <= maxRun {
+		c.runEnd, c.runLen = ch.end, c.runLen+1
+		return nil
+	}
+	if err := c.writeRun(at); err != nil {
 		return err
 	}
-	c.sent++
-	c.b.metrics.sent.WithLabelValues(c.q.stream.cfg.Name).Inc()
+	c.queued, c.runStart, c.runEnd, c.runLen = ch.block, ch.start, ch.end, 1
+	return nil
+}
+
+// writeRun writes the queued run, if any.
+func (c *client) writeRun(at time.Duration) error {
+	if c.queued == nil {
+		return nil
+	}
+	run := c.queued.b[c.runStart:c.runEnd]
+	c.queued = nil
+	return c.writeMessages(run, c.runLen, at)
+}
+
+// write writes one message, after the queued run.
+func (c *client) write(frame []byte, at time.Duration) error {
+	if err := c.writeRun(at); err != nil {
+		return err
+	}
+	return c.writeMessages(frame, 1, at)
+}
+
+func (c *client) writeMessages(b []byte, n int, at time.Duration) error {
+	c.extendDeadline(at)
+	if _, err := c.q.w.Write(b); err != nil {
+		return err
+	}
+	c.sent += n
+	c.sentTotal.Add(float64(n))
 	return nil
 }
 
 func (c *client) flush() error {
-	_ = c.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	at := time.Since(c.clock)
+	if err := c.writeRun(at); err != nil {
+		return err
+	}
+	c.extendDeadline(at)
 	return c.rc.Flush()
+}
+
+// extendDeadline gives the writes that follow, at at (since clock),
+// writeTimeout from now, unless the deadline was set less than
+// deadlineSlack before.
+func (c *client) extendDeadline(at time.Duration) {
+	if c.armed && at-c.deadlineSet < deadlineSlack {
+		return
+	}
+	c.deadlineSet, c.armed = at, true
+	_ = c.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 }
 
 // reset tells a client that fell behind to take a new snapshot, and ends
 // its connection: memory per client stays bounded.
 func (c *client) reset(reason string) error {
 	c.b.metrics.resets.WithLabelValues(c.q.stream.cfg.Name).Inc()
+	_ = c.writeRun(time.Since(c.clock))
 	_ = c.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	_, _ = fmt.Fprintf(c.q.w, "event: reset\ndata: {\"reason\":%q}\n\n", reason)
 	_ = c.rc.Flush()
@@ -364,7 +448,7 @@ func (c *client) catchUpFromKafka(ctx context.Context) error {
 		}
 		err := c.b.readRange(ctx, c.q.stream.topic, from, to, func(p int32, r stateRecord) error {
 			ch := &change{partition: p, offset: r.offset, ent: newEntity(p, r, s.assign)}
-			ok, err := c.send(ch, nowMs)
+			ok, err := c.send(ch, nowMs, time.Since(c.clock))
 			if err == nil && !ok {
 				err = errors.New("the client left the conversation")
 			}

@@ -29,7 +29,7 @@ const secret = "bridge-test-secret-0123456789abcdef"
 // bridgeEnv is a bridge on a broker with its streams' topics, and a
 // producer of their state records.
 type bridgeEnv struct {
-	t       *testing.T
+	t       testing.TB
 	ctx     context.Context
 	cfg     *config.Config
 	brokers []string
@@ -42,7 +42,7 @@ type bridgeEnv struct {
 
 // newBridgeEnv creates the topics of the named shipped streams (renamed
 // uniquely when the broker is shared) and starts a bridge on them.
-func newBridgeEnv(t *testing.T, brokers []string, change func(*config.Config), streams ...string) *bridgeEnv {
+func newBridgeEnv(t testing.TB, brokers []string, change func(*config.Config), streams ...string) *bridgeEnv {
 	t.Helper()
 	ctx := testenv.Context(t, 3*time.Minute)
 	cfg, err := config.Default()

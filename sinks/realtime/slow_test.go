@@ -156,8 +156,9 @@ func TestSlowClientsAreLetGo(t *testing.T) {
 	}
 }
 
-// gathered sums a metric's series on the bridge's registry.
-func gathered(t *testing.T, e *bridgeEnv, name string) float64 {
+// gathered sums a metric's series on the bridge's registry: counters' and
+// gauges' values, histograms' counts of observations.
+func gathered(t testing.TB, e *bridgeEnv, name string) float64 {
 	t.Helper()
 	families, err := e.ops.Registry.Gather()
 	if err != nil {
@@ -169,7 +170,7 @@ func gathered(t *testing.T, e *bridgeEnv, name string) float64 {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
 		}
 	}
 	return sum

@@ -40,20 +40,48 @@ type change struct {
 	// after is the stream's position once the change was applied, encoded:
 	// the id of the change for a client that was at the position before it.
 	after string
-	// frames are the change's SSE message, built once for each value
-	// `expired` may have when it is sent.
-	frames [2][]byte
-	once   [2]sync.Once
+	// block holds the change's SSE message with `expired` false, at
+	// start:end once built; expiredFrame the one with `expired` true,
+	// built when first sent. Only the log's changes are sent live and
+	// have a block, not those read from Kafka for one client's catch-up.
+	block        *frameBlock
+	start, end   int
+	expiredOnce  sync.Once
+	expiredFrame []byte
 }
 
-// frame is the change's SSE message with id after, expired as of nowMs.
-func (c *change) frame(nowMs int64) []byte {
-	i := 0
-	if isExpired(c.ent, nowMs) {
-		i = 1
-	}
-	c.once[i].Do(func() { c.frames[i] = appendFrame(nil, c.after, c.ent, nowMs) })
-	return c.frames[i]
+// expired is the change's SSE message with id after and `expired` true,
+// for every live client that sends it once the entity's claim has lapsed.
+func (c *change) expired() []byte {
+	c.expiredOnce.Do(func() { c.expiredFrame = appendFrame(nil, c.after, c.ent, true) })
+	return c.expiredFrame
+}
+
+// frameBlock holds the SSE messages of the changes one apply added, end to
+// end, built once when a live client first sends one of them: a live
+// client writes the messages of consecutive changes in one write rather
+// than one a message.
+type frameBlock struct {
+	changes []*change
+	once    sync.Once
+	b       []byte
+}
+
+func (fb *frameBlock) build() {
+	fb.once.Do(func() {
+		for _, c := range fb.changes {
+			c.start = len(fb.b)
+			fb.b = appendFrame(fb.b, c.after, c.ent, false)
+			c.end = len(fb.b)
+		}
+		fb.changes = nil // an evicted change is not kept for its block
+	})
+}
+
+// follows reports whether change c's message, not expired, comes right
+// after the bytes of fb up to end.
+func (c *change) follows(fb *frameBlock, end int) bool {
+	return c.block == fb && c.start == end
 }
 
 // store is what the bridge holds of one stream: the latest entity per key,
@@ -113,6 +141,7 @@ func (s *store) at(seq uint64) *change {
 func (s *store) apply(partition int32, recs []stateRecord) (dropped int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	block := &frameBlock{}
 	for _, r := range recs {
 		s.next[partition] = r.offset + 1
 		if r.st.Key == "" {
@@ -129,8 +158,10 @@ func (s *store) apply(partition int32, recs []stateRecord) (dropped int) {
 		}
 		e := newEntity(partition, r, s.assign)
 		s.entities.ReplaceOrInsert(e)
-		s.append(&change{partition: partition, offset: r.offset, ent: e,
-			after: Cursor{Epoch: s.epoch, Offsets: s.next}.String()})
+		c := &change{partition: partition, offset: r.offset, ent: e,
+			after: Cursor{Epoch: s.epoch, Offsets: s.next}.String(), block: block}
+		block.changes = append(block.changes, c)
+		s.append(c)
 	}
 	close(s.wake)
 	s.wake = make(chan struct{})
@@ -199,18 +230,20 @@ type entityJSON struct {
 	Expired     bool            `json:"expired"`
 }
 
-func (e *entity) json(nowMs int64) entityJSON {
+func (e *entity) json(nowMs int64) entityJSON { return e.jsonExpired(isExpired(e, nowMs)) }
+
+func (e *entity) jsonExpired(expired bool) entityJSON {
 	return entityJSON{Key: e.key, Version: e.version, State: e.state, UpdatedAtMs: e.updatedAt,
-		ExpiresAtMs: e.expiresAt, Expired: isExpired(e, nowMs)}
+		ExpiresAtMs: e.expiresAt, Expired: expired}
 }
 
 // appendFrame appends the SSE message of an entity's change: its id, the
 // event name and the Entity as data.
-func appendFrame(b []byte, id string, e *entity, nowMs int64) []byte {
+func appendFrame(b []byte, id string, e *entity, expired bool) []byte {
 	b = append(b, "id: "...)
 	b = append(b, id...)
 	b = append(b, "\nevent: state\ndata: "...)
-	data, _ := json.Marshal(e.json(nowMs))
+	data, _ := json.Marshal(e.jsonExpired(expired))
 	b = append(b, data...)
 	return append(b, "\n\n"...)
 }
