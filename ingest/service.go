@@ -13,14 +13,16 @@ import (
 	"github.com/driftguard/driftguard/internal/telemetry"
 )
 
-// Service serves the webhook edge and its /metrics, /healthz and /readyz on
-// one listener.
+// Service serves the webhook edge. Its /metrics, /healthz and /readyz go
+// on the telemetry listener the caller serves Ops on, apart from the
+// public one, so the internet sees neither metrics nor dependency errors.
 type Service struct {
 	cfg     *config.Config
 	brokers []string
 	log     *slog.Logger
 	ops     *telemetry.Ops
 	ln      net.Listener
+	opsHere bool
 }
 
 // ServiceOptions configure the ingest service. Zero values mean defaults.
@@ -31,16 +33,20 @@ type ServiceOptions struct {
 	Brokers []string
 	// Logger; nil discards.
 	Logger *slog.Logger
-	// Ops receives the edge's metrics and readiness checks, served on its
-	// listener; nil means ones of its own.
+	// Ops receives the edge's metrics and readiness checks; nil means ones
+	// of its own.
 	Ops *telemetry.Ops
 	// Listener is used instead of listening on http.addr.
 	Listener net.Listener
+	// OpsOnListener serves Ops with the webhooks, on one listener (dev,
+	// where everything is on loopback).
+	OpsOnListener bool
 }
 
 // NewService builds the ingest service.
 func NewService(opts ServiceOptions) *Service {
-	s := &Service{cfg: opts.Config, brokers: opts.Config.BrokersOr(opts.Brokers), log: telemetry.OrDiscard(opts.Logger), ops: opts.Ops, ln: opts.Listener}
+	s := &Service{cfg: opts.Config, brokers: opts.Config.BrokersOr(opts.Brokers), log: telemetry.OrDiscard(opts.Logger), ops: opts.Ops,
+		ln: opts.Listener, opsHere: opts.OpsOnListener}
 	if s.ops == nil {
 		s.ops = telemetry.NewOps()
 	}
@@ -72,7 +78,9 @@ func (s *Service) Run(ctx context.Context) error {
 	s.ops.AddReadiness("kafka", cl.Ping)
 	mux := http.NewServeMux()
 	h.Register(mux)
-	s.ops.Register(mux)
+	if s.opsHere {
+		s.ops.Register(mux)
+	}
 	ln := s.ln
 	if ln == nil {
 		if ln, err = net.Listen("tcp", s.cfg.HTTP.Addr); err != nil {

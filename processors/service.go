@@ -97,9 +97,15 @@ func (s *Service) Run(ctx context.Context) error {
 			return fmt.Errorf("processor %s: %w", name, err)
 		}
 		procs = append(procs, p)
-		services = append(services, service.Func{Label: "processor " + name, Fn: p.Run},
+		// The stream's work carries its name in continuous profiles.
+		services = append(services,
+			service.Func{Label: "processor " + name, Fn: func(ctx context.Context) error {
+				return telemetry.Labeled(ctx, p.Run, "stream", name)
+			}},
 			service.Func{Label: "timers " + name, Fn: func(ctx context.Context) error {
-				return p.RunTimers(ctx, s.cfg.Processing.TimerTick, adm)
+				return telemetry.Labeled(ctx, func(ctx context.Context) error {
+					return p.RunTimers(ctx, s.cfg.Processing.TimerTick, adm)
+				}, "stream", name)
 			}})
 	}
 	if s.ops != nil {

@@ -25,6 +25,9 @@ type command struct {
 	summary string
 	// noConfig: the command loads no configuration (and takes no --config).
 	noConfig bool
+	// component: the command runs a component, which logs the build at
+	// start and sends its continuous profiles where configured.
+	component bool
 	// flags defines the command's own flags and returns what runs it.
 	flags func(fs *flag.FlagSet) runner
 }
@@ -42,15 +45,16 @@ type environment struct {
 
 // commands are the subcommands in the order the help lists them.
 var commands = []command{
-	{name: "dev", args: "[--demo] [--no-sink]", summary: "every component in one process on an embedded Kafka (--demo sends demo traffic)", flags: devFlags},
-	{name: "ingest", summary: "the webhook HTTP edge", flags: func(*flag.FlagSet) runner { return runIngest }},
-	{name: "process", args: "[--streams a,b]", summary: "the ordering processors (one goka group per stream; --streams a,b for some)", flags: processFlags},
-	{name: "sink", summary: "the ClickHouse sink", flags: func(*flag.FlagSet) runner { return runSink }},
-	{name: "bridge", summary: "the realtime bridge: ordered state to browsers over SSE, and the page", flags: func(*flag.FlagSet) runner { return runBridge }},
+	{name: "dev", args: "[--demo] [--no-sink]", summary: "every component in one process on an embedded Kafka (--demo sends demo traffic)", component: true, flags: devFlags},
+	{name: "ingest", summary: "the webhook HTTP edge", component: true, flags: func(*flag.FlagSet) runner { return runIngest }},
+	{name: "process", args: "[--streams a,b]", summary: "the ordering processors (one goka group per stream; --streams a,b for some)", component: true, flags: processFlags},
+	{name: "sink", summary: "the ClickHouse sink", component: true, flags: func(*flag.FlagSet) runner { return runSink }},
+	{name: "bridge", summary: "the realtime bridge: ordered state to browsers over SSE, and the page", component: true, flags: func(*flag.FlagSet) runner { return runBridge }},
 	{name: "token", args: "--user U [--streams a,b] [--ttl 1h]", summary: "print a token for the bridge, signed with bridge.secret", flags: tokenFlags},
 	{name: "migrate", args: "[--print]", summary: "create or upgrade the ClickHouse database and tables (--print: only print the DDL)", flags: migrateFlags},
 	{name: "topics", args: "[--check]", summary: "create and check every Kafka topic of the catalogue (--check: only check)", flags: topicsFlags},
 	{name: "config", summary: "print an example configuration file", noConfig: true, flags: func(*flag.FlagSet) runner { return printExample }},
+	{name: "version", summary: "print the version and the VCS revision the binary was built from", noConfig: true, flags: func(*flag.FlagSet) runner { return printVersion }},
 }
 
 // usage is the help of the whole command line.
@@ -130,6 +134,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			env.log.Warn("config: " + w)
 		}
 	}
+	if c.component {
+		b := telemetry.BuildInfo()
+		env.log.Info("driftguard starting", "component", c.name, "version", b.Version, "revision", b.Revision, "go", b.GoVersion)
+		stop, err := telemetry.StartProfiling(telemetry.Profiling{Addr: env.cfg.Telemetry.PyroscopeAddr,
+			UploadEvery: env.cfg.Telemetry.PyroscopeUploadEvery}, c.name, env.log)
+		if err != nil {
+			fmt.Fprintf(stderr, "driftguard %s: %s\n", c.name, err)
+			return 1
+		}
+		defer stop()
+	}
 	err := runCommand(ctx, env)
 	var usageErr usageError
 	switch {
@@ -164,6 +179,16 @@ func hasFlags(fs *flag.FlagSet) bool {
 
 func indent(s string) string {
 	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
+}
+
+func printVersion(_ context.Context, env *environment) error {
+	b := telemetry.BuildInfo()
+	revision := b.Revision
+	if revision == "" {
+		revision = "unknown"
+	}
+	_, err := fmt.Fprintf(env.stdout, "driftguard %s (revision %s, %s)\n", b.Version, revision, b.GoVersion)
+	return err
 }
 
 func printExample(_ context.Context, env *environment) error {

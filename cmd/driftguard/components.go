@@ -22,9 +22,9 @@ import (
 )
 
 func runIngest(ctx context.Context, env *environment) error {
-	// Ingest serves its operational endpoints on its own listener.
-	ops := telemetry.NewOps()
-	return ingest.NewService(ingest.ServiceOptions{Config: env.cfg, Logger: env.log, Ops: ops}).Run(ctx)
+	return withTelemetry(ctx, env, func(ops *telemetry.Ops) service.Service {
+		return ingest.NewService(ingest.ServiceOptions{Config: env.cfg, Logger: env.log, Ops: ops})
+	})
 }
 
 func processFlags(fs *flag.FlagSet) runner {

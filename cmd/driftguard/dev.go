@@ -100,7 +100,7 @@ func dev(ctx context.Context, cfg *config.Config, opts devOptions) error {
 	}
 	ops := telemetry.NewOps()
 	services := []service.Service{
-		ingest.NewService(ingest.ServiceOptions{Config: cfg, Brokers: brokers, Logger: log, Ops: ops, Listener: ln}),
+		ingest.NewService(ingest.ServiceOptions{Config: cfg, Brokers: brokers, Logger: log, Ops: ops, Listener: ln, OpsOnListener: true}),
 		processors.NewService(processors.ServiceOptions{Config: cfg, Brokers: brokers, Logger: log, Ops: ops, InMemoryTables: true}),
 		&tail{brokers: brokers, cfg: cfg, out: opts.Out, every: opts.SummaryEvery},
 	}

@@ -74,7 +74,7 @@ func startPipeline(t *testing.T, brokers []string) *pipeline {
 	log := testenv.Logger(t)
 	ops := telemetry.NewOps()
 	runServices(t, ctx, "pipeline",
-		ingest.NewService(ingest.ServiceOptions{Config: cfg, Brokers: brokers, Logger: log, Ops: ops, Listener: ln}),
+		ingest.NewService(ingest.ServiceOptions{Config: cfg, Brokers: brokers, Logger: log, Ops: ops, Listener: ln, OpsOnListener: true}),
 		processors.NewService(processors.ServiceOptions{Config: cfg, Brokers: brokers, Logger: log, Ops: ops, InMemoryTables: true}),
 		sinkch.New(sinkch.Options{Config: cfg, Brokers: brokers, Conn: conn, Logger: log, Ops: ops}))
 	p := &pipeline{cfg: cfg, stream: stream, url: "http://" + ln.Addr().String(), ch: conn}

@@ -69,6 +69,8 @@ type ClickHouse struct {
 	// Database receiving driftguard's tables. Default driftguard.
 	Database string `yaml:"database"`
 	// Username and Password; default user "default" with no password.
+	// Set the password with DRIFTGUARD_CLICKHOUSE_PASSWORD rather than in
+	// the file.
 	Username string `yaml:"username"`
 	Password string `yaml:"password"`
 	// BatchRows, BatchBytes and BatchPeriod bound one flush (one INSERT
@@ -134,11 +136,16 @@ type Bridge struct {
 
 // Telemetry configures the operational endpoints of the non-HTTP components.
 type Telemetry struct {
-	// Addr serves /metrics, /healthz and /readyz for process and sink.
-	// Default 127.0.0.1:9464. Ingest serves them on its own listener too.
+	// Addr serves /metrics, /healthz and /readyz of ingest, process and
+	// sink, apart from any public listener. Default 127.0.0.1:9464.
 	Addr string `yaml:"addr"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `yaml:"log_level"`
+	// PyroscopeAddr is a Pyroscope server (http://pyroscope:4040) that
+	// every component sends its continuous profiles to; empty: none.
+	PyroscopeAddr string `yaml:"pyroscope_addr"`
+	// PyroscopeUploadEvery is how often profiles are sent. Default 15s.
+	PyroscopeUploadEvery time.Duration `yaml:"pyroscope_upload_every"`
 }
 
 // Default returns the configuration with every default filled in and the
@@ -251,12 +258,16 @@ func (c *Config) applyEnv(environ []string) error {
 			c.ClickHouse.Addr = value
 		case "DRIFTGUARD_CLICKHOUSE_DATABASE":
 			c.ClickHouse.Database = value
+		case "DRIFTGUARD_CLICKHOUSE_PASSWORD":
+			c.ClickHouse.Password = value
 		case "DRIFTGUARD_DATA_DIR":
 			c.DataDir = value
 		case "DRIFTGUARD_TELEMETRY_ADDR":
 			c.Telemetry.Addr = value
 		case "DRIFTGUARD_LOG_LEVEL":
 			c.Telemetry.LogLevel = value
+		case "DRIFTGUARD_PYROSCOPE_ADDR":
+			c.Telemetry.PyroscopeAddr = value
 		case "DRIFTGUARD_BRIDGE_ADDR":
 			c.Bridge.Addr = value
 		case "DRIFTGUARD_BRIDGE_SECRET":
@@ -301,6 +312,7 @@ func (c *Config) applyDefaults() {
 	orDefault(&c.ClickHouse.SessionTimeout, 45*time.Second)
 	orDefault(&c.Telemetry.Addr, "127.0.0.1:9464")
 	orDefault(&c.Telemetry.LogLevel, "info")
+	orDefault(&c.Telemetry.PyroscopeUploadEvery, 15*time.Second)
 	orDefault(&c.Processing.TimerTick, time.Second)
 	orDefault(&c.Bridge.Addr, "127.0.0.1:8090")
 	orDefault(&c.Bridge.MaxEntities, 1_000_000)
@@ -431,6 +443,12 @@ func (c *Config) Validate() error {
 			add(fmt.Sprintf("bridge.allowed_origins[%d]", i), "%q is not an origin (scheme://host[:port]) or *", origin)
 		}
 	}
+	if a := c.Telemetry.PyroscopeAddr; a != "" && !strings.HasPrefix(a, "http://") && !strings.HasPrefix(a, "https://") {
+		add("telemetry.pyroscope_addr", "%q is not an http:// or https:// address", a)
+	}
+	if c.Telemetry.PyroscopeUploadEvery < time.Second {
+		add("telemetry.pyroscope_upload_every", "must be at least 1s, got %s", c.Telemetry.PyroscopeUploadEvery)
+	}
 	switch c.Telemetry.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -472,7 +490,7 @@ clickhouse:
   addr: 127.0.0.1:9000           # DRIFTGUARD_CLICKHOUSE_ADDR (native protocol)
   database: driftguard           # DRIFTGUARD_CLICKHOUSE_DATABASE
   username: default
-  password: ""
+  password: ""                   # prefer DRIFTGUARD_CLICKHOUSE_PASSWORD to the file
   batch_rows: 50000              # flush after this many records,
   batch_bytes: 16777216          # or this many bytes of keys and values (16 MiB),
   batch_period: 1s               # or this long after the batch's first record
@@ -491,8 +509,10 @@ bridge:
   chat_window: 1000              # recent messages per conversation
   chat_history: 24h              # how far back chat catch-up reads at start
 telemetry:
-  addr: 127.0.0.1:9464           # /metrics, /healthz, /readyz of process and sink
+  addr: 127.0.0.1:9464           # /metrics, /healthz, /readyz of ingest, process and sink
   log_level: info
+  pyroscope_addr: ""             # DRIFTGUARD_PYROSCOPE_ADDR, e.g. http://pyroscope:4040: continuous profiles
+  pyroscope_upload_every: 15s
 data_dir: ~/.local/state/driftguard   # DRIFTGUARD_DATA_DIR
 streams:
   presence:

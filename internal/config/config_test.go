@@ -479,6 +479,7 @@ streams:
 		"DRIFTGUARD_HTTP_ADDR=0.0.0.0:8081",
 		"DRIFTGUARD_CLICKHOUSE_ADDR=ch.internal:9000",
 		"DRIFTGUARD_CLICKHOUSE_DATABASE=fromenv",
+		"DRIFTGUARD_CLICKHOUSE_PASSWORD=from-env",
 		"DRIFTGUARD_DATA_DIR=/from/env",
 		"DRIFTGUARD_SECRETS_PRESENCE=" + otherValidSecret + "," + validSecret,
 		// Variables of other tools and of the test harness share the prefix
@@ -494,6 +495,7 @@ streams:
 		{"HTTP.Addr", cfg.HTTP.Addr, "0.0.0.0:8081"},
 		{"ClickHouse.Addr", cfg.ClickHouse.Addr, "ch.internal:9000"},
 		{"ClickHouse.Database", cfg.ClickHouse.Database, "fromenv"},
+		{"ClickHouse.Password", cfg.ClickHouse.Password, "from-env"},
 		{"DataDir", cfg.DataDir, "/from/env"},
 		{"presence secrets", cfg.Streams["presence"].Signature.Secrets, []string{otherValidSecret, validSecret}},
 	})

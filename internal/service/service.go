@@ -8,6 +8,8 @@ import (
 	"fmt"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/driftguard/driftguard/internal/telemetry"
 )
 
 // Service is one long-running component.
@@ -31,12 +33,14 @@ func (f Func) Name() string { return f.Label }
 func (f Func) Run(ctx context.Context) error { return f.Fn(ctx) }
 
 // RunAll runs the services until ctx is done or one of them fails; a
-// failure cancels the rest and is returned with the service's name.
+// failure cancels the rest and is returned with the service's name. Each
+// runs under the profile label service=<its name>, so that a continuous
+// profile of a process running several (dev) tells them apart.
 func RunAll(ctx context.Context, services ...Service) error {
 	g, ctx := errgroup.WithContext(ctx)
 	for _, s := range services {
 		g.Go(func() error {
-			if err := s.Run(ctx); err != nil && ctx.Err() == nil {
+			if err := telemetry.Labeled(ctx, s.Run, "service", s.Name()); err != nil && ctx.Err() == nil {
 				return fmt.Errorf("%s: %w", s.Name(), err)
 			}
 			return nil

@@ -54,6 +54,7 @@ type Ops struct {
 func NewOps() *Ops {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerBuildInfo(reg)
 	return &Ops{Registry: reg, checks: map[string]func(context.Context) error{}}
 }
 
