@@ -45,6 +45,8 @@ type Metrics struct {
 	// The lost+found seed's metrics, under the driftguard_ prefix.
 	stored, reconciled, expired *prometheus.CounterVec
 	quarantined                 *prometheus.GaugeVec
+	// What one timer visit counts, and the input lag the timer loop reads.
+	gaps, buffered, lag *prometheus.GaugeVec
 }
 
 // NewMetrics registers the processor metrics on reg.
@@ -59,12 +61,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		stored:     counter("driftguard_quarantine_events_stored_total", "Children quarantined to wait for their parent.", "stream"),
 		reconciled: counter("driftguard_quarantine_events_reconciled_total", "Quarantined children applied when their parent arrived.", "stream"),
 		expired:    counter("driftguard_quarantine_events_expired_total", "Quarantined children whose parent never came (sent to the DLQ).", "stream"),
-		quarantined: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "driftguard_quarantine_events_current",
-			Help: "Children waiting for their parent in the partitions this instance owns, as of the last timer tick.",
-		}, []string{"stream"}),
 	}
-	reg.MustRegister(m.quarantined)
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"stream"})
+		reg.MustRegister(g)
+		return g
+	}
+	m.quarantined = gauge("driftguard_quarantine_events_current",
+		"Children waiting for their parent in the partitions this instance owns, as of the last timer tick.")
+	m.gaps = gauge("driftguard_processor_gaps_current",
+		"Keys of a gapless stream waiting for a missing sequence in the partitions this instance owns, as of the last timer tick.")
+	m.buffered = gauge("driftguard_processor_buffered_events_current",
+		"Events held ahead of a gap in the partitions this instance owns, as of the last timer tick.")
+	m.lag = gauge("driftguard_processor_consumer_lag",
+		"Records of <stream>.in the stream's group has not committed, summed over all partitions, as of the last timer tick.")
 	return m
 }
 
@@ -106,9 +116,8 @@ type handler struct {
 	names  topics.Names
 	opts   Options
 	rules  *decide.Rules
-	// visitedQuarantine sums the quarantined children seen by one timer
-	// visit.
-	visitedQuarantine atomic.Int64
+	// visited sums what one timer visit sees, for the gauges.
+	visited visitCounts
 	// committed is the group's committed offset per input partition, as the
 	// timer loop last read it; nil until then. It bounds the redelivery
 	// memory (redeliver.go).

@@ -10,6 +10,8 @@ import (
 
 	"github.com/lovoo/goka"
 	"github.com/lovoo/goka/tester"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"pgregory.net/rapid"
@@ -264,12 +266,13 @@ func TestRedeliveryMemoryForgetsCommittedInputs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	metrics := NewMetrics(prometheus.NewRegistry())
 	// Produced before the processor starts, so that it decides them in
 	// one go, before its first commit.
 	for version := range int64(5) {
 		produce(version + 1)
 	}
-	proc, err := New(brokers, s, Options{}, GokaOptions(1, t.TempDir(), testenv.Logger(t))...)
+	proc, err := New(brokers, s, Options{Metrics: metrics}, GokaOptions(1, t.TempDir(), testenv.Logger(t))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,4 +309,9 @@ func TestRedeliveryMemoryForgetsCommittedInputs(t *testing.T) {
 	if d := remembered(t, alice()); len(d) != 1 || d[0].Offset != 5 {
 		t.Fatalf("after a commit at 5 the memory holds %+v", d)
 	}
+	// The timer loop, having read the commit of all six, shows no lag.
+	testenv.WaitFor(t, ctx, "the commit of the sixth read", func() bool { return proc.h.committedOffset(0) == 6 })
+	testenv.WaitFor(t, ctx, "no consumer lag", func() bool {
+		return testutil.CollectAndCount(metrics.lag) == 1 && testutil.ToFloat64(metrics.lag.WithLabelValues(s.Name)) == 0
+	})
 }

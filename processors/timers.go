@@ -41,7 +41,7 @@ func (h *handler) tick(ctx goka.Context, meta any) {
 	if value == nil {
 		return
 	}
-	defer func() { h.visitedQuarantine.Add(int64(len(value.Quarantine))) }()
+	defer h.visited.add(value)
 	if !value.Due(now) {
 		return
 	}
@@ -69,7 +69,10 @@ func (p *Processor) RunTimers(ctx context.Context, tick time.Duration, adm *kadm
 			p.h.opts.Logger.Debug("input watermark not advanced; timers wait", "err", err)
 			continue
 		}
-		p.h.visitedQuarantine.Store(0)
+		if m := p.h.opts.Metrics; m != nil {
+			m.lag.WithLabelValues(p.h.stream.Name).Set(float64(w.lag()))
+		}
+		p.h.visited.reset()
 		// Not cancelled with ctx: goka's VisitAll, interrupted, returns while
 		// its partitions still count visits (a data race in goka). A visit
 		// ends on its own when done or when the processor stops.
@@ -77,12 +80,39 @@ func (p *Processor) RunTimers(ctx context.Context, tick time.Duration, adm *kadm
 		switch {
 		case err == nil:
 			if m := p.h.opts.Metrics; m != nil {
-				m.quarantined.WithLabelValues(p.h.stream.Name).Set(float64(p.h.visitedQuarantine.Load()))
+				p.h.visited.export(m, p.h.stream.Name)
 			}
 		case !errors.Is(err, context.Canceled) && ctx.Err() == nil:
 			p.h.opts.Logger.Debug("timer visit incomplete; retried next tick", "err", err)
 		}
 	}
+}
+
+// visitCounts sum what one timer visit sees across the keys it visits
+// (concurrently, one goroutine per partition).
+type visitCounts struct {
+	quarantined, gaps, buffered atomic.Int64
+}
+
+func (c *visitCounts) add(v *tableValue) {
+	c.quarantined.Add(int64(len(v.Quarantine)))
+	if len(v.Buffer) > 0 {
+		c.gaps.Add(1)
+		c.buffered.Add(int64(len(v.Buffer)))
+	}
+}
+
+func (c *visitCounts) reset() {
+	c.quarantined.Store(0)
+	c.gaps.Store(0)
+	c.buffered.Store(0)
+}
+
+// export sets the gauges of a complete visit.
+func (c *visitCounts) export(m *Metrics, stream string) {
+	m.quarantined.WithLabelValues(stream).Set(float64(c.quarantined.Load()))
+	m.gaps.WithLabelValues(stream).Set(float64(c.gaps.Load()))
+	m.buffered.WithLabelValues(stream).Set(float64(c.buffered.Load()))
 }
 
 // watermark tracks the input watermark of one group's input topic.
@@ -132,6 +162,23 @@ func (w *watermark) advance(ctx context.Context, now time.Time) (time.Time, erro
 	}
 	w.forgetBefore(now.Add(-sampleWindow))
 	return w.safe, nil
+}
+
+// lag is how many records of the input the group has not committed, as of
+// the latest sample: a partition without a commit counts from offset 0.
+func (w *watermark) lag() int64 {
+	if len(w.samples) == 0 {
+		return 0
+	}
+	committed := map[int32]int64{}
+	if c := w.committed.Load(); c != nil {
+		committed = *c
+	}
+	var lag int64
+	for partition, end := range w.samples[len(w.samples)-1].ends {
+		lag += max(0, end-committed[partition])
+	}
+	return lag
 }
 
 // sampleWindow bounds the end offsets a watermark keeps while its group

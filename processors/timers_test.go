@@ -1,14 +1,18 @@
 package processors
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lovoo/goka"
 	"github.com/lovoo/goka/tester"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
@@ -66,5 +70,52 @@ func TestWatermarkKeepsAnHourOfSamples(t *testing.T) {
 		if first := w.samples[0].at; first != start.Add(time.Hour) {
 			t.Errorf("tick %s: oldest sample kept at %s, want an hour before the last", tick, first.Sub(start))
 		}
+	}
+}
+
+// A timer visit counts the keys waiting on a gap and the events they hold
+// ahead of it, for the gauges.
+func TestTimerVisitCountsGapsAndBufferedEvents(t *testing.T) {
+	s := testenv.Shipped(t, "workflow")
+	metrics := NewMetrics(prometheus.NewRegistry())
+	at := time.UnixMilli(1_700_000_000_000)
+	// The clock stays before every gap deadline, so nothing expires.
+	tt, proc, names := startTester(t, s, Options{Metrics: metrics, Now: func() time.Time { return at }})
+	headers := goka.Headers{record.HeaderReceivedAt: []byte("1700000000000")}
+	for _, ev := range []struct {
+		op  string
+		seq int
+	}{{"op-1", 1}, {"op-1", 3}, {"op-1", 4}, {"op-2", 2}, {"op-3", 1}, {"op-3", 2}} {
+		tt.Consume(names.In, ev.op, fmt.Appendf(nil, `{"event_id":"%s-%d","operation_id":%q,"sequence":%d,"status":"running","occurred_at":"2026-11-30T10:00:00Z"}`, ev.op, ev.seq, ev.op, ev.seq), tester.WithHeaders(headers))
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- proc.RunTimers(ctx, 10*time.Millisecond, nil) }()
+	defer func() {
+		stop()
+		<-done
+	}()
+	// op-1 waits for 2 holding 3 and 4; op-2 waits for 1 holding 2; op-3 is whole.
+	gauges := func() (gaps, buffered float64) {
+		return testutil.ToFloat64(metrics.gaps.WithLabelValues(s.Name)), testutil.ToFloat64(metrics.buffered.WithLabelValues(s.Name))
+	}
+	if !testenv.Poll(t.Context(), func() bool { g, b := gauges(); return g == 2 && b == 3 }) {
+		g, b := gauges()
+		t.Fatalf("gauges show %v gaps and %v buffered events, want 2 and 3", g, b)
+	}
+}
+
+// The lag sums each partition's records past its commit, from offset 0
+// where the group has committed none.
+func TestWatermarkLag(t *testing.T) {
+	var committed atomic.Pointer[map[int32]int64]
+	w := watermark{committed: &committed}
+	if lag := w.lag(); lag != 0 {
+		t.Fatalf("lag %d before any sample", lag)
+	}
+	w.samples = []endSample{{ends: map[int32]int64{0: 3, 1: 9}}, {ends: map[int32]int64{0: 10, 1: 20, 2: 7}}}
+	committed.Store(&map[int32]int64{0: 4, 1: 20})
+	if lag := w.lag(); lag != 6+0+7 {
+		t.Fatalf("lag %d, want 13 (the latest sample: 6 on partition 0, none on 1, 7 uncommitted on 2)", lag)
 	}
 }
