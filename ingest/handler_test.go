@@ -515,7 +515,8 @@ func TestRequestMetricFoldsUnknownStreams(t *testing.T) {
 			got[labels["stream"]+" "+labels["status"]] = m.GetCounter().GetValue()
 		}
 	}
-	want := map[string]float64{"presence 202": 1, "unknown 404": 3}
+	// The 503 series of a served stream exists from the start, at 0.
+	want := map[string]float64{"presence 202": 1, "presence 503": 0, "unknown 404": 3}
 	if !maps.Equal(got, want) {
 		t.Errorf("request series %v, want %v", got, want)
 	}

@@ -45,8 +45,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-// acceptedCounter is the 202 series of a stream the edge serves.
+// acceptedCounter is the 202 series of a stream the edge serves. It also
+// makes the 503 series, and their reason's, exist from the start at 0: the
+// alert on 503s and the dashboard's rates then see a stream before its
+// first failure. Other statuses appear when first served.
 func (m *metrics) acceptedCounter(stream string) prometheus.Counter {
+	m.requests.WithLabelValues(stream, strconv.Itoa(http.StatusServiceUnavailable))
+	m.rejections.WithLabelValues(stream, "unavailable")
 	return m.requests.WithLabelValues(stream, strconv.Itoa(http.StatusAccepted))
 }
 

@@ -32,6 +32,7 @@ driftguard_ingest_rejections_total{reason="json",stream="presence"} 1
 driftguard_ingest_rejections_total{reason="schema",stream="presence"} 1
 driftguard_ingest_rejections_total{reason="signature_mismatch",stream="presence"} 1
 driftguard_ingest_rejections_total{reason="signature_missing_signature",stream="presence"} 1
+driftguard_ingest_rejections_total{reason="unavailable",stream="presence"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "driftguard_ingest_rejections_total"); err != nil {
 		t.Error(err)

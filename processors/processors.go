@@ -78,12 +78,30 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// serve makes a stream's series exist at 0 from the start, every outcome
+// included, so dashboards and alerts see the stream before its first
+// decision of each kind.
+func (m *Metrics) serve(stream string) {
+	for _, outcome := range record.Results {
+		m.decisions.WithLabelValues(stream, string(outcome))
+	}
+	for _, v := range []*prometheus.CounterVec{m.stored, m.reconciled, m.expired} {
+		v.WithLabelValues(stream)
+	}
+	for _, v := range []*prometheus.GaugeVec{m.quarantined, m.gaps, m.buffered, m.lag} {
+		v.WithLabelValues(stream)
+	}
+}
+
 // New builds the goka processor of stream s. goka options come last so a
 // test can pass goka.WithTester; Kafka-facing defaults come from
 // GokaOptions.
 func New(brokers []string, s *config.Stream, opts Options, gokaOpts ...goka.ProcessorOption) (*Processor, error) {
 	h := &handler{stream: s, names: topics.For(s.Name), opts: opts, rules: decide.For(s)}
 	h.opts.Logger = telemetry.OrDiscard(h.opts.Logger)
+	if h.opts.Metrics != nil {
+		h.opts.Metrics.serve(s.Name)
+	}
 	if h.opts.Now == nil {
 		h.opts.Now = time.Now
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
@@ -45,31 +46,10 @@ func (s *syncBuffer) String() string {
 
 // `dev --demo` on the embedded broker shows outcomes and fills ClickHouse.
 func TestDevDemoShowsOutcomesAndFillsClickHouse(t *testing.T) {
-	chAddr := testenv.ClickHouse(t)
-	cfg, err := config.Load("", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.HTTP.Addr, cfg.Bridge.Addr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.ClickHouse.Addr = chAddr
-	cfg.ClickHouse.Database = testenv.UniqueName("dg_dev")
-	cfg.ClickHouse.BatchPeriod = 100 * time.Millisecond
-
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var out syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- dev(ctx, cfg, devOptions{Demo: true, Out: &out, Log: slog.New(slog.DiscardHandler), SummaryEvery: 200 * time.Millisecond})
-	}()
-	conn, err := sinkch.Open(ctx, cfg.ClickHouse)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+cfg.ClickHouse.Database)
-		conn.Close()
-	}()
+	cfg, conn, out, done := devWithClickHouse(t, ctx)
+	chAddr := cfg.ClickHouse.Addr
 	// Its own loop rather than testenv.Poll: it also watches dev stop
 	// early, and stopping dev on Poll's shorter period made the test's
 	// teardown take about two minutes in some runs after the crash test.
@@ -98,6 +78,36 @@ func TestDevDemoShowsOutcomesAndFillsClickHouse(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("dev did not stop cleanly: %v", err)
 	}
+}
+
+// devWithClickHouse starts `dev --demo` on the embedded broker with the
+// test ClickHouse in a database of its own, dropped at the end; done
+// receives dev's result once ctx ends.
+func devWithClickHouse(t *testing.T, ctx context.Context) (*config.Config, driver.Conn, *syncBuffer, chan error) {
+	t.Helper()
+	chAddr := testenv.ClickHouse(t)
+	cfg, err := config.Load("", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.HTTP.Addr, cfg.Bridge.Addr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.ClickHouse.Addr = chAddr
+	cfg.ClickHouse.Database = testenv.UniqueName("dg_dev")
+	cfg.ClickHouse.BatchPeriod = 100 * time.Millisecond
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- dev(ctx, cfg, devOptions{Demo: true, Out: out, Log: slog.New(slog.DiscardHandler), SummaryEvery: 200 * time.Millisecond})
+	}()
+	conn, err := sinkch.Open(ctx, cfg.ClickHouse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+cfg.ClickHouse.Database)
+		conn.Close()
+	})
+	return cfg, conn, out, done
 }
 
 func TestDisorderKeepsEveryDeliveryAndOnlyRepeats(t *testing.T) {

@@ -51,6 +51,15 @@ func newMetrics(ops *telemetry.Ops) *metrics {
 	if ops != nil {
 		ops.Registry.MustRegister(m.rows, m.batches, m.latency, m.retries, m.lag)
 	}
+	// Every table's series exist from the start, at 0: a dashboard or an
+	// alert on the dlq table's rows sees it before its first row.
+	for _, tables := range tablesOf {
+		for _, table := range tables {
+			m.rows.WithLabelValues(table)
+			m.batches.WithLabelValues(table)
+			m.latency.WithLabelValues(table)
+		}
+	}
 	return m
 }
 

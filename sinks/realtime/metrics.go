@@ -52,3 +52,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	return m
 }
+
+// serve makes a stream's series exist at 0 from the start, so dashboards
+// and alerts see the stream before its first client, reset or refusal.
+func (m *metrics) serve(stream string) {
+	m.clients.WithLabelValues(stream)
+	m.sent.WithLabelValues(stream)
+	m.resets.WithLabelValues(stream)
+	m.gone.WithLabelValues(stream)
+	m.snapshot.WithLabelValues(stream)
+	m.catchUp.WithLabelValues(stream)
+	m.entities.WithLabelValues(stream)
+	m.dropped.WithLabelValues(stream)
+	for _, status := range []string{"401", "403"} {
+		m.forbidden.WithLabelValues(stream, status)
+	}
+}

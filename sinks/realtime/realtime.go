@@ -87,6 +87,7 @@ func New(opts Options) (*Bridge, error) {
 			st.chat = newChat(s, cfg.Bridge.ChatWindow, cfg.Bridge.MaxEntities)
 		}
 		b.streams[s.Name] = st
+		b.metrics.serve(s.Name)
 	}
 	return b, nil
 }
