@@ -209,7 +209,7 @@ affinity:
           labelSelector:
             matchLabels:
               {{- include "driftguard.selectorLabels" . | nindent 14 }}
-              {{- with .selector }}
+              {{- with (get . "selector") }}
               {{- toYaml . | nindent 14 }}
               {{- end }}
 {{- end }}
@@ -220,7 +220,7 @@ when the config or the catalogue changes. */}}
 {{- define "driftguard.podMetadata" -}}
 labels:
   {{- include "driftguard.selectorLabels" . | nindent 2 }}
-  {{- with .selector }}
+  {{- with (get . "selector") }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
   {{- with .root.Values.podLabels }}
