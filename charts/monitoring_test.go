@@ -1,0 +1,232 @@
+package charts
+
+import (
+	"encoding/json"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// metricFamilies are the families the dashboard and the alerts may query:
+// what driftguard serves. A histogram's series carry _bucket, _sum, _count.
+var metricFamilies = map[string]bool{
+	"driftguard_ingest_requests_total":              true,
+	"driftguard_ingest_rejections_total":            true,
+	"driftguard_ingest_produce_seconds":             true,
+	"driftguard_ingest_in_flight_requests":          true,
+	"driftguard_processor_decisions_total":          true,
+	"driftguard_processor_gaps_current":             true,
+	"driftguard_processor_buffered_events_current":  true,
+	"driftguard_quarantine_events_current":          true,
+	"driftguard_quarantine_events_stored_total":     true,
+	"driftguard_quarantine_events_reconciled_total": true,
+	"driftguard_quarantine_events_expired_total":    true,
+	"driftguard_processor_consumer_lag":             true,
+	"driftguard_sink_consumer_lag":                  true,
+	"driftguard_sink_rows_total":                    true,
+	"driftguard_sink_batches_total":                 true,
+	"driftguard_sink_insert_seconds":                true,
+	"driftguard_sink_retries_total":                 true,
+	"driftguard_bridge_clients":                     true,
+	"driftguard_bridge_messages_total":              true,
+	"driftguard_bridge_resets_total":                true,
+	"driftguard_bridge_cursor_gone_total":           true,
+	"driftguard_build_info":                         true,
+}
+
+var histograms = []string{"driftguard_ingest_produce_seconds", "driftguard_sink_insert_seconds"}
+
+var metricName = regexp.MustCompile(`\bdriftguard_[a-z0-9_]+`)
+
+// familiesOf returns the metric families an expression names, or fails.
+func familiesOf(t *testing.T, where, expr string) []string {
+	t.Helper()
+	var out []string
+	for _, name := range metricName.FindAllString(expr, -1) {
+		family := name
+		for _, h := range histograms {
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				if name == h+suffix {
+					family = h
+				}
+			}
+		}
+		if slices.Contains(histograms, name) {
+			t.Errorf("%s: histogram %s without _bucket, _sum or _count: %s", where, name, expr)
+		}
+		if !metricFamilies[family] {
+			t.Errorf("%s: %s is not a metric driftguard serves: %s", where, name, expr)
+		}
+		out = append(out, family)
+	}
+	if len(out) == 0 {
+		t.Errorf("%s: no driftguard metric in %s", where, expr)
+	}
+	return out
+}
+
+type dashboardPanel struct {
+	Type       string `json:"type"`
+	Title      string `json:"title"`
+	Datasource *struct {
+		Type string `json:"type"`
+		UID  string `json:"uid"`
+	} `json:"datasource"`
+	Targets []struct {
+		Expr string `json:"expr"`
+	} `json:"targets"`
+	Panels []dashboardPanel `json:"panels"`
+}
+
+// The dashboard queries every family on the list and nothing else, through
+// the datasource variable; the chart ships the same file for the sidecar.
+func TestDashboard(t *testing.T) {
+	data, err := os.ReadFile("driftguard/dashboards/driftguard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Title      string `json:"title"`
+		UID        string `json:"uid"`
+		Templating struct {
+			List []struct {
+				Name  string `json:"name"`
+				Type  string `json:"type"`
+				Query any    `json:"query"`
+			} `json:"list"`
+		} `json:"templating"`
+		Panels []dashboardPanel `json:"panels"`
+	}
+	if err := json.Unmarshal(data, &d); err != nil {
+		t.Fatalf("dashboard: %v", err)
+	}
+	if d.UID == "" || d.Title == "" {
+		t.Error("dashboard without uid or title")
+	}
+	if !slices.ContainsFunc(d.Templating.List, func(v struct {
+		Name  string `json:"name"`
+		Type  string `json:"type"`
+		Query any    `json:"query"`
+	}) bool {
+		return v.Name == "datasource" && v.Type == "datasource" && v.Query == "prometheus"
+	}) {
+		t.Error("dashboard has no prometheus datasource variable named datasource")
+	}
+	queried := map[string]bool{}
+	var walk func([]dashboardPanel)
+	walk = func(panels []dashboardPanel) {
+		for _, p := range panels {
+			walk(p.Panels)
+			if p.Type == "row" {
+				continue
+			}
+			if p.Datasource == nil || p.Datasource.UID != "${datasource}" {
+				t.Errorf("panel %q does not use the datasource variable", p.Title)
+			}
+			if len(p.Targets) == 0 {
+				t.Errorf("panel %q has no query", p.Title)
+			}
+			for _, target := range p.Targets {
+				for _, f := range familiesOf(t, "panel "+p.Title, target.Expr) {
+					queried[f] = true
+				}
+			}
+		}
+	}
+	walk(d.Panels)
+	for f := range metricFamilies {
+		if !queried[f] {
+			t.Errorf("no panel shows %s", f)
+		}
+	}
+
+	r := render(t, readValues(t, productionFile))
+	cm := r.configMap(t, fullName("dashboards"))
+	if cm.Labels["grafana_dashboard"] != "1" {
+		t.Errorf("dashboard ConfigMap labels %v, want grafana_dashboard: \"1\"", cm.Labels)
+	}
+	if strings.TrimSpace(cm.Data["driftguard.json"]) != strings.TrimSpace(string(data)) {
+		t.Error("the dashboard ConfigMap differs from dashboards/driftguard.json")
+	}
+	for _, c := range render(t, nil).configMaps {
+		if c.Name == fullName("dashboards") {
+			t.Error("dashboards shipped with grafana.dashboards.enabled false")
+		}
+	}
+}
+
+// The alerts query only what driftguard serves and cover lag, dead
+// letters, the quarantine, sink retries and 503s.
+func TestPrometheusRule(t *testing.T) {
+	r := render(t, readValues(t, productionFile))
+	if len(r.rules) != 1 {
+		t.Fatalf("%d PrometheusRules", len(r.rules))
+	}
+	if r.rules[0].Labels["release"] != "kube-prometheus-stack" {
+		t.Errorf("PrometheusRule labels %v", r.rules[0].Labels)
+	}
+	covered := map[string]bool{}
+	for _, g := range r.rules[0].Spec.Groups {
+		for _, rule := range g.Rules {
+			if rule.Alert == "" || rule.Labels["severity"] == "" || rule.Annotations["summary"] == "" {
+				t.Errorf("rule %+v: alert, severity and summary needed", rule)
+			}
+			for _, f := range familiesOf(t, "alert "+rule.Alert, rule.Expr.String()) {
+				covered[f] = true
+			}
+		}
+	}
+	for _, f := range []string{
+		"driftguard_processor_consumer_lag", "driftguard_sink_consumer_lag", "driftguard_sink_rows_total",
+		"driftguard_processor_decisions_total", "driftguard_quarantine_events_current",
+		"driftguard_quarantine_events_expired_total", "driftguard_sink_retries_total", "driftguard_ingest_requests_total",
+	} {
+		if !covered[f] {
+			t.Errorf("no alert on %s", f)
+		}
+	}
+	if len(render(t, nil).rules) != 0 {
+		t.Error("a PrometheusRule by default")
+	}
+}
+
+// The ServiceMonitor scrapes a port named metrics on a metrics Service of
+// every component, and those Services select the components' pods.
+func TestServiceMonitor(t *testing.T) {
+	r := render(t, readValues(t, productionFile))
+	if len(r.serviceMonitors) != 1 {
+		t.Fatalf("%d ServiceMonitors", len(r.serviceMonitors))
+	}
+	sm := r.serviceMonitors[0]
+	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "metrics" || sm.Spec.Endpoints[0].Path != "/metrics" {
+		t.Fatalf("endpoints %+v, want the port named metrics", sm.Spec.Endpoints)
+	}
+	scraped := map[string]int32{}
+	for _, s := range r.services {
+		if !containsLabels(s.Labels, sm.Spec.Selector.MatchLabels) {
+			continue
+		}
+		if len(s.Spec.Ports) != 1 || s.Spec.Ports[0].Name != "metrics" {
+			t.Errorf("Service %s: ports %+v", s.Name, s.Spec.Ports)
+			continue
+		}
+		component := s.Spec.Selector["app.kubernetes.io/component"]
+		for owner, pod := range r.podTemplates() {
+			if strings.HasPrefix(owner, "Job/") || !containsLabels(pod.Labels, s.Spec.Selector) {
+				continue
+			}
+			scraped[component] = resolvePort(pod.Spec.Containers[0], s.Spec.Ports[0].TargetPort)
+		}
+	}
+	want := map[string]int32{"ingest": 9464, "processor": 9464, "sink": 9464, "bridge": 8090}
+	for c, port := range want {
+		if scraped[c] != port {
+			t.Errorf("%s scraped on %d, want %d", c, scraped[c], port)
+		}
+	}
+	if len(render(t, nil).serviceMonitors) != 0 {
+		t.Error("a ServiceMonitor by default")
+	}
+}
