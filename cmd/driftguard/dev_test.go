@@ -23,7 +23,6 @@ import (
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
 	"github.com/driftguard/driftguard/internal/webhook"
-	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
 )
 
 // syncBuffer is written by several services at once.
@@ -99,14 +98,7 @@ func devWithClickHouse(t *testing.T, ctx context.Context) (*config.Config, drive
 	go func() {
 		done <- dev(ctx, cfg, devOptions{Demo: true, Out: out, Log: slog.New(slog.DiscardHandler), SummaryEvery: 200 * time.Millisecond})
 	}()
-	conn, err := sinkch.Open(ctx, cfg.ClickHouse)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+cfg.ClickHouse.Database)
-		conn.Close()
-	})
+	conn := openDroppedAtEnd(t, ctx, cfg.ClickHouse)
 	return cfg, conn, out, done
 }
 

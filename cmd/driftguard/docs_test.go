@@ -679,7 +679,7 @@ func TestDocsLayoutMatchesTheTree(t *testing.T) {
 			continue
 		}
 		for _, b := range p.blocks {
-			if strings.Contains(b.caption, "go tool task check") || strings.HasPrefix(b.body, "cmd/") {
+			if strings.Contains(b.caption, "go tool task check") || strings.HasPrefix(b.body, "cmd/") || strings.Contains(b.body, "\ncmd/driftguard/ ") {
 				layout = b.body
 			}
 		}

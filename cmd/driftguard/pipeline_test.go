@@ -96,18 +96,26 @@ func runServices(t testing.TB, ctx context.Context, what string, svcs ...service
 	})
 }
 
-// prepare gives the test a migrated ClickHouse database of its own, dropped
-// at the end, and the configured streams' topics.
-func prepare(t testing.TB, ctx context.Context, cfg *config.Config, brokers []string) (driver.Conn, *kgo.Client) {
+// openDroppedAtEnd connects to the test's ClickHouse database, and drops
+// the database when the test ends.
+func openDroppedAtEnd(t testing.TB, ctx context.Context, ch config.ClickHouse) driver.Conn {
 	t.Helper()
-	conn, err := sinkch.Open(ctx, cfg.ClickHouse)
+	conn, err := sinkch.Open(ctx, ch)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+cfg.ClickHouse.Database)
+		_ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+ch.Database)
 		conn.Close()
 	})
+	return conn
+}
+
+// prepare gives the test a migrated ClickHouse database of its own, dropped
+// at the end, and the configured streams' topics.
+func prepare(t testing.TB, ctx context.Context, cfg *config.Config, brokers []string) (driver.Conn, *kgo.Client) {
+	t.Helper()
+	conn := openDroppedAtEnd(t, ctx, cfg.ClickHouse)
 	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse.Database, nil); err != nil {
 		t.Fatal(err)
 	}
