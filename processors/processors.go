@@ -97,17 +97,10 @@ func (m *Metrics) serve(stream string) {
 // test can pass goka.WithTester; Kafka-facing defaults come from
 // GokaOptions.
 func New(brokers []string, s *config.Stream, opts Options, gokaOpts ...goka.ProcessorOption) (*Processor, error) {
-	h := &handler{stream: s, names: topics.For(s.Name), opts: opts, rules: decide.For(s)}
-	h.opts.Logger = telemetry.OrDiscard(h.opts.Logger)
-	if h.opts.Metrics != nil {
-		h.opts.Metrics.serve(s.Name)
-	}
-	if h.opts.Now == nil {
-		h.opts.Now = time.Now
-	}
+	h := newHandler(s, opts)
 	edges := []goka.Edge{
-		goka.Input(goka.Stream(h.names.In), new(codec.Bytes), h.process),
-		goka.Visitor(tickVisitor, h.tick),
+		goka.Input(goka.Stream(h.names.In), new(codec.Bytes), func(ctx goka.Context, msg any) { h.process(ctx, msg) }),
+		goka.Visitor(tickVisitor, func(ctx goka.Context, meta any) { h.tick(ctx, meta) }),
 		goka.Persist(entityCodec{}),
 		goka.Output(goka.Stream(h.names.Outcomes), new(codec.Bytes)),
 		goka.Output(goka.Stream(h.names.State), new(codec.Bytes)),
@@ -123,6 +116,19 @@ func New(brokers []string, s *config.Stream, opts Options, gokaOpts ...goka.Proc
 	return &Processor{Processor: p, h: h}, nil
 }
 
+// newHandler builds the decisions of stream s, for either runtime.
+func newHandler(s *config.Stream, opts Options) *handler {
+	h := &handler{stream: s, names: topics.For(s.Name), opts: opts, rules: decide.For(s)}
+	h.opts.Logger = telemetry.OrDiscard(h.opts.Logger)
+	if h.opts.Now == nil {
+		h.opts.Now = time.Now
+	}
+	if h.opts.Metrics != nil {
+		h.opts.Metrics.serve(s.Name)
+	}
+	return h
+}
+
 // Processor is a stream's goka processor with its timers.
 type Processor struct {
 	*goka.Processor
@@ -134,6 +140,9 @@ type handler struct {
 	names  topics.Names
 	opts   Options
 	rules  *decide.Rules
+	// noRedelivery: the runtime never redelivers an input whose decision
+	// survived (the transactional one), so decisions are not remembered.
+	noRedelivery bool
 	// visited sums what one timer visit sees, for the gauges.
 	visited visitCounts
 	// committed is the group's committed offset per input partition, as the
@@ -142,9 +151,26 @@ type handler struct {
 	committed atomic.Pointer[map[int32]int64]
 }
 
+// decisionContext is what deciding one input or one timer visit needs of
+// its runtime: the key and its table value, the input record, emits to the
+// stream's topics, and a way to fail. goka's Context is one; the
+// transactional runtime (runtime.go) has its own.
+type decisionContext interface {
+	Key() string
+	Value() any
+	SetValue(value any, opts ...goka.ContextOption)
+	Emit(topic goka.Stream, key string, value any, opts ...goka.ContextOption)
+	Partition() int32
+	Offset() int64
+	Headers() goka.Headers
+	Timestamp() time.Time
+	// Fail stops the decision and its runtime with err; it does not return.
+	Fail(err error)
+}
+
 // process is goka's callback: goka serializes calls per partition, so
 // everything here for one key happens in log order.
-func (h *handler) process(ctx goka.Context, msg any) {
+func (h *handler) process(ctx decisionContext, msg any) {
 	body, _ := msg.([]byte)
 	ev, err := h.decode(ctx, body)
 	if err != nil {
@@ -170,7 +196,11 @@ func (h *handler) process(ctx goka.Context, msg any) {
 	}
 	atMs := h.opts.Now().UnixMilli()
 	effects := h.rules.Decide(&value.Entity, ev)
-	if err := value.rememberDecided(ev, effects, atMs, h.committedOffset(ev.InputPartition)); err != nil {
+	if h.noRedelivery {
+		// A table written by the goka runtime may still hold its memory;
+		// it is of no use past the first input decided here.
+		value.Decided, value.NextInput = decidedLog{}, ev.InputOffset+1
+	} else if err := value.rememberDecided(ev, effects, atMs, h.committedOffset(ev.InputPartition)); err != nil {
 		ctx.Fail(fmt.Errorf("remembering the decision of %s: %w", ctx.Key(), err))
 		return
 	}
@@ -189,7 +219,7 @@ const (
 )
 
 // tableValueOf is the key's table value, empty before its first input.
-func tableValueOf(ctx goka.Context) *tableValue {
+func tableValueOf(ctx decisionContext) *tableValue {
 	if v, ok := ctx.Value().(*tableValue); ok && v != nil {
 		return v
 	}
@@ -199,7 +229,7 @@ func tableValueOf(ctx goka.Context) *tableValue {
 // store emits the effects decided at atMs, counts them, and writes the
 // value to the table and then, when the state changed, the state record,
 // so the table holds the revision the state record carries.
-func (h *handler) store(ctx goka.Context, value *tableValue, effects decide.Effects, atMs int64) {
+func (h *handler) store(ctx decisionContext, value *tableValue, effects decide.Effects, atMs int64) {
 	for _, d := range effects.Decisions {
 		h.count(string(d.Outcome))
 		if d.Reason == record.ReasonOrphanTTL && h.opts.Metrics != nil {
@@ -212,7 +242,7 @@ func (h *handler) store(ctx goka.Context, value *tableValue, effects decide.Effe
 
 // emitEffects writes the outcome of every decision made at atMs, the dead
 // letters and the replay request, for the key being processed.
-func (h *handler) emitEffects(ctx goka.Context, effects decide.Effects, atMs int64) {
+func (h *handler) emitEffects(ctx decisionContext, effects decide.Effects, atMs int64) {
 	for _, d := range effects.Decisions {
 		o := record.Outcome{
 			Stream: h.stream.Name, Key: ctx.Key(), EventID: d.Event.EventID, EventType: d.Event.Type,
@@ -236,7 +266,7 @@ func (h *handler) emitEffects(ctx goka.Context, effects decide.Effects, atMs int
 // writeBack writes the value to the table and then, when its state
 // changed, its state record at its current revision. The record is built
 // first: a failure stops before the table write.
-func (h *handler) writeBack(ctx goka.Context, value *tableValue, changed bool) {
+func (h *handler) writeBack(ctx decisionContext, value *tableValue, changed bool) {
 	var state []byte
 	if changed {
 		e := &value.Entity
@@ -260,7 +290,7 @@ func (h *handler) writeBack(ctx goka.Context, value *tableValue, changed bool) {
 // decode reads an input record: the body through the rules, the
 // received_at clock from ingest's header (or the record timestamp when a
 // foreign producer wrote it).
-func (h *handler) decode(ctx goka.Context, body []byte) (decide.Event, error) {
+func (h *handler) decode(ctx decisionContext, body []byte) (decide.Event, error) {
 	if len(body) == 0 {
 		return decide.Event{}, errors.New("empty record")
 	}
@@ -285,7 +315,7 @@ func (h *handler) decode(ctx goka.Context, body []byte) (decide.Event, error) {
 	return ev, nil
 }
 
-func (h *handler) deadLetter(ctx goka.Context, body []byte, reason record.Reason, cause error) {
+func (h *handler) deadLetter(ctx decisionContext, body []byte, reason record.Reason, cause error) {
 	h.opts.Logger.Warn("record sent to the DLQ", "stream", h.stream.Name, "reason", reason,
 		"partition", ctx.Partition(), "offset", ctx.Offset(), "err", cause)
 	h.emitDeadLetter(ctx, decide.Event{Body: body, InputPartition: ctx.Partition(), InputOffset: ctx.Offset()}, reason, cause.Error(), h.opts.Now().UnixMilli())
@@ -294,7 +324,7 @@ func (h *handler) deadLetter(ctx goka.Context, body []byte, reason record.Reason
 
 // emitDeadLetter writes an input event, located in <stream>.in, to the DLQ,
 // dead-lettered at atMs.
-func (h *handler) emitDeadLetter(ctx goka.Context, ev decide.Event, reason record.Reason, detail string, atMs int64) {
+func (h *handler) emitDeadLetter(ctx decisionContext, ev decide.Event, reason record.Reason, detail string, atMs int64) {
 	h.emit(ctx, h.names.DLQ, record.DeadLetter{
 		Stream: h.stream.Name, Topic: h.names.In, Partition: ev.InputPartition, Offset: ev.InputOffset,
 		Key: ctx.Key(), Reason: reason, Detail: detail,
@@ -305,7 +335,7 @@ func (h *handler) emitDeadLetter(ctx goka.Context, ev decide.Event, reason recor
 
 // emit writes v as JSON to topic, for the rare records (dead letters,
 // replay requests); outcomes and states are encoded by hand.
-func (h *handler) emit(ctx goka.Context, topic string, v any) {
+func (h *handler) emit(ctx decisionContext, topic string, v any) {
 	data, err := json.Marshal(v)
 	if err != nil {
 		ctx.Fail(fmt.Errorf("encoding %s record: %w", topic, err))

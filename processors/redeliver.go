@@ -3,8 +3,6 @@ package processors
 import (
 	"fmt"
 
-	"github.com/lovoo/goka"
-
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/processors/decide"
 )
@@ -100,7 +98,7 @@ func (past *DecidedInput) effects(ev decide.Event) decide.Effects {
 // input's, which it superseded. Revisions are not taken again: the
 // record's version and body are those of the table value, whatever the
 // redelivery.
-func (h *handler) redeliver(ctx goka.Context, value *tableValue, ev decide.Event) {
+func (h *handler) redeliver(ctx decisionContext, value *tableValue, ev decide.Event) {
 	past, ok, err := value.Decided.find(ev.InputOffset)
 	if err != nil {
 		ctx.Fail(fmt.Errorf("redelivery memory of %s: %w", ctx.Key(), err))

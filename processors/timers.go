@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/lovoo/goka"
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/driftguard/driftguard/internal/topics"
@@ -35,7 +34,7 @@ import (
 const tickVisitor = "timers"
 
 // tick is the visitor callback; meta is the tick's time in unix ms.
-func (h *handler) tick(ctx goka.Context, meta any) {
+func (h *handler) tick(ctx decisionContext, meta any) {
 	value, _ := ctx.Value().(*tableValue)
 	now, _ := meta.(int64)
 	if value == nil {

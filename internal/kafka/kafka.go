@@ -17,6 +17,16 @@ import (
 // NewClient returns a franz-go client for brokers with driftguard's
 // defaults; opts add consumer settings or override.
 func NewClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
+	cl, err := kgo.NewClient(Options(brokers, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	return cl, nil
+}
+
+// Options are NewClient's options, for clients built another way (a
+// transactional session).
+func Options(brokers []string, opts ...kgo.Opt) []kgo.Opt {
 	base := []kgo.Opt{
 		kgo.SeedBrokers(brokers...),
 		// Java's and goka's (with partition.GokaHasher) placement of keys.
@@ -25,11 +35,7 @@ func NewClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
 		// reader does not have to know that.
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 	}
-	cl, err := kgo.NewClient(append(base, opts...)...)
-	if err != nil {
-		return nil, fmt.Errorf("kafka client: %w", err)
-	}
-	return cl, nil
+	return append(base, opts...)
 }
 
 // EnsureTopics creates (when create is true) and checks every topic of the

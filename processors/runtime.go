@@ -1,0 +1,611 @@
+package processors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lovoo/goka"
+	"github.com/lovoo/goka/storage"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/topics"
+)
+
+// Runtime decides a stream exactly once, on Kafka transactions: what goka
+// gives at least once. Everything one input or one timer visit causes (its
+// outcomes, state record, dead letters, replay request and table write)
+// and the input offsets decided so far are committed in one transaction,
+// every RuntimeOptions.CommitEvery; a crash or a rebalance aborts what was
+// not committed, and read_committed readers (the sink, the bridge, the
+// table's own restore) never see it. So an input is decided again only
+// when nothing of its first decision survived, a timer fires once, and a
+// processor that stalled past its session while another took its
+// partitions (a zombie) cannot commit: the group coordinator refuses its
+// offsets (KIP-447) and its transaction aborts.
+//
+// goka's processor commits offsets apart from the writes they caused and
+// in no particular order, which no wrapper around it can fix; the rules,
+// the table codec and goka's storage interface stay, only the loop that
+// consumes, decides and commits is this one. Table writes of the running
+// transaction wait in memory (ownedPartition.pending) and reach the local
+// storage only once it commits, so the storage never holds a value Kafka
+// did not accept.
+type Runtime struct {
+	h       *handler
+	brokers []string
+	opts    RuntimeOptions
+	table   string
+	group   string
+
+	// mu serializes the transaction loop and the group's partition
+	// callbacks, which franz-go runs on its own goroutine between
+	// transactions (rebalances are blocked while one runs).
+	mu    sync.Mutex
+	parts map[int32]*ownedPartition
+	sess  *kgo.GroupTransactSession
+	// failed is a callback's error, which stops the loop.
+	failed error
+	// restoring counts partitions being restored; joined is set once the
+	// group assigned this instance its first partitions (or none).
+	restoring atomic.Int32
+	joined    atomic.Bool
+	// produceErr is the first failed write of the running transaction.
+	produceErr atomic.Pointer[error]
+}
+
+// RuntimeOptions configure the transactional runtime. Zero values mean
+// defaults.
+type RuntimeOptions struct {
+	// TransactionalID names this instance's transactions: stable across
+	// restarts of one instance, so that a restarted instance fences its
+	// predecessor's open transaction at once, and unique among the live
+	// instances of a group. Required.
+	TransactionalID string
+	// Storage builds a table partition's local storage; nil keeps tables
+	// in memory, rebuilt from the changelog at every assignment.
+	Storage storage.Builder
+	// CommitEvery is how long one transaction gathers decisions: the
+	// latency a read_committed reader adds, against the cost of a commit.
+	// Default 100ms.
+	CommitEvery time.Duration
+	// TimerTick is how often timers are visited. Default 1s.
+	TimerTick time.Duration
+	// Client adds franz-go options (tests inject faults with them).
+	Client []kgo.Opt
+}
+
+// Defaults of RuntimeOptions.
+const (
+	defaultCommitEvery = 100 * time.Millisecond
+	defaultTimerTick   = time.Second
+	// transactionTimeout bounds how long an instance that died mid
+	// transaction holds back read_committed readers of its partitions when
+	// no instance with its transactional id comes back to fence it.
+	transactionTimeout = 30 * time.Second
+	// pollRecords bounds the records one poll hands the loop.
+	pollRecords = 10_000
+)
+
+// ownedPartition is a partition of the input this instance holds, with its
+// table partition.
+type ownedPartition struct {
+	partition int32
+	store     storage.Storage
+	// pending are the table writes of the running transaction, by key.
+	pending map[string]pendingValue
+	// lastChangelog is the offset of the latest table record of the running
+	// transaction, -1 for none; written by produce callbacks.
+	lastChangelog atomic.Int64
+}
+
+type pendingValue struct {
+	value *tableValue
+	data  []byte
+}
+
+// NewRuntime builds the transactional runtime of stream s.
+func NewRuntime(brokers []string, s *config.Stream, opts Options, ropts RuntimeOptions) (*Runtime, error) {
+	if ropts.TransactionalID == "" {
+		return nil, errors.New("processor runtime: a transactional id is required")
+	}
+	if ropts.CommitEvery <= 0 {
+		ropts.CommitEvery = defaultCommitEvery
+	}
+	if ropts.TimerTick <= 0 {
+		ropts.TimerTick = defaultTimerTick
+	}
+	if ropts.Storage == nil {
+		ropts.Storage = storage.MemoryBuilder()
+	}
+	h := newHandler(s, opts)
+	// Inputs are decided again only when their first decision aborted with
+	// its table write: there is nothing to remember.
+	h.noRedelivery = true
+	return &Runtime{h: h, brokers: brokers, opts: ropts, table: string(goka.GroupTable(goka.Group(topics.Group(s.Name)))),
+		group: topics.Group(s.Name), parts: map[int32]*ownedPartition{}}, nil
+}
+
+// Recovered reports whether the instance has joined its group and holds
+// every table partition it was given.
+func (r *Runtime) Recovered() bool { return r.joined.Load() && r.restoring.Load() == 0 }
+
+// Run consumes, decides and commits until ctx ends, then commits what it
+// decided and leaves the group.
+func (r *Runtime) Run(ctx context.Context) error {
+	names := r.h.names
+	opts := kafka.Options(r.brokers, append([]kgo.Opt{
+		kgo.ConsumerGroup(r.group),
+		kgo.ConsumeTopics(names.In),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.TransactionalID(r.opts.TransactionalID),
+		kgo.TransactionTimeout(transactionTimeout),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RequireStableFetchOffsets(),
+		// Rebalances wait between transactions, so the partition
+		// callbacks never meet a transaction's pending table writes.
+		kgo.BlockRebalanceOnPoll(),
+		// Every output of an input goes to the input's partition of its
+		// topic: the topics are co-partitioned (checked at start).
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.MaxBufferedRecords(producerBufferedRecords), kgo.MaxBufferedBytes(producerBufferedBytes),
+		kgo.ProducerLinger(producerLinger),
+		kgo.OnPartitionsAssigned(r.assigned),
+		kgo.OnPartitionsRevoked(r.dropped),
+		kgo.OnPartitionsLost(r.dropped),
+	}, r.opts.Client...)...)
+	sess, err := kgo.NewGroupTransactSession(opts...)
+	if err != nil {
+		return fmt.Errorf("processor %s: %w", r.h.stream.Name, err)
+	}
+	r.sess = sess
+	defer func() {
+		sess.Close()
+		r.closeAll()
+	}()
+	adm := kadm.NewClient(sess.Client())
+	w := &watermark{adm: adm, topic: names.In, group: r.group, committed: &r.h.committed}
+	lastTick := time.Now()
+	for {
+		if err := sess.Begin(); err != nil {
+			return fmt.Errorf("processor %s: beginning a transaction: %w", r.h.stream.Name, err)
+		}
+		decideErr := r.gather(ctx, w, &lastTick)
+		stopping := ctx.Err() != nil
+		if err := r.end(decideErr == nil); err != nil {
+			return err
+		}
+		sess.AllowRebalance()
+		if decideErr != nil {
+			return decideErr
+		}
+		if stopping {
+			return nil
+		}
+	}
+}
+
+// gather decides what arrives for one transaction's time, and the timers
+// when due.
+func (r *Runtime) gather(ctx context.Context, w *watermark, lastTick *time.Time) error {
+	deadline := time.Now().Add(r.opts.CommitEvery)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		pollCtx, cancel := context.WithDeadline(ctx, deadline)
+		fetches := r.sess.PollRecords(pollCtx, pollRecords)
+		cancel()
+		if fetches.IsClientClosed() {
+			return errors.New("the Kafka client closed")
+		}
+		fetches.EachError(func(topic string, partition int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				r.h.opts.Logger.Warn("fetch failed; retried", "stream", r.h.stream.Name, "topic", topic, "partition", partition, "err", err)
+			}
+		})
+		r.mu.Lock()
+		err := r.failed
+		if err == nil {
+			err = r.decideFetched(fetches)
+		}
+		if err == nil && time.Since(*lastTick) >= r.opts.TimerTick {
+			*lastTick = time.Now()
+			err = r.visitTimers(ctx, w)
+		}
+		r.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decideFetched decides each fetched record, in log order per partition.
+func (r *Runtime) decideFetched(fetches kgo.Fetches) error {
+	var err error
+	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+		part := r.parts[fp.Partition]
+		for _, rec := range fp.Records {
+			if err != nil {
+				return
+			}
+			if part == nil {
+				err = fmt.Errorf("processor %s: a record of partition %d, which this instance does not hold", r.h.stream.Name, fp.Partition)
+				return
+			}
+			c := &runtimeContext{r: r, part: part, key: string(rec.Key), rec: rec}
+			err = c.run(func() { r.h.process(c, rec.Value) })
+		}
+	})
+	return err
+}
+
+// visitTimers runs the timer visit over every key of the partitions held,
+// at the input watermark.
+func (r *Runtime) visitTimers(ctx context.Context, w *watermark) error {
+	now := r.h.opts.Now()
+	safe, err := w.advance(ctx, now)
+	if err != nil {
+		r.h.opts.Logger.Debug("input watermark not advanced; timers wait", "err", err)
+		return nil
+	}
+	if m := r.h.opts.Metrics; m != nil {
+		m.lag.WithLabelValues(r.h.stream.Name).Set(float64(w.lag()))
+	}
+	r.h.visited.reset()
+	for _, p := range slices.Sorted(maps.Keys(r.parts)) {
+		part := r.parts[p]
+		keys, err := part.keys()
+		if err != nil {
+			return err
+		}
+		for _, key := range keys {
+			c := &runtimeContext{r: r, part: part, key: key}
+			if err := c.run(func() { r.h.tick(c, safe.UnixMilli()) }); err != nil {
+				return err
+			}
+		}
+	}
+	if m := r.h.opts.Metrics; m != nil {
+		r.h.visited.export(m, r.h.stream.Name)
+	}
+	return nil
+}
+
+// end commits the transaction (or aborts it), then moves its table writes
+// to the local storage or drops them.
+func (r *Runtime) end(commit bool) error {
+	if p := r.produceErr.Swap(nil); p != nil {
+		r.h.opts.Logger.Warn("a write of the transaction failed; aborted, its inputs are decided again", "stream", r.h.stream.Name, "err", *p)
+		commit = false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), producerCloseTimeout)
+	defer cancel()
+	try := kgo.TryAbort
+	if commit {
+		try = kgo.TryCommit
+	}
+	committed, err := r.sess.End(ctx, try)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, part := range r.parts {
+		if committed {
+			if serr := part.apply(); serr != nil && err == nil {
+				err = serr
+			}
+		}
+		part.reset()
+	}
+	if err != nil {
+		return fmt.Errorf("processor %s: ending a transaction: %w", r.h.stream.Name, err)
+	}
+	if commit && !committed {
+		r.h.opts.Logger.Info("transaction aborted by a rebalance; its inputs are decided again", "stream", r.h.stream.Name)
+	}
+	return nil
+}
+
+// assigned restores the table partitions of newly assigned input
+// partitions before any of their records is decided.
+func (r *Runtime) assigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	defer r.joined.Store(true)
+	for _, p := range assigned[r.h.names.In] {
+		if r.parts[p] != nil {
+			continue
+		}
+		r.restoring.Add(1)
+		part, err := r.restore(ctx, cl, p)
+		r.restoring.Add(-1)
+		if err != nil {
+			r.failed = fmt.Errorf("processor %s: restoring table partition %d: %w", r.h.stream.Name, p, err)
+			return
+		}
+		r.parts[p] = part
+	}
+}
+
+// dropped closes the table partitions of revoked or lost partitions.
+func (r *Runtime) dropped(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range revoked[r.h.names.In] {
+		if part := r.parts[p]; part != nil {
+			if err := part.store.Close(); err != nil {
+				r.h.opts.Logger.Warn("closing table storage", "stream", r.h.stream.Name, "partition", p, "err", err)
+			}
+			delete(r.parts, p)
+		}
+	}
+}
+
+func (r *Runtime) closeAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for p, part := range r.parts {
+		if err := part.store.Close(); err != nil {
+			r.h.opts.Logger.Warn("closing table storage", "stream", r.h.stream.Name, "partition", p, "err", err)
+		}
+		delete(r.parts, p)
+	}
+}
+
+// restore opens a table partition's storage and reads its changelog, as
+// committed, from where the storage stands to the last stable offset.
+func (r *Runtime) restore(ctx context.Context, cl *kgo.Client, p int32) (*ownedPartition, error) {
+	st, err := r.opts.Storage(r.table, p)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Open(); err != nil {
+		return nil, err
+	}
+	part := &ownedPartition{partition: p, store: st, pending: map[string]pendingValue{}}
+	part.lastChangelog.Store(-1)
+	stored, err := st.GetOffset(-1)
+	if err != nil {
+		return nil, err
+	}
+	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, r.table)
+	if err != nil {
+		return nil, err
+	}
+	end, ok := ends.Lookup(r.table, p)
+	if !ok || end.Err != nil {
+		return nil, fmt.Errorf("no last stable offset of %s/%d: %v", r.table, p, end.Err)
+	}
+	if stored+1 < end.Offset {
+		if err := r.readChangelog(ctx, st, p, stored+1, end.Offset); err != nil {
+			return nil, err
+		}
+	}
+	return part, st.MarkRecovered()
+}
+
+// readChangelog applies the committed table records of partition p in
+// [from, end) to st. Transaction markers take offsets too: they are read
+// (and skipped) so that the end is known to be reached.
+func (r *Runtime) readChangelog(ctx context.Context, st storage.Storage, p int32, from, end int64) error {
+	rd, err := kafka.NewClient(r.brokers,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{r.table: {p: kgo.NewOffset().At(from)}}),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords())
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	last := from - 1
+	for last < end-1 {
+		fetches := rd.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fetches.Err0(); err != nil {
+			return err
+		}
+		var serr error
+		fetches.EachRecord(func(rec *kgo.Record) {
+			last = max(last, rec.Offset)
+			if serr != nil || rec.Attrs.IsControl() {
+				return
+			}
+			if rec.Value == nil {
+				serr = st.Delete(string(rec.Key))
+			} else {
+				serr = st.Set(string(rec.Key), rec.Value)
+			}
+		})
+		if serr != nil {
+			return serr
+		}
+	}
+	return st.SetOffset(last)
+}
+
+// keys are the partition's keys with a table value: stored, and written in
+// the running transaction.
+func (part *ownedPartition) keys() ([]string, error) {
+	it, err := part.store.Iterator()
+	if err != nil {
+		return nil, err
+	}
+	defer it.Release()
+	var keys []string
+	for it.Next() {
+		if k := string(it.Key()); k != offsetKey {
+			if _, written := part.pending[k]; !written {
+				keys = append(keys, k)
+			}
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	for k, v := range part.pending {
+		if v.data != nil {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys, nil
+}
+
+// apply moves the committed transaction's table writes to the storage.
+func (part *ownedPartition) apply() error {
+	for k, v := range part.pending {
+		var err error
+		if v.data == nil {
+			err = part.store.Delete(k)
+		} else {
+			err = part.store.Set(k, v.data)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if last := part.lastChangelog.Load(); last >= 0 {
+		return part.store.SetOffset(last)
+	}
+	return nil
+}
+
+func (part *ownedPartition) reset() {
+	clear(part.pending)
+	part.lastChangelog.Store(-1)
+}
+
+// value is the key's table value as of the running transaction, nil when
+// it has none.
+func (part *ownedPartition) value(key string) (*tableValue, error) {
+	if v, ok := part.pending[key]; ok {
+		return v.value, nil
+	}
+	data, err := part.store.Get(key)
+	if err != nil || data == nil {
+		return nil, err
+	}
+	v, err := entityCodec{}.Decode(data)
+	if err != nil {
+		return nil, err
+	}
+	tv, _ := v.(*tableValue)
+	return tv, nil
+}
+
+// produce writes rec to the input's partition of its topic, in the running
+// transaction.
+func (r *Runtime) produce(part *ownedPartition, rec *kgo.Record) {
+	rec.Partition = part.partition
+	changelog := rec.Topic == r.table
+	r.sess.Produce(context.Background(), rec, func(rec *kgo.Record, err error) {
+		if err != nil {
+			r.produceErr.CompareAndSwap(nil, &err)
+			return
+		}
+		if changelog {
+			for {
+				last := part.lastChangelog.Load()
+				if rec.Offset <= last || part.lastChangelog.CompareAndSwap(last, rec.Offset) {
+					break
+				}
+			}
+		}
+	})
+}
+
+// runtimeContext is the decisionContext of one input record, or of one
+// key's timer visit (rec nil).
+type runtimeContext struct {
+	r    *Runtime
+	part *ownedPartition
+	key  string
+	rec  *kgo.Record
+}
+
+// failure carries Fail's error out of the rules.
+type failure struct{ err error }
+
+// run runs fn, turning a Fail into its error.
+func (c *runtimeContext) run(fn func()) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			f, ok := v.(failure)
+			if !ok {
+				panic(v)
+			}
+			err = f.err
+		}
+	}()
+	fn()
+	return nil
+}
+
+func (c *runtimeContext) Key() string { return c.key }
+
+func (c *runtimeContext) Value() any {
+	v, err := c.part.value(c.key)
+	if err != nil {
+		c.Fail(fmt.Errorf("reading the table value of %s: %w", c.key, err))
+	}
+	if v == nil {
+		return nil
+	}
+	return v
+}
+
+func (c *runtimeContext) SetValue(value any, _ ...goka.ContextOption) {
+	tv, _ := value.(*tableValue)
+	data, err := entityCodec{}.Encode(tv)
+	if err != nil {
+		c.Fail(fmt.Errorf("encoding the table value of %s: %w", c.key, err))
+	}
+	c.part.pending[c.key] = pendingValue{value: tv, data: data}
+	c.r.produce(c.part, &kgo.Record{Topic: c.r.table, Key: []byte(c.key), Value: data})
+}
+
+func (c *runtimeContext) Emit(topic goka.Stream, key string, value any, _ ...goka.ContextOption) {
+	data, ok := value.([]byte)
+	if !ok {
+		c.Fail(fmt.Errorf("emit to %s: a %T, not bytes", topic, value))
+	}
+	c.r.produce(c.part, &kgo.Record{Topic: string(topic), Key: []byte(key), Value: data})
+}
+
+func (c *runtimeContext) Partition() int32 { return c.part.partition }
+
+func (c *runtimeContext) Offset() int64 {
+	if c.rec == nil {
+		return -1
+	}
+	return c.rec.Offset
+}
+
+func (c *runtimeContext) Headers() goka.Headers {
+	if c.rec == nil || len(c.rec.Headers) == 0 {
+		return nil
+	}
+	h := make(goka.Headers, len(c.rec.Headers))
+	for _, kv := range c.rec.Headers {
+		h[kv.Key] = kv.Value
+	}
+	return h
+}
+
+func (c *runtimeContext) Timestamp() time.Time {
+	if c.rec == nil {
+		return time.Time{}
+	}
+	return c.rec.Timestamp
+}
+
+func (c *runtimeContext) Fail(err error) { panic(failure{err}) }
+
+var _ decisionContext = (*runtimeContext)(nil)
