@@ -294,17 +294,28 @@ func (r *reader) ids(base int64) decide.EventIDs {
 		}
 		return nil
 	}
-	ids := make(decide.EventIDs, n)
+	// Room for the id the next decision adds, so it does not copy them.
+	ids := make(decide.EventIDs, n, n+1)
 	for i := range ids {
 		ids[i] = decide.SeenID{Hash: binary.LittleEndian.Uint64(r.data[8*i:]), AtMs: decide.SeenUnknown}
 	}
 	r.data = r.data[8*n:]
-	if r.seen {
-		for i := range ids {
-			base += r.varint()
-			ids[i].AtMs = base
-		}
+	if !r.seen {
+		return ids
 	}
+	// A local slice: this loop is the hot part of decoding a full memory.
+	data := r.data
+	for i := range ids {
+		delta, size := binary.Varint(data)
+		if size <= 0 {
+			r.fail("seen times")
+			return nil
+		}
+		base += delta
+		ids[i].AtMs = base
+		data = data[size:]
+	}
+	r.data = data
 	return ids
 }
 
