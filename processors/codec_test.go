@@ -8,6 +8,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/processors/decide"
@@ -16,11 +17,14 @@ import (
 // drawEntity draws a table value with every part a policy may set.
 func drawEntity(t *rapid.T) *tableValue {
 	ids := rapid.SliceOfN(rapid.StringMatching(`[a-z0-9-]{1,12}`), 0, 8)
-	hashes := rapid.SliceOfN(rapid.Uint64(), 0, 8)
 	clock := rapid.Int64Range(-1, 1<<50)
+	// Seen times anywhere, a row's usually close together.
+	recent := rapid.SliceOfN(rapid.Custom(func(t *rapid.T) decide.SeenID {
+		return decide.SeenID{Hash: rapid.Uint64().Draw(t, "hash"), AtMs: rapid.OneOf(clock, rapid.Int64Range(1<<40, 1<<40+10_000)).Draw(t, "seen")}
+	}), 0, 8)
 	row := func() decide.Row {
 		return decide.Row{Applied: rapid.Bool().Draw(t, "applied"), Version: clock.Draw(t, "version"),
-			UpdatedAtMs: clock.Draw(t, "updated"), ExpiresAtMs: clock.Draw(t, "expires"), Recent: hashes.Draw(t, "recent")}
+			UpdatedAtMs: clock.Draw(t, "updated"), ExpiresAtMs: clock.Draw(t, "expires"), Recent: recent.Draw(t, "recent")}
 	}
 	e := &tableValue{Entity: decide.Entity{Row: row(), NextRevision: clock.Draw(t, "next revision"), DeadlineMs: clock.Draw(t, "deadline"),
 		GapSinceMs: clock.Draw(t, "gap since"), Terminal: rapid.Bool().Draw(t, "terminal"), ParentSeen: rapid.Bool().Draw(t, "parent seen")}}
@@ -101,7 +105,7 @@ func TestEntityCodecRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if data[0] != entityFormat2 {
+		if data[0] != entityFormat3 {
 			t.Fatalf("format byte %d", data[0])
 		}
 		got, err := entityCodec{}.Decode(data)
@@ -118,39 +122,99 @@ func TestEntityCodecRoundTrip(t *testing.T) {
 	})
 }
 
-// Values of the first binary format, without the redelivery memory, still
-// decode, as the same entity with an empty memory.
-func TestEntityCodecReadsFormat1(t *testing.T) {
+// Values of the first two binary formats decode as the same entity, with
+// their ids, which had no seen time, dated by DateSeenUnknown; the first
+// has an empty redelivery memory.
+func TestEntityCodecReadsFormats1And2(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		e := drawEntity(t)
-		e.NextInput, e.Decided = 0, decidedLog{}
-		data, err := entityCodec{}.Encode(e)
-		if err != nil {
-			t.Fatal(err)
+		for _, format := range []byte{entityFormat1, entityFormat2} {
+			data, err := encodeEntity(e, format)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := entityCodec{}.Decode(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := *e
+			if format == entityFormat1 {
+				want.NextInput, want.Decided = 0, decidedLog{}
+			}
+			want.Entity = undated(&e.Entity)
+			sameEntity(t, &want, got.(*tableValue))
 		}
-		// Format 1 is format 2 without its last part, here an empty
-		// memory: next input 0, no inputs.
-		if tail := data[len(data)-2:]; tail[0] != 0 || tail[1] != 0 {
-			t.Fatalf("an empty memory encoded as % x", tail)
-		}
-		format1 := append([]byte{entityFormat1}, data[1:len(data)-2]...)
-		got, err := entityCodec{}.Decode(format1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sameEntity(t, e, got.(*tableValue))
 	})
+}
+
+// undated is e as a table of an earlier release held it, its ids without
+// seen times, after DateSeenUnknown: a copy, each id seen at the newest
+// time e holds.
+func undated(e *decide.Entity) decide.Entity {
+	c := *e
+	hashes := func(ids decide.EventIDs) decide.EventIDs {
+		out := slices.Clone(ids)
+		for i := range out {
+			out[i].AtMs = decide.SeenUnknown
+		}
+		return out
+	}
+	c.Recent = hashes(e.Recent)
+	c.Devices = nil
+	for id, d := range e.Devices {
+		if c.Devices == nil {
+			c.Devices = map[string]*decide.Device{}
+		}
+		dc := *d
+		dc.Recent = hashes(d.Recent)
+		c.Devices[id] = &dc
+	}
+	c.DateSeenUnknown()
+	return c
+}
+
+// An id of an earlier release is dated at the newest time its entity
+// holds, whichever part holds it, so it is kept a full window from about
+// the upgrade.
+func TestDateSeenUnknown(t *testing.T) {
+	unseen := decide.EventIDs{{Hash: 1, AtMs: decide.SeenUnknown}}
+	for _, tc := range []struct {
+		name string
+		e    decide.Entity
+	}{
+		{"own row", decide.Entity{Row: decide.Row{UpdatedAtMs: 50}}},
+		{"device row", decide.Entity{Row: decide.Row{UpdatedAtMs: 10}, Devices: map[string]*decide.Device{"d": {Row: decide.Row{UpdatedAtMs: 50}}}}},
+		{"quarantined child", decide.Entity{Quarantine: []decide.Event{{ReceivedAtMs: 50}, {ReceivedAtMs: 20}}}},
+		{"buffered step", decide.Entity{Row: decide.Row{UpdatedAtMs: 10}, Buffer: []decide.Event{{ReceivedAtMs: 50}}}},
+		{"sent message", decide.Entity{Chat: &decide.Conversation{Sent: []decide.SentMessage{{AtMs: 50}}}}},
+	} {
+		e := tc.e
+		e.Recent = slices.Clone(unseen)
+		if e.Devices != nil {
+			e.Devices["d"].Recent = slices.Clone(unseen)
+		}
+		e.DateSeenUnknown()
+		if e.Recent[0].AtMs != 50 || e.Devices != nil && e.Devices["d"].Recent[0].AtMs != 50 {
+			t.Errorf("%s: dated %+v", tc.name, e.Recent)
+		}
+	}
 }
 
 // Tables of earlier releases remembered the event ids themselves, in JSON.
 func TestEntityCodecReadsIDsOfEarlierReleases(t *testing.T) {
-	v, err := entityCodec{}.Decode([]byte(`{"applied":true,"version":3,"state":{"presence":"AWAY"},"recent":["e1","e2"]}`))
+	v, err := entityCodec{}.Decode([]byte(`{"applied":true,"version":3,"updated_at_ms":1700,"state":{"presence":"AWAY"},"recent":["e1","e2"]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := v.(*tableValue)
 	if !e.Remembers("e1") || !e.Remembers("e2") || e.Remembers("e3") || e.Version != 3 || string(e.State) != `{"presence":"AWAY"}` {
 		t.Fatalf("decoded %+v", e)
+	}
+	// Seen at the entity's last update, as ids without a time are.
+	for _, id := range e.Recent {
+		if id.AtMs != 1700 {
+			t.Fatalf("an id of an earlier release seen at %d", id.AtMs)
+		}
 	}
 }
 
@@ -221,4 +285,32 @@ func TestDecidedLogRoundTrip(t *testing.T) {
 			t.Fatalf("%d inputs decoded as %s\nwant %s", got.Decided.n, b, a)
 		}
 	})
+}
+
+// A full memory of ids seen about a second apart costs 8 bytes of hash
+// and 3 of seen time an id, and ids spread over the longest window at most
+// the 13 bytes the configuration budgets.
+func TestEntityCodecSeenTimesAreCompact(t *testing.T) {
+	size := func(step int64) int {
+		e := &tableValue{Entity: decide.Entity{Row: decide.Row{UpdatedAtMs: 1_700_000_000_000}}}
+		for i := range int64(256) {
+			e.Recent = append(e.Recent, decide.SeenID{Hash: uint64(i), AtMs: e.UpdatedAtMs - (255-i)*step})
+		}
+		with, err := entityCodec{}.Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Recent = nil
+		without, err := entityCodec{}.Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(with) - len(without)
+	}
+	if n := size(1000); n > 256*11+2 {
+		t.Errorf("256 ids a second apart take %d bytes", n)
+	}
+	if n := size(config.MaxDedupWindow.Milliseconds() / 255); n > 256*config.DedupIDBytes+2 {
+		t.Errorf("256 ids over %s take %d bytes, budgeted %d an id", config.MaxDedupWindow, n, config.DedupIDBytes)
+	}
 }

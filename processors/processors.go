@@ -42,6 +42,8 @@ type Options struct {
 // Metrics count decisions across streams.
 type Metrics struct {
 	decisions *prometheus.CounterVec
+	// evicted counts dedup memory ids pushed out before their window ended.
+	evicted *prometheus.CounterVec
 	// The lost+found seed's metrics, under the driftguard_ prefix.
 	stored, reconciled, expired *prometheus.CounterVec
 	quarantined                 *prometheus.GaugeVec
@@ -57,7 +59,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		return c
 	}
 	m := &Metrics{
-		decisions:  counter("driftguard_processor_decisions_total", "Decisions by stream and outcome.", "stream", "outcome"),
+		decisions: counter("driftguard_processor_decisions_total", "Decisions by stream and outcome.", "stream", "outcome"),
+		evicted: counter("driftguard_processor_dedup_evicted_total",
+			"Event ids pushed out of a dedup memory by limits.dedup_ids before limits.dedup_window ended.", "stream"),
 		stored:     counter("driftguard_quarantine_events_stored_total", "Children quarantined to wait for their parent.", "stream"),
 		reconciled: counter("driftguard_quarantine_events_reconciled_total", "Quarantined children applied when their parent arrived.", "stream"),
 		expired:    counter("driftguard_quarantine_events_expired_total", "Quarantined children whose parent never came (sent to the DLQ).", "stream"),
@@ -85,7 +89,7 @@ func (m *Metrics) serve(stream string) {
 	for _, outcome := range record.Results {
 		m.decisions.WithLabelValues(stream, string(outcome))
 	}
-	for _, v := range []*prometheus.CounterVec{m.stored, m.reconciled, m.expired} {
+	for _, v := range []*prometheus.CounterVec{m.evicted, m.stored, m.reconciled, m.expired} {
 		v.WithLabelValues(stream)
 	}
 	for _, v := range []*prometheus.GaugeVec{m.quarantined, m.gaps, m.buffered, m.lag} {
@@ -235,6 +239,9 @@ func (h *handler) store(ctx decisionContext, value *tableValue, effects decide.E
 		if d.Reason == record.ReasonOrphanTTL && h.opts.Metrics != nil {
 			h.opts.Metrics.expired.WithLabelValues(h.stream.Name).Inc()
 		}
+	}
+	if effects.Evicted > 0 && h.opts.Metrics != nil {
+		h.opts.Metrics.evicted.WithLabelValues(h.stream.Name).Add(float64(effects.Evicted))
 	}
 	h.emitEffects(ctx, effects, atMs)
 	h.writeBack(ctx, value, effects.ChangesState())

@@ -89,6 +89,9 @@ func TestLoadWithoutFileGivesWorkingDefaults(t *testing.T) {
 		{"presence.Limits.Partitions", presence.Limits.Partitions, 6},
 		{"presence.Limits.MaxBodyBytes", presence.Limits.MaxBodyBytes, 256 << 10},
 		{"presence.Limits.DedupIDs", presence.Limits.DedupIDs, 256},
+		{"presence.Limits.DedupWindow", presence.Limits.DedupWindow, 7 * 24 * time.Hour},
+		{"presence.DedupRows()", presence.DedupRows(), 17},
+		{"orders.DedupRows()", cfg.Streams["orders"].DedupRows(), 1},
 	})
 	schema, err := presence.SchemaBytes("presence.changed")
 	if err != nil || !strings.Contains(string(schema), `"sequence_number"`) {
@@ -269,8 +272,33 @@ func TestLoadRejectsInvalidFileNamingTheConfigPath(t *testing.T) {
 		},
 		{
 			name: "dedup memory above the limit",
-			yaml: "streams: {presence: {limits: {dedup_ids: 100001}}}",
-			want: []string{"in streams.presence.limits.dedup_ids:"},
+			yaml: "streams: {orders: {limits: {dedup_ids: 10083}}}",
+			want: []string{"in streams.orders.limits.dedup_ids:", "between 1 and 10082", "got 10083"},
+		},
+		{
+			name: "dedup memory of every device row above the limit",
+			yaml: "streams: {presence: {limits: {dedup_ids: 594}}}",
+			want: []string{"in streams.presence.limits.dedup_ids:", "between 1 and 593 with 17 dedup rows", "got 594"},
+		},
+		{
+			name: "negative dedup memory",
+			yaml: "streams: {orders: {limits: {dedup_ids: -1}}}",
+			want: []string{"in streams.orders.limits.dedup_ids:", "got -1"},
+		},
+		{
+			name: "dedup window below a second",
+			yaml: "streams: {orders: {limits: {dedup_window: 500ms}}}",
+			want: []string{"in streams.orders.limits.dedup_window:", "got 500ms"},
+		},
+		{
+			name: "negative dedup window",
+			yaml: "streams: {orders: {limits: {dedup_window: -1h}}}",
+			want: []string{"in streams.orders.limits.dedup_window:", "got -1h0m0s"},
+		},
+		{
+			name: "dedup window above the limit",
+			yaml: "streams: {orders: {limits: {dedup_window: 721h}}}",
+			want: []string{"in streams.orders.limits.dedup_window:", "between 1s and 720h0m0s", "got 721h0m0s"},
 		},
 		{
 			name: "device rows on a gapless stream",

@@ -118,8 +118,15 @@ type Limits struct {
 	Partitions int `yaml:"partitions"`
 	// MaxBodyBytes of one webhook. Default 256 KiB.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
-	// DedupIDs is how many recent event ids each key remembers. Default 256.
-	DedupIDs int `yaml:"dedup_ids"`
+	// DedupIDs and DedupWindow bound the dedup memory of each key and each
+	// device row: an event id is remembered for DedupWindow after its
+	// received_at, and the memory holds at most DedupIDs ids, so an id may
+	// be pushed out early (counted) by that many newer ones. The count
+	// bounds the table value: at DedupIDBytes an id, every row of a key
+	// together stays within DedupBudgetBytes. Defaults 256 and 168h (7
+	// days).
+	DedupIDs    int           `yaml:"dedup_ids"`
+	DedupWindow time.Duration `yaml:"dedup_window"`
 	// Buffer and BufferBytes bound what one key holds ahead of a gap
 	// (gapless): overflow goes to the DLQ, never to memory. The byte bound
 	// keeps a table value well under Kafka's 1 MiB message limit. Defaults
@@ -292,6 +299,7 @@ func (s *Stream) applyDefaults() {
 	orDefault(&s.Limits.Partitions, 6)
 	orDefault(&s.Limits.MaxBodyBytes, 256<<10)
 	orDefault(&s.Limits.DedupIDs, 256)
+	orDefault(&s.Limits.DedupWindow, 7*24*time.Hour)
 	orDefault(&s.Limits.Buffer, 256)
 	orDefault(&s.Limits.BufferBytes, 512<<10)
 	orDefault(&s.Limits.GapTimeout, 5*time.Minute)
@@ -305,6 +313,28 @@ func (s *Stream) applyDefaults() {
 		orDefault(&s.Parent.TTL, 24*time.Hour)
 		orDefault(&s.Parent.Buffer, 1000)
 	}
+}
+
+// The dedup memory's share of a table value. A remembered id is its
+// 64-bit hash and the varint delta of its received_at from the id before
+// it, at most 5 bytes while the ids span no more than MaxDedupWindow. The
+// budget keeps a key's memory, every device row's included, at an eighth
+// of Kafka's 1 MiB message limit, beside the buffers' limits.buffer_bytes.
+const (
+	DedupIDBytes     = 8 + 5
+	DedupBudgetBytes = 128 << 10
+	// MaxDedupWindow is longer than publishers retry (days) and than
+	// <stream>.in keeps its records (7 days).
+	MaxDedupWindow = 30 * 24 * time.Hour
+)
+
+// DedupRows is how many rows of a key keep a dedup memory: the entity's
+// own, and one per device row on a stream with devices.
+func (s *Stream) DedupRows() int {
+	if s.Devices.Enabled() {
+		return 1 + max(0, s.Limits.Devices)
+	}
+	return 1
 }
 
 var streamName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
@@ -456,8 +486,12 @@ func (s *Stream) validate(path string) []error {
 	if s.Policy == PolicyGapless && s.Version == "" {
 		add("version", "the gapless policy needs the pointer to the producer's sequence")
 	}
-	if s.Limits.DedupIDs < 1 || s.Limits.DedupIDs > 100000 {
-		add("limits.dedup_ids", "must be between 1 and 100000, got %d", s.Limits.DedupIDs)
+	if rows, most := s.DedupRows(), DedupBudgetBytes/DedupIDBytes; s.Limits.DedupIDs < 1 || s.Limits.DedupIDs*rows > most {
+		add("limits.dedup_ids", "must be between 1 and %d with %d dedup rows per key (%d bytes an id within the %d bytes of table value the dedup memory may take), got %d",
+			most/rows, rows, DedupIDBytes, DedupBudgetBytes, s.Limits.DedupIDs)
+	}
+	if s.Limits.DedupWindow < time.Second || s.Limits.DedupWindow > MaxDedupWindow {
+		add("limits.dedup_window", "must be between 1s and %s, got %s", MaxDedupWindow, s.Limits.DedupWindow)
 	}
 	return errs
 }

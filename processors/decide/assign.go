@@ -55,13 +55,13 @@ func (p assign) decide(e *Entity, ev Event) Effects {
 		// the sequence and message id it was first given.
 		p.forgetOld(c, ev.ReceivedAtMs)
 		if i := slices.IndexFunc(c.Sent, func(m SentMessage) bool { return m.ClientKey == ev.ClientKey }); i >= 0 {
-			e.remember(ev.EventID, p.stream.Limits.DedupIDs)
+			e.firstSight(&e.Row, ev, dedupOf(p.stream))
 			effects := one(ev, record.Duplicate, "", c.Sent[i].Seq)
 			effects.Decisions[0].MessageID = c.Sent[i].MessageID
 			return effects
 		}
 	}
-	if !e.firstSight(ev.EventID, p.stream.Limits.DedupIDs) {
+	if !e.firstSight(&e.Row, ev, dedupOf(p.stream)) {
 		return one(ev, record.Duplicate, "", e.Version)
 	}
 	if effects, ok := rejectTerminal(e, ev, e.Version); ok {

@@ -80,6 +80,12 @@ type Effects struct {
 	// Replay is the first missing sequence to request from the producer;
 	// 0 requests nothing.
 	Replay int64
+	// Evicted is how many remembered event ids the count bound
+	// (limits.dedup_ids) pushed out of the dedup memory while they were
+	// still inside limits.dedup_window: early evictions, after which a
+	// retry of such an id is no longer known as a duplicate. The runtime
+	// counts them.
+	Evicted int
 }
 
 // ChangesState reports whether any of the decisions changed the entity's
@@ -132,7 +138,9 @@ func (r *Rules) Stream() *config.Stream { return r.stream }
 // decision that changed the public state its revision.
 func (r *Rules) Decide(e *Entity, ev Event) Effects {
 	e.startRevisions()
-	return e.revised(r.policy.decide(e, ev))
+	effects := e.revised(r.policy.decide(e, ev))
+	effects.Evicted, e.evicted = e.evicted, 0
+	return effects
 }
 
 // Expire fires e's timers that are due at nowMs (the caller's clock, which

@@ -3,8 +3,10 @@ package decide
 import (
 	"encoding/json"
 	"hash/fnv"
+	"math"
 	"slices"
 
+	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/record"
 )
 
@@ -17,20 +19,33 @@ type Row struct {
 	UpdatedAtMs int64 `json:"updated_at_ms"`
 	// ExpiresAtMs is when the applied claim goes stale, 0 for never.
 	ExpiresAtMs int64 `json:"expires_at_ms,omitempty"`
-	// Recent remembers the most recent event ids, oldest first, so a
-	// redelivery is recognised as a duplicate. It is bounded by
-	// limits.dedup_ids.
+	// Recent remembers recent event ids in the order first seen, each with
+	// the received_at of its first sight, so a redelivery is recognised as
+	// a duplicate: for limits.dedup_window, unless limits.dedup_ids newer
+	// ids push it out first (see firstSight).
 	Recent EventIDs `json:"recent,omitempty"`
 }
 
-// EventIDs hold event ids as 64-bit FNV-1a hashes: 8 bytes per id
-// whatever the id's length, so a row's memory is 2 KiB at the default 256
-// ids. Two ids of one row would have to collide in 64 bits among the 256
-// remembered for a new event to be taken for a duplicate (odds about
-// 1e-17 per event).
-type EventIDs []uint64
+// EventIDs are a row's dedup memory. An id is kept as its 64-bit FNV-1a
+// hash, 8 bytes whatever the id's length (the table codec adds a varint of
+// its seen time, about 3 bytes). Two ids of one row would have to collide
+// in 64 bits among the 256 remembered for a new event to be taken for a
+// duplicate (odds about 1e-17 per event).
+type EventIDs []SeenID
 
-// idHash is an event id's entry in an EventIDs.
+// SeenID is one remembered event id.
+type SeenID struct {
+	Hash uint64 `json:"h"`
+	// AtMs is the received_at of the id's first sight, or SeenUnknown.
+	AtMs int64 `json:"t"`
+}
+
+// SeenUnknown is the seen time of an id read from a table of an earlier
+// release, which remembered ids without one, until DateSeenUnknown dates
+// it.
+const SeenUnknown int64 = math.MinInt64
+
+// idHash is an event id's hash in an EventIDs.
 func idHash(id string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(id))
@@ -38,7 +53,8 @@ func idHash(id string) uint64 {
 }
 
 // UnmarshalJSON reads the memory as JSON tables of earlier releases wrote
-// it, a list of the ids themselves, as well as a list of hashes.
+// it, a list of the ids themselves or of their hashes (seen at
+// SeenUnknown), as well as a list of SeenIDs.
 func (m *EventIDs) UnmarshalJSON(data []byte) error {
 	var raw []json.RawMessage
 	if err := json.Unmarshal(data, &raw); err != nil {
@@ -48,7 +64,9 @@ func (m *EventIDs) UnmarshalJSON(data []byte) error {
 	for i, r := range raw {
 		var id string
 		if err := json.Unmarshal(r, &id); err == nil {
-			(*m)[i] = idHash(id)
+			(*m)[i] = SeenID{Hash: idHash(id), AtMs: SeenUnknown}
+		} else if err := json.Unmarshal(r, &(*m)[i].Hash); err == nil {
+			(*m)[i].AtMs = SeenUnknown
 		} else if err := json.Unmarshal(r, &(*m)[i]); err != nil {
 			return err
 		}
@@ -86,6 +104,10 @@ type Entity struct {
 	// Quarantine holds children waiting for their parent, in arrival order,
 	// bounded by parent.buffer and limits.buffer_bytes.
 	Quarantine []Event `json:"quarantine,omitempty"`
+
+	// evicted counts the ids the decision under way pushed out of a dedup
+	// memory early; Rules.Decide moves it to the effects. Never stored.
+	evicted int
 }
 
 // bodiesSize is the size of the events' bodies, what a buffer adds to the
@@ -111,31 +133,85 @@ func overflow(held []Event, ev Event, maxEvents, maxBytes int) (effects Effects,
 	return effects, true
 }
 
-// remember adds id, forgetting the oldest ids beyond limit.
-func (r *Row) remember(id string, limit int) { r.rememberHash(idHash(id), limit) }
-
-// rememberHash adds an id already hashed, forgetting beyond limit.
-func (r *Row) rememberHash(h uint64, limit int) {
-	r.Recent = append(r.Recent, h)
-	if over := len(r.Recent) - limit; over > 0 {
-		r.Recent = slices.Delete(r.Recent, 0, over)
-	}
+// dedup is a stream's bounds on the dedup memory of each row.
+type dedup struct {
+	// ids is limits.dedup_ids, windowMs limits.dedup_window.
+	ids      int
+	windowMs int64
 }
 
-// firstSight reports whether id is new to the memory and, when it is,
-// remembers it: the dedup step every policy starts with, hashing the id
-// once.
-func (r *Row) firstSight(id string, limit int) bool {
-	h := idHash(id)
-	if slices.Contains(r.Recent, h) {
+func dedupOf(s *config.Stream) dedup {
+	return dedup{ids: s.Limits.DedupIDs, windowMs: s.Limits.DedupWindow.Milliseconds()}
+}
+
+// firstSight is the dedup step every policy starts with, on row r of e
+// (the entity's own or one of its devices'). It forgets the ids seen more
+// than the window before ev's received_at, reports whether ev's id is new
+// and, when it is, remembers it at that received_at. Measured so, an id
+// seen at t is a duplicate through t + window, and forgotten once an
+// event received later than that reaches its row: the memory is the ids
+// within the window of the newest event the row has seen. When the count
+// bound then pushes out the oldest ids, each is still inside its window,
+// and is counted in e.evicted: an early eviction.
+func (e *Entity) firstSight(r *Row, ev Event, d dedup) bool {
+	h := idHash(ev.EventID)
+	cutoff := ev.ReceivedAtMs - d.windowMs
+	kept, found := r.Recent[:0], false
+	for _, id := range r.Recent {
+		if id.AtMs < cutoff {
+			continue
+		}
+		kept = append(kept, id)
+		found = found || id.Hash == h
+	}
+	r.Recent = kept
+	if found {
 		return false
 	}
-	r.rememberHash(h, limit)
+	r.Recent = append(r.Recent, SeenID{Hash: h, AtMs: ev.ReceivedAtMs})
+	if over := len(r.Recent) - d.ids; over > 0 {
+		r.Recent = slices.Delete(r.Recent, 0, over)
+		e.evicted += over
+	}
 	return true
 }
 
 // Remembers reports whether id is in the row's memory of recent event ids.
-func (r *Row) Remembers(id string) bool { return slices.Contains(r.Recent, idHash(id)) }
+func (r *Row) Remembers(id string) bool {
+	h := idHash(id)
+	return slices.ContainsFunc(r.Recent, func(s SeenID) bool { return s.Hash == h })
+}
+
+// DateSeenUnknown gives the ids that a table of an earlier release
+// remembered without a seen time the newest time the entity holds (its
+// rows' last updates, its buffered and quarantined events, its
+// conversation's sends), so they are kept for a full window from about
+// the upgrade, deterministically. The table codec calls it on such values.
+func (e *Entity) DateSeenUnknown() {
+	newest := e.LastUpdate()
+	for _, ev := range e.Buffer {
+		newest = max(newest, ev.ReceivedAtMs)
+	}
+	for _, ev := range e.Quarantine {
+		newest = max(newest, ev.ReceivedAtMs)
+	}
+	if e.Chat != nil {
+		for _, m := range e.Chat.Sent {
+			newest = max(newest, m.AtMs)
+		}
+	}
+	date := func(ids EventIDs) {
+		for i := range ids {
+			if ids[i].AtMs == SeenUnknown {
+				ids[i].AtMs = newest
+			}
+		}
+	}
+	date(e.Recent)
+	for _, d := range e.Devices {
+		date(d.Recent)
+	}
+}
 
 // startRevisions gives an entity stored before revisions existed the
 // revision it implicitly had, its version, so its next state record still

@@ -14,7 +14,7 @@ import (
 type gapless struct{ stream *config.Stream }
 
 func (p gapless) decide(e *Entity, ev Event) Effects {
-	if !e.firstSight(ev.EventID, p.stream.Limits.DedupIDs) {
+	if !e.firstSight(&e.Row, ev, dedupOf(p.stream)) {
 		return one(ev, record.Duplicate, "", ev.Version)
 	}
 	seq := ev.Version

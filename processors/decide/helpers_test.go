@@ -21,3 +21,6 @@ func read(t testenv.Fataler, r *Rules, body []byte, atMs int64) Event {
 	ev.Body, ev.ReceivedAtMs = body, atMs
 	return ev
 }
+
+// week is the default dedup window, in ms.
+const week = 7 * 24 * 3600 * 1000

@@ -13,14 +13,14 @@ import (
 // event with a device id is decided the same way against its device's row.
 // After a terminal state every new event is rejected.
 type latest struct {
-	dedupIDs int
-	ttl      time.Duration
+	dedup dedup
+	ttl   time.Duration
 	// maxDevices bounds the device rows of one entity.
 	maxDevices int
 }
 
 func latestOf(s *config.Stream) latest {
-	return latest{dedupIDs: s.Limits.DedupIDs, ttl: s.TTL, maxDevices: s.Limits.Devices}
+	return latest{dedup: dedupOf(s), ttl: s.TTL, maxDevices: s.Limits.Devices}
 }
 
 func (p latest) decide(e *Entity, ev Event) Effects {
@@ -40,7 +40,7 @@ func (latest) expire(e *Entity, _ int64) Effects { return noTimers(e) }
 // the version and the clocks in the row; the caller stores what the row
 // shows.
 func (p latest) decideRow(e *Entity, r *Row, ev Event) Effects {
-	if !r.firstSight(ev.EventID, p.dedupIDs) {
+	if !e.firstSight(r, ev, p.dedup) {
 		return one(ev, record.Duplicate, "", ev.Version)
 	}
 	version := ev.Version

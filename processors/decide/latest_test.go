@@ -70,7 +70,7 @@ func TestLatestDedupMemoryIsBounded(t *testing.T) {
 	for v := int64(1); v <= 100; v++ {
 		decideLatest(&e, latestEvent(fmt.Sprint(v), v), 8)
 	}
-	if len(e.Recent) != 8 || e.Recent[0] != idHash("93") || !e.Remembers("100") || e.Remembers("92") {
+	if len(e.Recent) != 8 || e.Recent[0].Hash != idHash("93") || !e.Remembers("100") || e.Remembers("92") {
 		t.Fatalf("recent ids %v, want the last 8", e.Recent)
 	}
 }
@@ -122,13 +122,13 @@ func TestLatestConvergesUnderReorderAndDuplication(t *testing.T) {
 
 // decideLatest is the latest policy's single decision on ev.
 func decideLatest(e *Entity, ev Event, dedupIDs int) Decision {
-	return latest{dedupIDs: dedupIDs}.decide(e, ev).Decisions[0]
+	return latest{dedup: dedup{ids: dedupIDs, windowMs: week}}.decide(e, ev).Decisions[0]
 }
 
 // The third clock: the source's expires_at, else the stream's TTL after the
 // source clock, else after received_at; readers show unknown after it.
 func TestLatestExpiresAt(t *testing.T) {
-	p := latest{dedupIDs: 8, ttl: 5 * time.Minute}
+	p := latest{dedup: dedup{ids: 8, windowMs: week}, ttl: 5 * time.Minute}
 	cases := []struct {
 		name string
 		ev   Event
@@ -145,7 +145,7 @@ func TestLatestExpiresAt(t *testing.T) {
 			t.Errorf("%s: expires_at_ms %d, want %d", tc.name, e.ExpiresAtMs, tc.want)
 		}
 	}
-	never := latest{dedupIDs: 8}
+	never := latest{dedup: dedup{ids: 8, windowMs: week}}
 	var f Entity
 	never.decide(&f, Event{Fields: envelope.Fields{EventID: "d", Version: 1, HasVersion: true, OccurredAtMs: 1_000}})
 	if f.ExpiresAtMs != 0 {

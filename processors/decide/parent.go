@@ -1,6 +1,8 @@
 package decide
 
 import (
+	"slices"
+
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/record"
 )
@@ -41,7 +43,9 @@ func (p joined) decide(e *Entity, ev Event) Effects {
 }
 
 func (p joined) quarantine(e *Entity, ev Event) Effects {
-	if !e.firstSight(ev.EventID, p.stream.Limits.DedupIDs) {
+	// A child still waiting is never stored twice, even if the dedup
+	// memory has let its id go.
+	if !e.firstSight(&e.Row, ev, p.latest.dedup) || slices.ContainsFunc(e.Quarantine, func(c Event) bool { return c.EventID == ev.EventID }) {
 		return one(ev, record.Duplicate, "", ev.Version)
 	}
 	if effects, ok := rejectTerminal(e, ev, ev.Version); ok {
