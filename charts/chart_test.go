@@ -98,6 +98,11 @@ func TestProcessorGroups(t *testing.T) {
 
 func checkTableStorage(t *testing.T, s *appsv1.StatefulSet, kind string) {
 	t.Helper()
+	if !slices.ContainsFunc(s.Spec.Template.Spec.Containers[0].Env, func(e corev1.EnvVar) bool {
+		return e.Name == "DRIFTGUARD_INSTANCE_ID" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
+	}) {
+		t.Errorf("StatefulSet %s: DRIFTGUARD_INSTANCE_ID is not the pod's name (the transactional ids must be stable per pod)", s.Name)
+	}
 	mounted := false
 	for _, m := range s.Spec.Template.Spec.Containers[0].VolumeMounts {
 		if m.Name == "data" && m.MountPath == "/var/lib/driftguard" {

@@ -35,16 +35,8 @@ func BenchmarkProcessorAgainstRawConsumer(b *testing.B) {
 	for range b.N {
 		s := testenv.Shipped(b, "presence")
 		s.Name = testenv.UniqueName("bench")
-		cl := testenv.Topics(b, ctx, testenv.OnlyStream(b, s), brokers, kgo.ProducerLinger(5*time.Millisecond))
+		produceBenchEvents(b, ctx, brokers, s)
 		in := topics.For(s.Name).In
-		for i := range benchEvents {
-			user := fmt.Sprintf("user-%d", i%5000)
-			cl.Produce(ctx, &kgo.Record{Topic: in, Key: []byte(user), Value: testenv.Presence{EventID: fmt.Sprint(i), User: user, Version: int64(i)}.Body()}, nil)
-		}
-		if err := cl.Flush(ctx); err != nil {
-			b.Fatal(err)
-		}
-		cl.Close()
 
 		b.StopTimer()
 		raw := rawConsume(b, ctx, brokers, in)
@@ -63,6 +55,61 @@ func BenchmarkProcessorAgainstRawConsumer(b *testing.B) {
 		if brokerUsed > 0 {
 			b.ReportMetric(float64(brokerUsed.Microseconds())/benchEvents, "broker-cpu-µs/event")
 		}
+	}
+}
+
+// BenchmarkExactlyOnceAgainstGoka measures, on the broker named by
+// DRIFTGUARD_TEST_KAFKA, the transactional runtime next to the goka
+// processor deciding the same presence events, in one run (each on its own
+// copy of the input):
+//
+//	DRIFTGUARD_TEST_KAFKA=127.0.0.1:19092 DRIFTGUARD_TEST_KAFKA_PID=<pid> \
+//	  go test -run='^$' -bench=ExactlyOnceAgainstGoka -benchtime=3x ./processors/
+func BenchmarkExactlyOnceAgainstGoka(b *testing.B) {
+	brokers := testenv.Kafka(b)
+	ctx := testenv.Context(b, 10*time.Minute)
+	for range b.N {
+		b.StopTimer()
+		var streams []*config.Stream
+		for range 2 {
+			s := testenv.Shipped(b, "presence")
+			s.Name = testenv.UniqueName("eos")
+			produceBenchEvents(b, ctx, brokers, s)
+			streams = append(streams, s)
+		}
+		measure := func(decide func(*testing.B, context.Context, []string, *config.Stream) time.Duration, s *config.Stream) (rate, cpu, broker float64) {
+			selfBefore, brokerBefore := testenv.ProcessCPU(b), brokerCPU(b)
+			took := decide(b, ctx, brokers, s)
+			selfCPU, brokerUsed := testenv.ProcessCPU(b)-selfBefore, brokerCPU(b)-brokerBefore
+			return benchEvents / took.Seconds(), float64(selfCPU.Microseconds()) / benchEvents, float64(brokerUsed.Microseconds()) / benchEvents
+		}
+		gokaRate, gokaCPU, gokaBroker := measure(decideAll, streams[0])
+		eosRate, eosCPU, eosBroker := measure(decideAllExactlyOnce, streams[1])
+		b.StartTimer()
+		b.ReportMetric(gokaRate, "goka-events/s")
+		b.ReportMetric(eosRate, "eos-events/s")
+		b.ReportMetric(eosRate/gokaRate, "rate-ratio")
+		b.ReportMetric(gokaCPU, "goka-cpu-µs/event")
+		b.ReportMetric(eosCPU, "eos-cpu-µs/event")
+		b.ReportMetric(eosCPU/gokaCPU, "cpu-ratio")
+		if gokaBroker > 0 {
+			b.ReportMetric(gokaBroker, "goka-broker-cpu-µs/event")
+			b.ReportMetric(eosBroker, "eos-broker-cpu-µs/event")
+		}
+	}
+}
+
+// produceBenchEvents writes the benchmark's presence events to s's input.
+func produceBenchEvents(b *testing.B, ctx context.Context, brokers []string, s *config.Stream) {
+	cl := testenv.Topics(b, ctx, testenv.OnlyStream(b, s), brokers, kgo.ProducerLinger(5*time.Millisecond))
+	defer cl.Close()
+	in := topics.For(s.Name).In
+	for i := range benchEvents {
+		user := fmt.Sprintf("user-%d", i%5000)
+		cl.Produce(ctx, &kgo.Record{Topic: in, Key: []byte(user), Value: testenv.Presence{EventID: fmt.Sprint(i), User: user, Version: int64(i)}.Body()}, nil)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		b.Fatal(err)
 	}
 }
 
@@ -111,16 +158,35 @@ func rawConsume(b *testing.B, ctx context.Context, brokers []string, topic strin
 	return time.Since(start)
 }
 
-// decideAll runs the processor until it has decided every event.
+// decideAll runs the goka processor until it has decided every event.
 func decideAll(b *testing.B, ctx context.Context, brokers []string, s *config.Stream) time.Duration {
 	metrics := NewMetrics(prometheus.NewRegistry())
 	proc, err := New(brokers, s, Options{Metrics: metrics}, GokaOptions(1, b.TempDir(), testenv.Logger(b))...)
 	if err != nil {
 		b.Fatal(err)
 	}
+	return untilDecided(b, ctx, s, metrics, proc.Run)
+}
+
+// decideAllExactlyOnce runs the transactional runtime until it has decided
+// every event.
+func decideAllExactlyOnce(b *testing.B, ctx context.Context, brokers []string, s *config.Stream) time.Duration {
+	metrics := NewMetrics(prometheus.NewRegistry())
+	rt, err := NewRuntime(brokers, s, Options{Metrics: metrics, Logger: testenv.Logger(b)}, RuntimeOptions{
+		TransactionalID: TransactionalID("bench", s.Name), Storage: tableStorageBuilder(b.TempDir()),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return untilDecided(b, ctx, s, metrics, rt.Run)
+}
+
+// untilDecided runs a processor until its metrics count every event
+// decided, timed from the first decision.
+func untilDecided(b *testing.B, ctx context.Context, s *config.Stream, metrics *Metrics, run func(context.Context) error) time.Duration {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- proc.Run(runCtx) }()
+	go func() { done <- run(runCtx) }()
 	decided := func() float64 {
 		total := 0.0
 		for _, outcome := range []string{"applied", "stale", "duplicate"} {

@@ -130,7 +130,7 @@ func NewRuntime(brokers []string, s *config.Stream, opts Options, ropts RuntimeO
 	// Inputs are decided again only when their first decision aborted with
 	// its table write: there is nothing to remember.
 	h.noRedelivery = true
-	return &Runtime{h: h, brokers: brokers, opts: ropts, table: string(goka.GroupTable(goka.Group(topics.Group(s.Name)))),
+	return &Runtime{h: h, brokers: brokers, opts: ropts, table: h.names.Table,
 		group: topics.Group(s.Name), parts: map[int32]*ownedPartition{}}, nil
 }
 

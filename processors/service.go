@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-
-	"github.com/twmb/franz-go/pkg/kadm"
+	"path/filepath"
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/telemetry"
+	"github.com/lovoo/goka/storage"
 )
 
 // Service runs the processor of every stream in the catalogue.
@@ -78,10 +78,13 @@ func (s *Service) Run(ctx context.Context) error {
 	if _, err = kafka.EnsureTopics(ctx, cl, s.cfg, true); err != nil {
 		return fmt.Errorf("topics: %w", err)
 	}
-	adm := kadm.NewClient(cl)
-	var procs []*Processor
+	var procs []*Runtime
 	var services []service.Service
 	var running []string
+	store := storage.MemoryBuilder()
+	if s.dataDir != "" {
+		store = tableStorageBuilder(filepath.Join(s.dataDir, "tables"))
+	}
 	for _, name := range s.cfg.StreamNames() {
 		stream := s.cfg.Streams[name]
 		if reason := Unsupported(stream); reason != "" {
@@ -91,22 +94,20 @@ func (s *Service) Run(ctx context.Context) error {
 			continue
 		}
 		running = append(running, name)
-		p, err := New(s.brokers, stream, Options{Logger: s.log, Metrics: s.metrics},
-			GokaOptions(s.cfg.Kafka.ReplicationFactor, s.dataDir, s.log)...)
+		p, err := NewRuntime(s.brokers, stream, Options{Logger: s.log, Metrics: s.metrics}, RuntimeOptions{
+			TransactionalID: TransactionalID(s.cfg.Processing.InstanceID, name),
+			Storage:         store,
+			CommitEvery:     s.cfg.Processing.CommitInterval,
+			TimerTick:       s.cfg.Processing.TimerTick,
+		})
 		if err != nil {
 			return fmt.Errorf("processor %s: %w", name, err)
 		}
 		procs = append(procs, p)
 		// The stream's work carries its name in continuous profiles.
-		services = append(services,
-			service.Func{Label: "processor " + name, Fn: func(ctx context.Context) error {
-				return telemetry.Labeled(ctx, p.Run, "stream", name)
-			}},
-			service.Func{Label: "timers " + name, Fn: func(ctx context.Context) error {
-				return telemetry.Labeled(ctx, func(ctx context.Context) error {
-					return p.RunTimers(ctx, s.cfg.Processing.TimerTick, adm)
-				}, "stream", name)
-			}})
+		services = append(services, service.Func{Label: "processor " + name, Fn: func(ctx context.Context) error {
+			return telemetry.Labeled(ctx, p.Run, "stream", name)
+		}})
 	}
 	if s.ops != nil {
 		s.ops.AddReadiness("processors", func(context.Context) error {
@@ -124,4 +125,10 @@ func (s *Service) Run(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// TransactionalID is the transactional id of a stream's processor on an
+// instance.
+func TransactionalID(instance, stream string) string {
+	return "driftguard-" + stream + "-" + instance
 }

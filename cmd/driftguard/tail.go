@@ -37,7 +37,9 @@ func (t *tail) Run(ctx context.Context) error {
 	for _, s := range t.cfg.StreamNames() {
 		names = append(names, topics.For(s).Outcomes)
 	}
-	cl, err := kafka.NewClient(t.brokers, kgo.ConsumeTopics(names...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	// Committed outcomes only: a processor's aborted transaction shows nothing.
+	cl, err := kafka.NewClient(t.brokers, kgo.ConsumeTopics(names...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		return err
 	}

@@ -95,6 +95,16 @@ type Processing struct {
 	// timeouts, orphan TTLs). Each tick visits every key of the partitions
 	// it owns, so a larger tick costs less on big tables. Default 1s.
 	TimerTick time.Duration `yaml:"timer_tick"`
+	// CommitInterval is how long one transaction gathers decisions before
+	// it commits them with their input offsets: the delay a read_committed
+	// reader (the sink, the bridge) sees, against the cost of a commit.
+	// Default 100ms.
+	CommitInterval time.Duration `yaml:"commit_interval"`
+	// InstanceID names this processor instance in its transactional ids:
+	// stable across its restarts (a restarted instance then fences what
+	// its predecessor left open at once) and unique among the instances
+	// running. Default: the host name (a StatefulSet pod's name).
+	InstanceID string `yaml:"instance_id"`
 }
 
 // MinBridgeSecretBytes is the shortest JWT key the bridge accepts: HS256
@@ -264,6 +274,8 @@ func (c *Config) applyEnv(environ []string) error {
 			c.DataDir = value
 		case "DRIFTGUARD_TELEMETRY_ADDR":
 			c.Telemetry.Addr = value
+		case "DRIFTGUARD_INSTANCE_ID":
+			c.Processing.InstanceID = value
 		case "DRIFTGUARD_LOG_LEVEL":
 			c.Telemetry.LogLevel = value
 		case "DRIFTGUARD_PYROSCOPE_ADDR":
@@ -314,6 +326,10 @@ func (c *Config) applyDefaults() {
 	orDefault(&c.Telemetry.LogLevel, "info")
 	orDefault(&c.Telemetry.PyroscopeUploadEvery, 15*time.Second)
 	orDefault(&c.Processing.TimerTick, time.Second)
+	orDefault(&c.Processing.CommitInterval, 100*time.Millisecond)
+	if c.Processing.InstanceID == "" {
+		c.Processing.InstanceID, _ = os.Hostname()
+	}
 	orDefault(&c.Bridge.Addr, "127.0.0.1:8090")
 	orDefault(&c.Bridge.MaxEntities, 1_000_000)
 	orDefault(&c.Bridge.Window, 10_000)
@@ -410,6 +426,12 @@ func (c *Config) Validate() error {
 	if !validIdent(c.ClickHouse.Database) {
 		add("clickhouse.database", "%q must be letters, digits and underscores, starting with a letter", c.ClickHouse.Database)
 	}
+	if c.Processing.CommitInterval < 10*time.Millisecond || c.Processing.CommitInterval > time.Minute {
+		add("processing.commit_interval", "must be between 10ms and 1m, got %s", c.Processing.CommitInterval)
+	}
+	if c.Processing.InstanceID == "" {
+		add("processing.instance_id", "is empty and the host has no name: set DRIFTGUARD_INSTANCE_ID")
+	}
 	if c.Processing.TimerTick < 10*time.Millisecond {
 		add("processing.timer_tick", "must be at least 10ms, got %s", c.Processing.TimerTick)
 	}
@@ -498,6 +520,8 @@ clickhouse:
   session_timeout: 45s           # a crashed sink's partitions move after this
 processing:
   timer_tick: 1s                 # how often timers (gap timeouts) are checked
+  commit_interval: 100ms         # how long one transaction gathers decisions
+  # instance_id: the host name   # DRIFTGUARD_INSTANCE_ID: stable per instance, unique among those running
 bridge:
   addr: 127.0.0.1:8090           # DRIFTGUARD_BRIDGE_ADDR
   # secret: prefer DRIFTGUARD_BRIDGE_SECRET (at least 32 bytes) to the file
