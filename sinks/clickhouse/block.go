@@ -410,6 +410,7 @@ type stateRow struct {
 type eventsBlock struct {
 	block
 	stream, key, eventID, eventType, outcome, reason, topic, payload     *texts
+	decisionID                                                           *texts
 	version, gap, bufferDepth, occurredAtMs, receivedAtMs, processedAtMs *values[int64]
 	processedAt, offset, inputOffset                                     *values[int64]
 	partition, inputPartition                                            *values[int32]
@@ -427,6 +428,7 @@ func newEventsBlock() *eventsBlock {
 	b.topic, b.partition, b.offset = newTexts(&b.block, "topic"), newColumn[int32](&b.block, "partition"), newColumn[int64](&b.block, "offset")
 	b.inputPartition, b.inputOffset = newColumn[int32](&b.block, "input_partition"), newColumn[int64](&b.block, "input_offset")
 	b.payload = newTexts(&b.block, "payload")
+	b.decisionID = newTexts(&b.block, "decision_id")
 	b.pos = position{b.topic, b.partition, b.offset}
 	return b
 }
@@ -451,6 +453,7 @@ func (b *eventsBlock) add(r *kgo.Record, o *outcomeRow) {
 	b.inputPartition.add(o.InputPartition)
 	b.inputOffset.add(o.InputOffset)
 	b.payload.add(o.payload)
+	b.decisionID.add(o.DecisionID)
 }
 
 func newStateBlock() *tableBlock[stateRow] {
