@@ -121,6 +121,9 @@ func (s *Sink) Run(ctx context.Context) error {
 		kgo.SessionTimeout(ch.SessionTimeout),
 		kgo.ConsumeTopics(names...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// The processors write transactionally: rows of an aborted
+		// transaction were never decided, and must never be written.
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.DisableAutoCommit(),
 		// No partition moves while a batch is being gathered or inserted.
 		kgo.BlockRebalanceOnPoll(),
