@@ -36,8 +36,10 @@ type Sink struct {
 	log     *slog.Logger
 	ops     *telemetry.Ops
 	metrics *metrics
-	// kinds maps each topic the sink reads to what its records are.
-	kinds map[string]topicKind
+	// kinds maps each topic the sink reads to what its records are, and
+	// streams to its stream.
+	kinds   map[string]topicKind
+	streams map[string]string
 	// held is the highest offset per table and source partition already in
 	// ClickHouse, read from sink_positions for a whole topic the first time
 	// one of its partitions is seen (loaded records which topics were read).
@@ -62,10 +64,12 @@ const (
 	dlqTopic
 )
 
-// tablesOf names the tables each kind of topic feeds (at most two).
-var tablesOf = map[topicKind][]string{
-	outcomesTopic: {"events"},
-	stateTopic:    {"entity_state"},
+// tablesOf names the two tables each kind of topic feeds: a record that
+// cannot be decoded goes to dlq (reason sink_undecodable), whatever its
+// topic.
+var tablesOf = map[topicKind][2]string{
+	outcomesTopic: {"events", "dlq"},
+	stateTopic:    {"entity_state", "dlq"},
 	dlqTopic:      {"dlq", "orphans"},
 }
 
@@ -85,13 +89,16 @@ type Options struct {
 
 // New builds the sink.
 func New(opts Options) *Sink {
-	s := &Sink{cfg: opts.Config, brokers: opts.Config.BrokersOr(opts.Brokers), conn: opts.Conn, log: telemetry.OrDiscard(opts.Logger), ops: opts.Ops, kinds: map[string]topicKind{},
+	s := &Sink{cfg: opts.Config, brokers: opts.Config.BrokersOr(opts.Brokers), conn: opts.Conn, log: telemetry.OrDiscard(opts.Logger), ops: opts.Ops, kinds: map[string]topicKind{}, streams: map[string]string{},
 		held: map[heldKey]int64{}, loaded: map[string]bool{}, metrics: newMetrics(opts.Ops)}
 	for _, name := range s.cfg.StreamNames() {
 		n := topics.For(name)
 		s.kinds[n.Outcomes] = outcomesTopic
 		s.kinds[n.State] = stateTopic
 		s.kinds[n.DLQ] = dlqTopic
+		for _, topic := range []string{n.Outcomes, n.State, n.DLQ} {
+			s.streams[topic] = name
+		}
 	}
 	return s
 }
@@ -316,21 +323,24 @@ func (s *Sink) addRun(b *batch, run []*kgo.Record) {
 	for _, r := range run {
 		b.records++
 		b.bytes += len(r.Key) + len(r.Value)
-		if r.Offset <= held[len(tables)-1] && r.Offset <= held[0] {
-			continue // inserted before a crash, never committed
+		// Each record goes to one table (a DLQ record of an orphan to
+		// two), which may hold it already: inserted before a crash, never
+		// committed.
+		if r.Offset <= held[0] && r.Offset <= held[1] {
+			continue
 		}
 		var err error
 		switch kind {
 		case outcomesTopic:
 			if o.payload, err = record.DecodeOutcome(r.Value, &o.Outcome); err != nil {
 				err = recordError("outcome", r, err)
-			} else {
+			} else if r.Offset > held[0] {
 				b.events.add(r, &o)
 			}
 		case stateTopic:
 			if st.state, err = record.DecodeState(r.Value, &st.State); err != nil {
 				err = recordError("state", r, err)
-			} else {
+			} else if r.Offset > held[0] {
 				b.state.add(r, &st)
 			}
 		case dlqTopic:
@@ -344,12 +354,21 @@ func (s *Sink) addRun(b *batch, run []*kgo.Record) {
 				}
 			}
 		}
-		if err != nil {
-			// A record that can never be decoded is left out rather than
-			// blocking its partition forever.
-			s.log.Error("record cannot be inserted; skipped", "err", err)
+		if err != nil && r.Offset > held[slices.Index(tables[:], "dlq")] {
+			// Kept, and seen, rather than blocking its partition forever or
+			// vanishing.
+			s.log.Error("record cannot be decoded; written to the dlq table", "reason", record.ReasonSinkUndecodable, "err", err)
+			b.dlq.add(r, s.undecodable(r, err))
 		}
 	}
+}
+
+// undecodable is the dead letter of a record the sink cannot decode: the
+// record itself, located where the sink read it, with the decode error.
+func (s *Sink) undecodable(r *kgo.Record, err error) *deadLetter {
+	return &deadLetter{Stream: s.streams[r.Topic], Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
+		Key: string(r.Key), Reason: record.ReasonSinkUndecodable, Detail: err.Error(),
+		AtMs: time.Now().UnixMilli(), Payload: r.Value}
 }
 
 // flush inserts each non-empty block with one INSERT and empties it, so a

@@ -3,6 +3,8 @@ package clickhouse_test
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,8 +58,9 @@ func TestSinkInsertWritesOutcomesAndLatestState(t *testing.T) {
 	stale.InputOffset, stale.DecisionID = 8, "presence/4/8/0"
 
 	// One poll: decodable and undecodable records of both kinds, plus a
-	// record from a topic the sink does not own. The bad ones are skipped,
-	// the batch is not failed: a poison record must not block a partition.
+	// record from a topic the sink does not own. The undecodable ones go
+	// to dlq, the batch is not failed: a poison record must not block a
+	// partition.
 	first := []*kgo.Record{
 		kafkaRecord(t, names.Outcomes, 2, 40, applied),
 		kafkaRecord(t, names.Outcomes, 2, 41, []byte("not json")),
@@ -79,7 +82,7 @@ func TestSinkInsertWritesOutcomesAndLatestState(t *testing.T) {
 	if err := sink.Insert(ctx, second); err != nil {
 		t.Fatalf("second Insert: %v", err)
 	}
-	// A poll of nothing but poison inserts nothing and still succeeds.
+	// A poll of nothing but poison inserts it into dlq alone.
 	if err := sink.Insert(ctx, []*kgo.Record{kafkaRecord(t, names.Outcomes, 2, 43, []byte("\x00"))}); err != nil {
 		t.Fatalf("Insert of only undecodable records: %v", err)
 	}
@@ -176,6 +179,35 @@ func TestSinkInsertWritesOutcomesAndLatestState(t *testing.T) {
 		if wrong != 0 {
 			t.Errorf("%d rows where %s", wrong, q)
 		}
+	}
+
+	// The undecodable records, each once, where the sink read them.
+	rows, err = conn.Query(ctx, "SELECT stream, reason, `topic`, `partition`, `offset`, source_topic, source_offset, payload FROM "+
+		cfg.ClickHouse.Database+".dlq ORDER BY source_topic, source_offset")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dead []string
+	for rows.Next() {
+		var stream, reason, topic, sourceTopic, payload string
+		var partition int32
+		var offset, sourceOffset int64
+		if err := rows.Scan(&stream, &reason, &topic, &partition, &offset, &sourceTopic, &sourceOffset, &payload); err != nil {
+			t.Fatal(err)
+		}
+		if topic != sourceTopic || offset != sourceOffset {
+			t.Errorf("dlq row of %s/%d at %s/%d/%d: want it located where it was read", sourceTopic, sourceOffset, topic, partition, offset)
+		}
+		dead = append(dead, fmt.Sprintf("%s %s %s/%d %q", stream, reason, topic, offset, payload))
+	}
+	rows.Close()
+	wantDead := []string{
+		`presence sink_undecodable presence.outcomes/41 "not json"`,
+		`presence sink_undecodable presence.outcomes/43 "\x00"`,
+		`presence sink_undecodable presence.state/11 "{"`,
+	}
+	if !slices.Equal(dead, wantDead) {
+		t.Errorf("dlq rows\n%s\nwant\n%s", strings.Join(dead, "\n"), strings.Join(wantDead, "\n"))
 	}
 
 	// Without FINAL every inserted version is still there: the undecodable
