@@ -24,18 +24,11 @@ func TestSinkWritesCommittedTransactionsOnly(t *testing.T) {
 	defer txn.Close()
 	transaction := func(commit bool, ids ...string) {
 		t.Helper()
-		if err := txn.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
+		var records []*kgo.Record
 		for _, id := range ids {
-			txn.Produce(ctx, b.outcome(id), nil)
+			records = append(records, b.outcome(id))
 		}
-		if err := txn.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := txn.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
-			t.Fatal(err)
-		}
+		testenv.Transact(t, ctx, txn, commit, records...)
 	}
 	transaction(true, "c1", "c2")
 	transaction(false, "a1", "a2")

@@ -8,7 +8,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/testenv"
 )
@@ -22,11 +21,7 @@ import (
 func TestBridgeShowsCommittedStatesOnly(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	stream := testenv.UniqueName("presence")
-	e := newBridgeEnv(t, brokers, func(cfg *config.Config) {
-		s := cfg.Streams["presence"]
-		s.Name = stream
-		cfg.Streams = map[string]*config.Stream{stream: s}
-	}, "presence")
+	e := newBridgeEnv(t, brokers, presenceAs(stream, nil), "presence")
 	txn, err := kafka.NewClient(brokers, kgo.TransactionalID(stream+"-txn"))
 	if err != nil {
 		t.Fatal(err)
@@ -34,18 +29,7 @@ func TestBridgeShowsCommittedStatesOnly(t *testing.T) {
 	defer txn.Close()
 	transaction := func(commit bool, records ...*kgo.Record) {
 		t.Helper()
-		if err := txn.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range records {
-			txn.Produce(e.ctx, r, nil)
-		}
-		if err := txn.Flush(e.ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := txn.EndTransaction(e.ctx, kgo.TransactionEndTry(commit)); err != nil {
-			t.Fatal(err)
-		}
+		testenv.Transact(t, e.ctx, txn, commit, records...)
 	}
 	tok := e.token("alice", "*")
 	version := func(key string) int64 {
