@@ -113,7 +113,7 @@ func (h *handler) redeliver(ctx goka.Context, value *tableValue, ev decide.Event
 		return
 	}
 	effects := past.effects(ev)
-	h.emitEffects(ctx, effects, past.AtMs)
+	h.emitEffects(ctx, effects, past.AtMs, inputOrigin(ev))
 	h.writeBack(ctx, value, effects.ChangesState())
 }
 
