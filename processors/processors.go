@@ -210,7 +210,7 @@ func (h *handler) process(ctx decisionContext, msg any) {
 	}
 	// The table is written on every decision, duplicates included: the
 	// dedup memory is part of the state.
-	h.store(ctx, value, effects, atMs)
+	h.store(ctx, value, effects, atMs, inputOrigin(ev))
 }
 
 // Metric labels of driftguard_processor_decisions_total that are not
@@ -233,7 +233,7 @@ func tableValueOf(ctx decisionContext) *tableValue {
 // store emits the effects decided at atMs, counts them, and writes the
 // value to the table and then, when the state changed, the state record,
 // so the table holds the revision the state record carries.
-func (h *handler) store(ctx decisionContext, value *tableValue, effects decide.Effects, atMs int64) {
+func (h *handler) store(ctx decisionContext, value *tableValue, effects decide.Effects, atMs int64, origin decisionOrigin) {
 	for _, d := range effects.Decisions {
 		h.count(string(d.Outcome))
 		if d.Reason == record.ReasonOrphanTTL && h.opts.Metrics != nil {
@@ -243,20 +243,55 @@ func (h *handler) store(ctx decisionContext, value *tableValue, effects decide.E
 	if effects.Evicted > 0 && h.opts.Metrics != nil {
 		h.opts.Metrics.evicted.WithLabelValues(h.stream.Name).Add(float64(effects.Evicted))
 	}
-	h.emitEffects(ctx, effects, atMs)
+	h.emitEffects(ctx, effects, atMs, origin)
 	h.writeBack(ctx, value, effects.ChangesState())
 }
 
-// emitEffects writes the outcome of every decision made at atMs, the dead
-// letters and the replay request, for the key being processed.
-func (h *handler) emitEffects(ctx decisionContext, effects decide.Effects, atMs int64) {
-	for _, d := range effects.Decisions {
+// decisionOrigin is what made a set of decisions, which names them
+// (record.InputDecisionID, record.TimerDecisionID): an input event, or a
+// timer that was due at deadlineMs.
+type decisionOrigin struct {
+	timer      bool
+	partition  int32
+	offset     int64
+	deadlineMs int64
+}
+
+// inputOrigin is the origin of the decisions of input ev: its own
+// position, also for the other events it decides (a drained successor, a
+// reconciled child), which a redelivery of ev decides again.
+func inputOrigin(ev decide.Event) decisionOrigin {
+	return decisionOrigin{partition: ev.InputPartition, offset: ev.InputOffset}
+}
+
+// timerOrigin is the origin of the decisions of a timer due at deadlineMs,
+// read from the table value before the timer fires.
+func timerOrigin(deadlineMs int64) decisionOrigin {
+	return decisionOrigin{timer: true, deadlineMs: deadlineMs}
+}
+
+// id is the decision id of decision d, number index among its origin's.
+func (o decisionOrigin) id(stream, key string, d *decide.Decision, index int) string {
+	if !o.timer {
+		return record.InputDecisionID(stream, o.partition, o.offset, index)
+	}
+	kind := d.Reason
+	if kind == "" {
+		kind = record.Reason(d.Outcome)
+	}
+	return record.TimerDecisionID(stream, key, o.deadlineMs, kind, index)
+}
+
+// emitEffects writes the outcome of every decision made at atMs by origin,
+// the dead letters and the replay request, for the key being processed.
+func (h *handler) emitEffects(ctx decisionContext, effects decide.Effects, atMs int64, origin decisionOrigin) {
+	for i, d := range effects.Decisions {
 		o := record.Outcome{
 			Stream: h.stream.Name, Key: ctx.Key(), EventID: d.Event.EventID, EventType: d.Event.Type,
 			Version: d.Version, Outcome: d.Outcome, Reason: d.Reason, Gap: d.Gap, BufferDepth: d.BufferDepth, MessageID: d.MessageID,
 			OccurredAtMs: d.Event.OccurredAtMs, ReceivedAtMs: d.Event.ReceivedAtMs, ProcessedAtMs: atMs,
 			InputPartition: d.Event.InputPartition, InputOffset: d.Event.InputOffset,
-			Payload: d.Event.Body,
+			DecisionID: origin.id(h.stream.Name, ctx.Key(), &d, i), Payload: d.Event.Body,
 		}
 		ctx.Emit(goka.Stream(h.names.Outcomes), ctx.Key(), record.AppendOutcome(make([]byte, 0, 512+len(o.Key)+len(o.EventID)+len(o.Payload)), &o))
 		if d.DeadLetter != "" {

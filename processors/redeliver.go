@@ -111,7 +111,7 @@ func (h *handler) redeliver(ctx decisionContext, value *tableValue, ev decide.Ev
 		return
 	}
 	effects := past.effects(ev)
-	h.emitEffects(ctx, effects, past.AtMs)
+	h.emitEffects(ctx, effects, past.AtMs, inputOrigin(ev))
 	h.writeBack(ctx, value, effects.ChangesState())
 }
 

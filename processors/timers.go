@@ -44,7 +44,9 @@ func (h *handler) tick(ctx decisionContext, meta any) {
 	if !value.Due(now) {
 		return
 	}
-	h.store(ctx, value, h.rules.Expire(&value.Entity, now), h.opts.Now().UnixMilli())
+	// The deadline names the timer's decisions; Expire moves it.
+	origin := timerOrigin(value.DeadlineMs)
+	h.store(ctx, value, h.rules.Expire(&value.Entity, now), h.opts.Now().UnixMilli(), origin)
 }
 
 // RunTimers visits the processor's keys every tick until ctx ends. A visit

@@ -58,6 +58,7 @@ func TestAnalystQueriesOnPipelineData(t *testing.T) {
 		"workflows_stuck":               h.checkWorkflowsStuck,
 		"chat_messages":                 h.checkChatMessages,
 		"decisions_by_input":            h.checkDecisionsByInput,
+		"decisions_once":                h.checkDecisionsOnce,
 	}
 	for name := range checks {
 		if _, ok := queries[name]; !ok {
@@ -553,6 +554,17 @@ func (h *history) checkDecisionsByInput(got [][]any) {
 		}
 	}
 	h.expect(got, want)
+}
+
+// checkDecisionsOnce: with no crash in the history each decision is one
+// row, and every row has its decision id.
+func (h *history) checkDecisionsOnce(got [][]any) {
+	h.expect(got, [][]any{{1}})
+	var unnamed uint64
+	h.scalar("SELECT count() FROM %s.events WHERE decision_id = ''", &unnamed)
+	if unnamed != 0 {
+		h.t.Errorf("%d events rows without a decision id", unnamed)
+	}
 }
 
 func (h *history) checkOrphansExpired(got [][]any) {

@@ -36,6 +36,7 @@ func AppendOutcome(b []byte, o *Outcome) []byte {
 	b = appendIntField(b, "processed_at_ms", o.ProcessedAtMs)
 	b = appendIntField(b, "input_partition", int64(o.InputPartition))
 	b = appendIntField(b, "input_offset", o.InputOffset)
+	b = appendStringField(b, ',', "decision_id", o.DecisionID)
 	if len(o.Payload) > 0 {
 		b = append(b, `,"payload":`...)
 		b = append(b, o.Payload...)

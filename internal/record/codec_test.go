@@ -19,13 +19,13 @@ func FuzzDecodeOutcome(f *testing.F) {
 	full, _ := json.Marshal(Outcome{Stream: "presence", Key: "alice", EventID: "alice-843", EventType: "presence.changed",
 		Version: 843, Outcome: "stale", Reason: "version 842 <= 843", Gap: -1, BufferDepth: 2, MessageID: "m1",
 		OccurredAtMs: 1_700_000_000_000, ReceivedAtMs: -5, ProcessedAtMs: 1, InputPartition: 4, InputOffset: 7,
-		Payload: json.RawMessage(`{"a":[1,2.5,"x\"y",{"b":null}],"c":true}`)})
+		DecisionID: "presence/4/7/0", Payload: json.RawMessage(`{"a":[1,2.5,"x\"y",{"b":null}],"c":true}`)})
 	for _, seed := range []string{
 		string(full),
 		`{}`, ` { "version" : 1 , "payload" : "s\u00e9" } `, `{"Stream":"x"}`, `{"\u006bey":"k"}`, `{"KEY":"k","key":"j"}`,
 		`{"version":1.0}`, `{"version":01}`, `{"version":-0}`, `{"version":9223372036854775808}`, `{"input_partition":2147483648}`,
 		`{"payload":null}`, `{"payload":[}`, `{"payload":{"a":"\x"}}`, `{"other":false,"payload":true}`, `{"stream":"caf\xc3"}`,
-		`{"stream":"a\tb"}`, `{"stream":null}`, `{"gap":"1"}`, `{"a":1}x`, `[1]`, `{"a":1,}`, `{"extra":{"k":"\u212a"}}`, "{\"\u212aey\":\"k\"}",
+		`{"stream":"a\tb"}`, `{"decision_id":"orders/t/1700000000000/orphan_ttl/0/o-1"}`, `{"decision_id":7}`, `{"stream":null}`, `{"gap":"1"}`, `{"a":1}x`, `[1]`, `{"a":1,}`, `{"extra":{"k":"\u212a"}}`, "{\"\u212aey\":\"k\"}",
 		`{"payload":-.5}`, `{"payload":1.5e+3}`, `{"payload":1.e3}`, `{"payload":"\u00zz"}`, `{"payload":"\u00e9\n"}`, `{"payload":[1,]}`,
 		`{"payload":{"a":01}}`, `{"payload":{"a" 1}}`, `{"payload":[[[[[]]]]]}`, `{"payload":nul}`, "{\"payload\":\"\xff\"}",
 		// Strings long enough to be read eight bytes at a time, with what

@@ -60,8 +60,13 @@ const (
 	// ReasonKeyMismatch: a `<stream>.in` record whose Kafka key differs
 	// from the key in its body.
 	ReasonKeyMismatch Reason = "key_mismatch"
+	// ReasonSinkUndecodable: a `<stream>.outcomes`, `<stream>.state` or
+	// `<stream>.dlq` record the ClickHouse sink cannot decode, written to
+	// the dlq table (never to a DLQ topic) so that it is kept and seen
+	// rather than dropped, while its partition keeps flowing.
+	ReasonSinkUndecodable Reason = "sink_undecodable"
 )
 
 // Reasons are every reason a record may carry.
 var Reasons = []Reason{ReasonTerminal, ReasonBufferFull, ReasonSameSequence, ReasonGapTimeout, ReasonOrphanTTL,
-	ReasonNotMember, ReasonAheadOfConversation, ReasonUnknownType, ReasonUndecodable, ReasonKeyMismatch}
+	ReasonNotMember, ReasonAheadOfConversation, ReasonUnknownType, ReasonUndecodable, ReasonKeyMismatch, ReasonSinkUndecodable}

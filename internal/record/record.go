@@ -44,9 +44,13 @@ type Outcome struct {
 	ReceivedAtMs  int64 `json:"received_at_ms"`
 	ProcessedAtMs int64 `json:"processed_at_ms"`
 	// Where the decided event sits in `<stream>.in`.
-	InputPartition int32           `json:"input_partition"`
-	InputOffset    int64           `json:"input_offset"`
-	Payload        json.RawMessage `json:"payload,omitempty"`
+	InputPartition int32 `json:"input_partition"`
+	InputOffset    int64 `json:"input_offset"`
+	// DecisionID is the same on every repeat of this decision
+	// (InputDecisionID, TimerDecisionID), so that each decision is counted
+	// once anywhere; empty on records written before it existed.
+	DecisionID string          `json:"decision_id"`
+	Payload    json.RawMessage `json:"payload,omitempty"`
 }
 
 // State is the public state of one entity after an applied change, the value

@@ -194,3 +194,22 @@ func Topics(t testing.TB, ctx context.Context, cfg *config.Config, brokers []str
 	}
 	return cl
 }
+
+// Transact writes records in one transaction of cl, a client with a
+// transactional id, and commits it, or aborts it unless commit: what the
+// processors' transactional writes leave in a topic.
+func Transact(t testing.TB, ctx context.Context, cl *kgo.Client, commit bool, records ...*kgo.Record) {
+	t.Helper()
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range records {
+		cl.Produce(ctx, r, nil)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+		t.Fatal(err)
+	}
+}

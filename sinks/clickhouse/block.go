@@ -366,11 +366,13 @@ func col[R, T any](name string, get func(r *kgo.Record, row *R) T) rowColumn[R] 
 type tableBlock[R any] struct {
 	block
 	rowCols []rowColumn[R]
+	topicID *texts
 }
 
 // newTableBlock makes the block of cols, followed by the source record's
-// topic, partition and offset under the table's names for them, at.
-func newTableBlock[R any](table string, key []string, at [3]string, cols ...rowColumn[R]) *tableBlock[R] {
+// topic, partition, offset and topic id under the table's names for them,
+// at.
+func newTableBlock[R any](table string, key []string, at [4]string, cols ...rowColumn[R]) *tableBlock[R] {
 	topic := &textsOf[R]{texts{col: at[0]}, func(r *kgo.Record, _ *R) string { return r.Topic }}
 	partition := &valuesOf[R, int32]{values[int32]{col: at[1]}, func(r *kgo.Record, _ *R) int32 { return r.Partition }}
 	offset := &valuesOf[R, int64]{values[int64]{col: at[2]}, func(r *kgo.Record, _ *R) int64 { return r.Offset }}
@@ -379,13 +381,16 @@ func newTableBlock[R any](table string, key []string, at [3]string, cols ...rowC
 	for _, c := range cols {
 		b.cols = append(b.cols, c)
 	}
+	b.topicID = newTexts(&b.block, at[3])
 	return b
 }
 
-func (b *tableBlock[R]) add(r *kgo.Record, row *R) {
+// add adds the row of r, read from the topic of id topicID.
+func (b *tableBlock[R]) add(r *kgo.Record, row *R, topicID string) {
 	for _, c := range b.rowCols {
 		c.add(r, row)
 	}
+	b.topicID.add(topicID)
 }
 
 type deadLetter = record.DeadLetter
@@ -410,6 +415,7 @@ type stateRow struct {
 type eventsBlock struct {
 	block
 	stream, key, eventID, eventType, outcome, reason, topic, payload     *texts
+	decisionID, topicID                                                  *texts
 	version, gap, bufferDepth, occurredAtMs, receivedAtMs, processedAtMs *values[int64]
 	processedAt, offset, inputOffset                                     *values[int64]
 	partition, inputPartition                                            *values[int32]
@@ -427,11 +433,13 @@ func newEventsBlock() *eventsBlock {
 	b.topic, b.partition, b.offset = newTexts(&b.block, "topic"), newColumn[int32](&b.block, "partition"), newColumn[int64](&b.block, "offset")
 	b.inputPartition, b.inputOffset = newColumn[int32](&b.block, "input_partition"), newColumn[int64](&b.block, "input_offset")
 	b.payload = newTexts(&b.block, "payload")
+	b.decisionID, b.topicID = newTexts(&b.block, "decision_id"), newTexts(&b.block, "topic_id")
 	b.pos = position{b.topic, b.partition, b.offset}
 	return b
 }
 
-func (b *eventsBlock) add(r *kgo.Record, o *outcomeRow) {
+// add adds the row of r, read from the topic of id topicID.
+func (b *eventsBlock) add(r *kgo.Record, o *outcomeRow, topicID string) {
 	b.stream.add(o.Stream)
 	b.key.add(o.Key)
 	b.eventID.add(o.EventID)
@@ -451,6 +459,8 @@ func (b *eventsBlock) add(r *kgo.Record, o *outcomeRow) {
 	b.inputPartition.add(o.InputPartition)
 	b.inputOffset.add(o.InputOffset)
 	b.payload.add(o.payload)
+	b.decisionID.add(o.DecisionID)
+	b.topicID.add(topicID)
 }
 
 func newStateBlock() *tableBlock[stateRow] {
@@ -468,8 +478,8 @@ func newStateBlock() *tableBlock[stateRow] {
 // The columns of a row's source record: in entity_state; and in dlq and
 // orphans, whose topic/partition/offset name the original event.
 var (
-	sourceColumns    = [3]string{"topic", "partition", "offset"}
-	dlqSourceColumns = [3]string{"source_topic", "source_partition", "source_offset"}
+	sourceColumns    = [4]string{"topic", "partition", "offset", "topic_id"}
+	dlqSourceColumns = [4]string{"source_topic", "source_partition", "source_offset", "source_topic_id"}
 )
 
 // In dlq, topic/partition/offset locate the original record in

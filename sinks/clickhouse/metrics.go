@@ -17,6 +17,8 @@ type metrics struct {
 	latency *prometheus.HistogramVec
 	retries prometheus.Counter
 	lag     *prometheus.GaugeVec
+	// recreated counts topics found deleted and created again.
+	recreated *prometheus.CounterVec
 	// lagOf is the last known lag of each partition this instance reads;
 	// the gauge is their sum per topic.
 	lagMu sync.Mutex
@@ -46,10 +48,14 @@ func newMetrics(ops *telemetry.Ops) *metrics {
 			Name: "driftguard_sink_consumer_lag",
 			Help: "Records behind the high watermark, summed over the topic's partitions this instance reads, as of its last fetch.",
 		}, []string{"topic"}),
+		recreated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "driftguard_sink_topic_recreated_total",
+			Help: "Topics the sink found deleted and created again under a new topic id, whose positions no longer applied: the new topic was read from its start.",
+		}, []string{"topic"}),
 		lagOf: map[string]map[int32]int64{},
 	}
 	if ops != nil {
-		ops.Registry.MustRegister(m.rows, m.batches, m.latency, m.retries, m.lag)
+		ops.Registry.MustRegister(m.rows, m.batches, m.latency, m.retries, m.lag, m.recreated)
 	}
 	// Every table's series exist from the start, at 0: a dashboard or an
 	// alert on the dlq table's rows sees it before its first row.

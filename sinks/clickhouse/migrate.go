@@ -12,6 +12,7 @@ package clickhouse
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -127,7 +128,8 @@ func splitStatements(sql string) []string {
 }
 
 // Migrate creates the database and applies every migration not yet recorded
-// in schema_migrations. Every statement is idempotent, so two instances
+// in schema_migrations. Every statement is idempotent (an ADD COLUMN that
+// finds its column counts as done, see columnAdded), so two instances
 // migrating at once, or a migration interrupted half way, converge.
 func Migrate(ctx context.Context, conn driver.Conn, database string, log *slog.Logger) ([]Migration, error) {
 	log = telemetry.OrDiscard(log)
@@ -164,7 +166,7 @@ func Migrate(ctx context.Context, conn driver.Conn, database string, log *slog.L
 			continue
 		}
 		for _, stmt := range m.Statements {
-			if err := conn.Exec(ctx, stmt); err != nil {
+			if err := conn.Exec(ctx, stmt); err != nil && !columnAdded(stmt, err) {
 				return done, fmt.Errorf("migration %04d_%s: %s: %w", m.Version, m.Name, firstLine(stmt), err)
 			}
 		}
@@ -175,6 +177,20 @@ func Migrate(ctx context.Context, conn driver.Conn, database string, log *slog.L
 		done = append(done, m)
 	}
 	return done, nil
+}
+
+// columnAdded reports whether err says that stmt, an ALTER TABLE that adds
+// columns, ran before: 18.16 has no ADD COLUMN IF NOT EXISTS, so a migration
+// run again after an interruption meets its own columns. An ALTER applies
+// all its commands or none, so finding the column means the whole
+// statement was applied. 18.16 raises ILLEGAL_COLUMN for a column that
+// exists (and an ADD COLUMN of a plain type raises it for nothing else),
+// current releases DUPLICATE_COLUMN.
+func columnAdded(stmt string, err error) bool {
+	const duplicateColumn, illegalColumn = 15, 44
+	var ex *ch.Exception
+	return strings.HasPrefix(stmt, "ALTER TABLE") && strings.Contains(stmt, "ADD COLUMN") &&
+		errors.As(err, &ex) && (ex.Code == duplicateColumn || ex.Code == illegalColumn)
 }
 
 // recordMigration inserts through a batch: over the native protocol an

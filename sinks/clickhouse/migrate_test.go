@@ -91,6 +91,7 @@ var contractColumns = map[string]map[string]string{
 		"version": "Int64", "outcome": "String", "reason": "String", "gap": "Int64",
 		"occurred_at_ms": "Int64", "received_at_ms": "Int64", "processed_at_ms": "Int64",
 		"topic": "String", "partition": "Int32", "offset": "Int64", "payload": "String",
+		"decision_id": "String",
 	},
 	"entity_state": {
 		"stream": "String", "entity_key": "String", "version": "UInt64", "state": "String",
@@ -182,6 +183,31 @@ func TestMigrateConcurrentlyConverges(t *testing.T) {
 	}
 	if again, err := sinkch.Migrate(ctx, conn, c.Database, nil); err != nil || len(again) != 0 {
 		t.Errorf("Migrate after the race = %+v, %v; want nothing to do", again, err)
+	}
+}
+
+// A migration interrupted after its statements and before it was recorded
+// runs again whole: every statement, the ADD COLUMNs included, must take
+// its own effects as done.
+func TestMigrationsRunAgainAfterAnInterruption(t *testing.T) {
+	conn, c := openTestDatabase(t)
+	ctx := testenv.Context(t, time.Minute)
+	all, err := sinkch.Migrate(ctx, conn, c.Database, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Exec(ctx, "DROP TABLE "+c.Database+".schema_migrations"); err != nil {
+		t.Fatal(err)
+	}
+	again, err := sinkch.Migrate(ctx, conn, c.Database, nil)
+	if err != nil {
+		t.Fatalf("Migrate again: %v", err)
+	}
+	if len(again) != len(all) {
+		t.Errorf("Migrate again applied %d migrations, want all %d", len(again), len(all))
+	}
+	if got := columns(t, ctx, conn, c.Database, "events")["decision_id"]; got != "String" {
+		t.Errorf("events.decision_id is %q after the rerun", got)
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
@@ -36,14 +38,19 @@ type Sink struct {
 	log     *slog.Logger
 	ops     *telemetry.Ops
 	metrics *metrics
-	// kinds maps each topic the sink reads to what its records are.
-	kinds map[string]topicKind
+	// kinds maps each topic the sink reads to what its records are, and
+	// streams to its stream.
+	kinds   map[string]topicKind
+	streams map[string]string
 	// held is the highest offset per table and source partition already in
 	// ClickHouse, read from sink_positions for a whole topic the first time
 	// one of its partitions is seen (loaded records which topics were read).
 	heldMu sync.Mutex
 	held   map[heldKey]int64
 	loaded map[string]bool
+	// ids is the Kafka id of each topic as the consumer reads it, from its
+	// fetches; the positions in held are those of that id (see load).
+	ids map[string]string
 	// failing is set while inserts fail; /readyz reports it.
 	failing atomic.Bool
 }
@@ -62,10 +69,12 @@ const (
 	dlqTopic
 )
 
-// tablesOf names the tables each kind of topic feeds (at most two).
-var tablesOf = map[topicKind][]string{
-	outcomesTopic: {"events"},
-	stateTopic:    {"entity_state"},
+// tablesOf names the two tables each kind of topic feeds: a record that
+// cannot be decoded goes to dlq (reason sink_undecodable), whatever its
+// topic.
+var tablesOf = map[topicKind][2]string{
+	outcomesTopic: {"events", "dlq"},
+	stateTopic:    {"entity_state", "dlq"},
 	dlqTopic:      {"dlq", "orphans"},
 }
 
@@ -85,13 +94,17 @@ type Options struct {
 
 // New builds the sink.
 func New(opts Options) *Sink {
-	s := &Sink{cfg: opts.Config, brokers: opts.Config.BrokersOr(opts.Brokers), conn: opts.Conn, log: telemetry.OrDiscard(opts.Logger), ops: opts.Ops, kinds: map[string]topicKind{},
-		held: map[heldKey]int64{}, loaded: map[string]bool{}, metrics: newMetrics(opts.Ops)}
+	s := &Sink{cfg: opts.Config, brokers: opts.Config.BrokersOr(opts.Brokers), conn: opts.Conn, log: telemetry.OrDiscard(opts.Logger), ops: opts.Ops, kinds: map[string]topicKind{}, streams: map[string]string{},
+		held: map[heldKey]int64{}, loaded: map[string]bool{}, ids: map[string]string{}, metrics: newMetrics(opts.Ops)}
 	for _, name := range s.cfg.StreamNames() {
 		n := topics.For(name)
 		s.kinds[n.Outcomes] = outcomesTopic
 		s.kinds[n.State] = stateTopic
 		s.kinds[n.DLQ] = dlqTopic
+		for _, topic := range []string{n.Outcomes, n.State, n.DLQ} {
+			s.streams[topic] = name
+			s.metrics.recreated.WithLabelValues(topic)
+		}
 	}
 	return s
 }
@@ -121,6 +134,9 @@ func (s *Sink) Run(ctx context.Context) error {
 		kgo.SessionTimeout(ch.SessionTimeout),
 		kgo.ConsumeTopics(names...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// The processors write transactionally: rows of an aborted
+		// transaction were never decided, and must never be written.
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.DisableAutoCommit(),
 		// No partition moves while a batch is being gathered or inserted.
 		kgo.BlockRebalanceOnPoll(),
@@ -171,14 +187,26 @@ func (s *Sink) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		var gone []string
 		fetches.EachError(func(topic string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			switch {
+			case errors.Is(err, kerr.UnknownTopicID):
+				if !slices.Contains(gone, topic) {
+					gone = append(gone, topic)
+				}
+			case !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled):
 				s.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
 			}
 		})
+		fetches.EachTopic(func(t kgo.FetchTopic) { s.observeTopicID(t.Topic, t.TopicID) })
 		s.metrics.observeLag(fetches)
 		if err := w.add(ctx, fetches.Records()); err != nil {
 			return nil // ctx ended
+		}
+		if len(gone) > 0 {
+			if err := s.readAgain(ctx, cl, w, gone); err != nil {
+				return nil
+			}
 		}
 		if err := w.settle(false); err != nil {
 			return nil
@@ -304,6 +332,7 @@ func (s *Sink) addRun(b *batch, run []*kgo.Record) {
 		return
 	}
 	tables := tablesOf[kind]
+	id := s.topicID(first.Topic)
 	var held [2]int64
 	for i, table := range tables {
 		held[i] = s.heldOffset(heldKey{table, first.Topic, first.Partition})
@@ -313,40 +342,52 @@ func (s *Sink) addRun(b *batch, run []*kgo.Record) {
 	for _, r := range run {
 		b.records++
 		b.bytes += len(r.Key) + len(r.Value)
-		if r.Offset <= held[len(tables)-1] && r.Offset <= held[0] {
-			continue // inserted before a crash, never committed
+		// Each record goes to one table (a DLQ record of an orphan to
+		// two), which may hold it already: inserted before a crash, never
+		// committed.
+		if r.Offset <= held[0] && r.Offset <= held[1] {
+			continue
 		}
 		var err error
 		switch kind {
 		case outcomesTopic:
 			if o.payload, err = record.DecodeOutcome(r.Value, &o.Outcome); err != nil {
 				err = recordError("outcome", r, err)
-			} else {
-				b.events.add(r, &o)
+			} else if r.Offset > held[0] {
+				b.events.add(r, &o, id)
 			}
 		case stateTopic:
 			if st.state, err = record.DecodeState(r.Value, &st.State); err != nil {
 				err = recordError("state", r, err)
-			} else {
-				b.state.add(r, &st)
+			} else if r.Offset > held[0] {
+				b.state.add(r, &st, id)
 			}
 		case dlqTopic:
 			var dl *deadLetter
 			if dl, err = decode[deadLetter]("DLQ", r); err == nil {
 				if r.Offset > held[0] {
-					b.dlq.add(r, dl)
+					b.dlq.add(r, dl, id)
 				}
 				if r.Offset > held[1] && dl.Reason == record.ReasonOrphanTTL {
-					b.orphans.add(r, dl)
+					b.orphans.add(r, dl, id)
 				}
 			}
 		}
-		if err != nil {
-			// A record that can never be decoded is left out rather than
-			// blocking its partition forever.
-			s.log.Error("record cannot be inserted; skipped", "err", err)
+		if err != nil && r.Offset > held[slices.Index(tables[:], "dlq")] {
+			// Kept, and seen, rather than blocking its partition forever or
+			// vanishing.
+			s.log.Error("record cannot be decoded; written to the dlq table", "reason", record.ReasonSinkUndecodable, "err", err)
+			b.dlq.add(r, s.undecodable(r, err), id)
 		}
 	}
+}
+
+// undecodable is the dead letter of a record the sink cannot decode: the
+// record itself, located where the sink read it, with the decode error.
+func (s *Sink) undecodable(r *kgo.Record, err error) *deadLetter {
+	return &deadLetter{Stream: s.streams[r.Topic], Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
+		Key: string(r.Key), Reason: record.ReasonSinkUndecodable, Detail: err.Error(),
+		AtMs: time.Now().UnixMilli(), Payload: r.Value}
 }
 
 // flush inserts each non-empty block with one INSERT and empties it, so a
@@ -431,34 +472,178 @@ func (s *Sink) reload(ctx context.Context, blk *block) error {
 // partition of a topic, in one query (a DLQ topic feeds two tables):
 // sink_positions keeps a handful of rows per table and partition (one per
 // unmerged part), so this is cheap however large the tables are.
+//
+// Positions are those of the topic's current id (see adopt): a topic
+// deleted and created again starts its offsets at 0 under a new id, and
+// the old id's positions would skip every new record.
 func (s *Sink) load(ctx context.Context, topic string) error {
 	s.heldMu.Lock()
-	known := s.loaded[topic]
+	known, id := s.loaded[topic], s.ids[topic]
 	s.heldMu.Unlock()
 	if known {
 		return nil
 	}
-	rows, err := s.conn.Query(ctx, "SELECT table_name, `partition`, max(max_offset) FROM "+s.cfg.ClickHouse.Database+
-		".sink_positions WHERE `topic` = ? GROUP BY table_name, `partition`", topic)
+	rows, err := s.conn.Query(ctx, "SELECT table_name, `partition`, topic_id, max(max_offset) FROM "+s.cfg.ClickHouse.Database+
+		".sink_positions WHERE `topic` = ? GROUP BY table_name, `partition`, topic_id", topic)
 	if err != nil {
 		return fmt.Errorf("reading the positions of %s: %w", topic, err)
 	}
 	defer rows.Close()
+	byID := map[string][]heldPosition{}
 	for rows.Next() {
-		var k heldKey
-		var offset int64
-		if err := rows.Scan(&k.table, &k.partition, &offset); err != nil {
+		var p heldPosition
+		var of string
+		if err := rows.Scan(&p.key.table, &p.key.partition, &of, &p.offset); err != nil {
 			return err
 		}
-		k.topic = topic
-		s.raise(k, offset)
+		p.key.topic = topic
+		byID[of] = append(byID[of], p)
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("reading the positions of %s: %w", topic, err)
 	}
+	held, err := s.adopt(ctx, topic, id, byID)
+	if err != nil {
+		return err
+	}
+	for _, p := range held {
+		s.raise(p.key, p.offset)
+	}
 	s.heldMu.Lock()
 	s.loaded[topic] = true
 	s.heldMu.Unlock()
+	return nil
+}
+
+// heldPosition is a row of sink_positions.
+type heldPosition struct {
+	key    heldKey
+	offset int64
+}
+
+// adopt chooses, of a topic's positions by topic id, those that apply to
+// the topic read under id:
+//   - id unknown (records not read by Run's consumer): all of them, the
+//     highest of each;
+//   - positions of id: those;
+//   - none of id but some of another id: the topic was deleted and created
+//     again. Said loudly and counted, and nothing is held: the new topic is
+//     read from its start. A row of id (table ”, partition -1, offset -1)
+//     records that this id was seen, so a restart does not count it again;
+//   - none of any id, only of rows written before ids were kept (”): those
+//     are taken as id's, and written under it, so that a later recreation
+//     does not take them again.
+func (s *Sink) adopt(ctx context.Context, topic, id string, byID map[string][]heldPosition) ([]heldPosition, error) {
+	if id == "" {
+		var all []heldPosition
+		for _, ps := range byID {
+			all = append(all, ps...)
+		}
+		return all, nil
+	}
+	if ps := byID[id]; len(ps) > 0 {
+		return ps, nil
+	}
+	var old []string
+	for other := range byID {
+		if other != "" {
+			old = append(old, other)
+		}
+	}
+	if len(old) == 0 {
+		legacy := byID[""]
+		if len(legacy) > 0 {
+			if err := s.writePositions(ctx, topic, id, legacy); err != nil {
+				return nil, err
+			}
+			s.log.Info("positions written before topic ids were kept taken as the topic's", "topic", topic, "topic_id", id)
+		}
+		return legacy, nil
+	}
+	slices.Sort(old)
+	if err := s.writePositions(ctx, topic, id, []heldPosition{{key: heldKey{"", topic, -1}, offset: -1}}); err != nil {
+		return nil, err
+	}
+	s.log.Error("topic deleted and created again: the positions of its old id no longer apply; reading the new topic from its start",
+		"topic", topic, "old_topic_id", strings.Join(old, ","), "new_topic_id", id)
+	s.metrics.recreated.WithLabelValues(topic).Inc()
+	return nil, nil
+}
+
+// writePositions writes positions of topic under id to sink_positions.
+func (s *Sink) writePositions(ctx context.Context, topic, id string, ps []heldPosition) error {
+	batch, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+s.cfg.ClickHouse.Database+
+		".sink_positions (table_name, `topic`, `partition`, topic_id, max_offset)")
+	if err != nil {
+		return fmt.Errorf("writing the positions of %s: %w", topic, err)
+	}
+	defer batch.Close()
+	for _, p := range ps {
+		if err := batch.Append(p.key.table, topic, p.key.partition, id, p.offset); err != nil {
+			return err
+		}
+	}
+	if err := batch.Send(); err != nil {
+		return fmt.Errorf("writing the positions of %s: %w", topic, err)
+	}
+	return nil
+}
+
+// observeTopicID records the id of a topic as fetched. An id other than
+// the one the positions in memory were read under means the topic was read
+// again after being created again (readAgain): they are forgotten, and
+// load reads those of the new id.
+func (s *Sink) observeTopicID(topic string, raw [16]byte) {
+	if raw == ([16]byte{}) {
+		return // a broker before Kafka 3.1 names no ids
+	}
+	id := kadm.TopicID(raw).String()
+	s.heldMu.Lock()
+	old, ok := s.ids[topic]
+	s.heldMu.Unlock()
+	if ok && old == id {
+		return
+	}
+	if ok {
+		s.forgetTopics([]string{topic})
+	}
+	s.heldMu.Lock()
+	s.ids[topic] = id
+	s.heldMu.Unlock()
+}
+
+// topicID is the id of a topic as last fetched, ” while unknown.
+func (s *Sink) topicID(topic string) string {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	return s.ids[topic]
+}
+
+// readAgain takes topics the broker no longer knows by the id the client
+// reads them under back into the client: franz-go never adopts the new id
+// of a topic deleted and created again, and fails its fetches with
+// UNKNOWN_TOPIC_ID instead. The batch gathered so far is written and
+// committed first: it holds the old topic's records, under the old id.
+// Then the topics leave the client (with their uncommitted offsets) and
+// come back under their new ids, and load finds them recreated.
+func (s *Sink) readAgain(ctx context.Context, cl *kgo.Client, w *writer, topics []string) error {
+	if w.cur.records > 0 {
+		if err := w.flush(ctx); err != nil {
+			return err
+		}
+	}
+	if err := w.settle(true); err != nil {
+		return err
+	}
+	s.log.Warn("topics unknown by the id they were read under (deleted, maybe created again): reading them anew", "topics", topics)
+	cl.PurgeTopicsFromClient(topics...)
+	s.forgetTopics(topics)
+	s.heldMu.Lock()
+	for _, topic := range topics {
+		delete(s.ids, topic)
+	}
+	s.heldMu.Unlock()
+	cl.AddConsumeTopics(topics...)
 	return nil
 }
 
@@ -566,6 +751,20 @@ func (s *Sink) forget(partitions map[string][]int32) {
 		}
 	}
 	s.metrics.forgetLag(partitions)
+}
+
+// forgetTopics forgets every position of topics, to be read again.
+func (s *Sink) forgetTopics(topics []string) {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	for k := range s.held {
+		if slices.Contains(topics, k.topic) {
+			delete(s.held, k)
+		}
+	}
+	for _, topic := range topics {
+		delete(s.loaded, topic)
+	}
 }
 
 // StatusPermanentlyOrphaned is the status of every orphans row.

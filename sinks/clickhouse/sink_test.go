@@ -3,6 +3,8 @@ package clickhouse_test
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,16 +50,17 @@ func TestSinkInsertWritesOutcomesAndLatestState(t *testing.T) {
 		Stream: "presence", Key: "alice", EventID: "alice-843", EventType: "presence.changed",
 		Version: 843, Outcome: record.Applied, Gap: 1, BufferDepth: 0,
 		OccurredAtMs: 1_700_000_000_000, ReceivedAtMs: 1_700_000_000_100, ProcessedAtMs: 1_700_000_000_200,
-		InputPartition: 4, InputOffset: 7,
+		InputPartition: 4, InputOffset: 7, DecisionID: "presence/4/7/0",
 		Payload: json.RawMessage(`{"event_id":"alice-843","user_id":"alice","presence":"BUSY"}`),
 	}
 	stale := applied
 	stale.EventID, stale.Version, stale.Outcome, stale.Reason, stale.Gap = "alice-842", 842, record.Stale, "version 842 <= 843", 0
-	stale.InputOffset = 8
+	stale.InputOffset, stale.DecisionID = 8, "presence/4/8/0"
 
 	// One poll: decodable and undecodable records of both kinds, plus a
-	// record from a topic the sink does not own. The bad ones are skipped,
-	// the batch is not failed: a poison record must not block a partition.
+	// record from a topic the sink does not own. The undecodable ones go
+	// to dlq, the batch is not failed: a poison record must not block a
+	// partition.
 	first := []*kgo.Record{
 		kafkaRecord(t, names.Outcomes, 2, 40, applied),
 		kafkaRecord(t, names.Outcomes, 2, 41, []byte("not json")),
@@ -79,7 +82,7 @@ func TestSinkInsertWritesOutcomesAndLatestState(t *testing.T) {
 	if err := sink.Insert(ctx, second); err != nil {
 		t.Fatalf("second Insert: %v", err)
 	}
-	// A poll of nothing but poison inserts nothing and still succeeds.
+	// A poll of nothing but poison inserts it into dlq alone.
 	if err := sink.Insert(ctx, []*kgo.Record{kafkaRecord(t, names.Outcomes, 2, 43, []byte("\x00"))}); err != nil {
 		t.Fatalf("Insert of only undecodable records: %v", err)
 	}
@@ -93,10 +96,10 @@ func TestSinkInsertWritesOutcomesAndLatestState(t *testing.T) {
 		Offset                                           int64
 		InputPartition                                   int32
 		InputOffset                                      int64
-		Payload                                          string
+		Payload, DecisionID                              string
 	}
 	rows, err := conn.Query(ctx, "SELECT stream, entity_key, event_id, event_type, outcome, reason, version, gap, buffer_depth, "+
-		"occurred_at_ms, received_at_ms, processed_at_ms, `topic`, `partition`, `offset`, input_partition, input_offset, payload "+
+		"occurred_at_ms, received_at_ms, processed_at_ms, `topic`, `partition`, `offset`, input_partition, input_offset, payload, decision_id "+
 		"FROM "+cfg.ClickHouse.Database+".events ORDER BY `offset`")
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +108,7 @@ func TestSinkInsertWritesOutcomesAndLatestState(t *testing.T) {
 	for rows.Next() {
 		var r eventRow
 		if err := rows.Scan(&r.Stream, &r.Key, &r.EventID, &r.EventType, &r.Outcome, &r.Reason, &r.Version, &r.Gap, &r.BufferDepth,
-			&r.OccurredAtMs, &r.ReceivedAtMs, &r.ProcessedAtMs, &r.Topic, &r.Partition, &r.Offset, &r.InputPartition, &r.InputOffset, &r.Payload); err != nil {
+			&r.OccurredAtMs, &r.ReceivedAtMs, &r.ProcessedAtMs, &r.Topic, &r.Partition, &r.Offset, &r.InputPartition, &r.InputOffset, &r.Payload, &r.DecisionID); err != nil {
 			t.Fatal(err)
 		}
 		events = append(events, r)
@@ -116,9 +119,9 @@ func TestSinkInsertWritesOutcomesAndLatestState(t *testing.T) {
 	}
 	wantEvents := []eventRow{
 		{"presence", "alice", "alice-843", "presence.changed", "applied", "", 843, 1, 0,
-			1_700_000_000_000, 1_700_000_000_100, 1_700_000_000_200, names.Outcomes, 2, 40, 4, 7, string(applied.Payload)},
+			1_700_000_000_000, 1_700_000_000_100, 1_700_000_000_200, names.Outcomes, 2, 40, 4, 7, string(applied.Payload), "presence/4/7/0"},
 		{"presence", "alice", "alice-842", "presence.changed", "stale", "version 842 <= 843", 842, 0, 0,
-			1_700_000_000_000, 1_700_000_000_100, 1_700_000_000_200, names.Outcomes, 2, 42, 4, 8, string(applied.Payload)},
+			1_700_000_000_000, 1_700_000_000_100, 1_700_000_000_200, names.Outcomes, 2, 42, 4, 8, string(applied.Payload), "presence/4/8/0"},
 	}
 	if len(events) != len(wantEvents) {
 		t.Fatalf("events rows:\n%+v\nwant:\n%+v", events, wantEvents)
@@ -176,6 +179,35 @@ func TestSinkInsertWritesOutcomesAndLatestState(t *testing.T) {
 		if wrong != 0 {
 			t.Errorf("%d rows where %s", wrong, q)
 		}
+	}
+
+	// The undecodable records, each once, where the sink read them.
+	rows, err = conn.Query(ctx, "SELECT stream, reason, `topic`, `partition`, `offset`, source_topic, source_offset, payload FROM "+
+		cfg.ClickHouse.Database+".dlq ORDER BY source_topic, source_offset")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dead []string
+	for rows.Next() {
+		var stream, reason, topic, sourceTopic, payload string
+		var partition int32
+		var offset, sourceOffset int64
+		if err := rows.Scan(&stream, &reason, &topic, &partition, &offset, &sourceTopic, &sourceOffset, &payload); err != nil {
+			t.Fatal(err)
+		}
+		if topic != sourceTopic || offset != sourceOffset {
+			t.Errorf("dlq row of %s/%d at %s/%d/%d: want it located where it was read", sourceTopic, sourceOffset, topic, partition, offset)
+		}
+		dead = append(dead, fmt.Sprintf("%s %s %s/%d %q", stream, reason, topic, offset, payload))
+	}
+	rows.Close()
+	wantDead := []string{
+		`presence sink_undecodable presence.outcomes/41 "not json"`,
+		`presence sink_undecodable presence.outcomes/43 "\x00"`,
+		`presence sink_undecodable presence.state/11 "{"`,
+	}
+	if !slices.Equal(dead, wantDead) {
+		t.Errorf("dlq rows\n%s\nwant\n%s", strings.Join(dead, "\n"), strings.Join(wantDead, "\n"))
 	}
 
 	// Without FINAL every inserted version is still there: the undecodable

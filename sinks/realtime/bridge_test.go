@@ -83,12 +83,7 @@ func TestCursorsThatCannotResumeAreGone(t *testing.T) {
 	{
 		brokers := testenv.Kafka(t)
 		stream := testenv.UniqueName("presence")
-		e := newBridgeEnv(t, brokers, func(cfg *config.Config) {
-			s := cfg.Streams["presence"]
-			s.Name = stream
-			cfg.Streams = map[string]*config.Stream{stream: s}
-			cfg.Bridge.Window = 2
-		}, "presence")
+		e := newBridgeEnv(t, brokers, presenceAs(stream, func(cfg *config.Config) { cfg.Bridge.Window = 2 }), "presence")
 		tok := e.token("alice", "*")
 		for v := range int64(8) {
 			e.publish(stream, "u", v+1, `{"presence":"ONLINE"}`)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
-	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/topics"
 )
@@ -140,7 +139,7 @@ func (b *Bridge) readOutcomes(ctx context.Context, c *chat, topic string) error 
 	if err != nil {
 		return err
 	}
-	ends, err := b.adm.ListEndOffsets(ctx, topic)
+	ends, err := b.adm.ListCommittedOffsets(ctx, topic)
 	if err != nil {
 		return err
 	}
@@ -160,8 +159,7 @@ func (b *Bridge) readOutcomes(ctx context.Context, c *chat, topic string) error 
 	if len(start) == 0 {
 		return fmt.Errorf("topic %s has no partitions to read: %v", topic, since.Error())
 	}
-	cl, err := kafka.NewClient(b.brokers, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
-		kgo.FetchMaxWait(200*time.Millisecond))
+	cl, err := b.reader(topic, start, 200*time.Millisecond)
 	if err != nil {
 		return err
 	}
@@ -185,6 +183,9 @@ func (b *Bridge) readOutcomes(ctx context.Context, c *chat, topic string) error 
 		}
 		for _, r := range fetches.Records() {
 			next[r.Partition] = r.Offset + 1
+			if r.Attrs.IsControl() {
+				continue
+			}
 			payload, err := record.DecodeOutcome(r.Value, &o)
 			if err != nil {
 				continue

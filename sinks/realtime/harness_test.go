@@ -70,6 +70,20 @@ func newBridgeEnv(t testing.TB, brokers []string, change func(*config.Config), s
 	return e
 }
 
+// presenceAs is a change to newBridgeEnv's configuration that renames the
+// presence stream, for topics of its own on a shared broker, then applies
+// change, when not nil.
+func presenceAs(stream string, change func(*config.Config)) func(*config.Config) {
+	return func(cfg *config.Config) {
+		s := cfg.Streams["presence"]
+		s.Name = stream
+		cfg.Streams = map[string]*config.Stream{stream: s}
+		if change != nil {
+			change(cfg)
+		}
+	}
+}
+
 // start runs a bridge until stop or the end of the test, and waits until
 // it is ready.
 func (e *bridgeEnv) start() {

@@ -12,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
-	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/record"
 )
 
@@ -81,7 +80,7 @@ func (b *Bridge) readEpoch(ctx context.Context, st *stream) error {
 	if err != nil {
 		return err
 	}
-	ends, err := b.adm.ListEndOffsets(ctx, st.topic)
+	ends, err := b.adm.ListCommittedOffsets(ctx, st.topic)
 	if err != nil {
 		return err
 	}
@@ -93,8 +92,7 @@ func (b *Bridge) readEpoch(ctx context.Context, st *stream) error {
 	for p := range int32(partitions) {
 		start[p] = kgo.NewOffset().AtStart()
 	}
-	cl, err := kafka.NewClient(b.brokers, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{st.topic: start}),
-		kgo.FetchMaxWait(200*time.Millisecond))
+	cl, err := b.reader(st.topic, start, 200*time.Millisecond)
 	if err != nil {
 		return err
 	}
@@ -122,6 +120,10 @@ func (b *Bridge) readEpoch(ctx context.Context, st *stream) error {
 			recs := make([]stateRecord, 0, len(fp.Records))
 			for _, r := range fp.Records {
 				sr := stateRecord{offset: r.Offset}
+				if r.Attrs.IsControl() {
+					recs = append(recs, sr) // a position only
+					continue
+				}
 				var err error
 				if sr.state, err = record.DecodeState(r.Value, &sr.st); err != nil || sr.st.Key == "" {
 					// A record no reader can use is passed over, its
@@ -183,8 +185,7 @@ func (b *Bridge) readRange(ctx context.Context, topic string, from, to map[int32
 	if len(start) == 0 {
 		return nil
 	}
-	cl, err := kafka.NewClient(b.brokers, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
-		kgo.FetchMaxWait(100*time.Millisecond))
+	cl, err := b.reader(topic, start, 100*time.Millisecond)
 	if err != nil {
 		return err
 	}
@@ -205,7 +206,7 @@ func (b *Bridge) readRange(ctx context.Context, topic string, from, to map[int32
 			if done[r.Partition] {
 				continue
 			}
-			if r.Offset < to[r.Partition] {
+			if r.Offset < to[r.Partition] && !r.Attrs.IsControl() {
 				sr := stateRecord{offset: r.Offset}
 				if sr.state, err = record.DecodeState(r.Value, &sr.st); err == nil && sr.st.Key != "" {
 					sr.st.Key, sr.state = strings.Clone(sr.st.Key), strings.Clone(sr.state)

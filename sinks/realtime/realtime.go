@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
@@ -90,6 +91,19 @@ func New(opts Options) (*Bridge, error) {
 		b.metrics.serve(s.Name)
 	}
 	return b, nil
+}
+
+// reader is a client reading partitions of topic from start, waiting up to
+// wait for records. It reads committed records only: the processors write
+// transactionally, and a state or message of an aborted transaction was
+// never decided. It keeps the control records that end transactions, which
+// the readers pass over as positions only: a transaction's commit marker
+// takes the last offset of each partition it wrote, so without them a
+// reader would never reach the log's end (its last stable offset, which
+// the readers compare their positions with).
+func (b *Bridge) reader(topic string, start map[int32]kgo.Offset, wait time.Duration) (*kgo.Client, error) {
+	return kafka.NewClient(b.brokers, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
+		kgo.FetchMaxWait(wait), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
 }
 
 // Name implements service.Service.

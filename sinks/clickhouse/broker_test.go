@@ -1,0 +1,121 @@
+package clickhouse_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/record"
+	"github.com/driftguard/driftguard/internal/service"
+	"github.com/driftguard/driftguard/internal/telemetry"
+	"github.com/driftguard/driftguard/internal/testenv"
+	"github.com/driftguard/driftguard/internal/topics"
+	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
+)
+
+// brokerSink is a sink of one fresh presence stream on the real broker,
+// writing a fresh database of the real ClickHouse server.
+type brokerSink struct {
+	t      *testing.T
+	ctx    context.Context
+	cfg    *config.Config
+	conn   driver.Conn
+	names  topics.Names
+	stream string
+	// cl produces to the stream's topics.
+	cl  *kgo.Client
+	ops *telemetry.Ops
+}
+
+func newBrokerSink(t *testing.T, ctx context.Context, prefix string) *brokerSink {
+	t.Helper()
+	conn, cfg := migratedDatabase(t, ctx)
+	presence := testenv.Shipped(t, "presence")
+	presence.Name = testenv.UniqueName(prefix)
+	stream := testenv.OnlyStream(t, presence)
+	stream.ClickHouse = cfg.ClickHouse
+	stream.Kafka.Brokers = testenv.Kafka(t)
+	stream.ClickHouse.BatchPeriod = 100 * time.Millisecond
+	stream.ClickHouse.ConsumerGroup = presence.Name + "-sink"
+	cl := testenv.Topics(t, ctx, stream, stream.Kafka.Brokers)
+	t.Cleanup(cl.Close)
+	return &brokerSink{t: t, ctx: ctx, cfg: stream, conn: conn, names: topics.For(presence.Name), stream: presence.Name, cl: cl}
+}
+
+// run starts the sink, with fresh metrics, until the test ends or the
+// returned stop is called.
+func (b *brokerSink) run() (stop func()) {
+	b.ops = telemetry.NewOps()
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- service.RunAll(ctx, sinkch.New(sinkch.Options{Config: b.cfg, Conn: b.conn, Logger: testenv.Logger(b.t), Ops: b.ops}))
+	}()
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err := <-done; err != nil {
+				b.t.Errorf("sink: %v", err)
+			}
+		}
+	}
+	b.t.Cleanup(stop)
+	return stop
+}
+
+// outcome is an applied outcome record of the stream for event id.
+func (b *brokerSink) outcome(id string) *kgo.Record {
+	value, err := json.Marshal(record.Outcome{Stream: b.stream, Key: "alice", EventID: id, Outcome: record.Applied,
+		DecisionID: b.stream + "/0/" + id + "/0", ProcessedAtMs: time.Now().UnixMilli()})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return &kgo.Record{Topic: b.names.Outcomes, Key: []byte("alice"), Value: value}
+}
+
+// produce writes records and waits for their acks.
+func (b *brokerSink) produce(records ...*kgo.Record) {
+	b.t.Helper()
+	if err := b.cl.ProduceSync(b.ctx, records...).FirstErr(); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// eventIDs are the event ids in events, in the order of their source
+// offsets.
+func (b *brokerSink) eventIDs() []string {
+	b.t.Helper()
+	return b.strings("SELECT event_id FROM " + b.cfg.ClickHouse.Database + ".events ORDER BY `offset`")
+}
+
+func (b *brokerSink) strings(query string) []string {
+	b.t.Helper()
+	rows, err := b.conn.Query(b.ctx, query)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			b.t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// waitForEvents waits until events holds n rows.
+func (b *brokerSink) waitForEvents(n int) {
+	b.t.Helper()
+	testenv.WaitFor(b.t, b.ctx, fmt.Sprintf("%d rows in events", n), func() bool { return len(b.eventIDs()) >= n })
+}
