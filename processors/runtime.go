@@ -168,6 +168,9 @@ func (r *Runtime) Run(ctx context.Context) error {
 	}
 	r.sess = sess
 	defer func() {
+		// A rebalance blocked by the last poll would hold up leaving the
+		// group.
+		sess.AllowRebalance()
 		sess.Close()
 		r.closeAll()
 	}()

@@ -3,9 +3,10 @@ package processors
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
-	"sync"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
@@ -39,6 +41,64 @@ func holdProduceTo(t *testing.T, ctx context.Context, c *kfake.Cluster, cl *kgo.
 		}
 		return nil, nil, false
 	})
+}
+
+// onePartitionStream gives the test an embedded broker with the topics of
+// a one-partition copy of a shipped stream, and a client of it.
+func onePartitionStream(t *testing.T, stream string) ([]string, context.Context, *config.Stream, topics.Names, *kgo.Client) {
+	t.Helper()
+	brokers := testenv.Fake(t)
+	ctx := testenv.Context(t, 2*time.Minute)
+	s := testenv.Shipped(t, stream)
+	s.Limits.Partitions = 1
+	cl := testenv.Topics(t, ctx, testenv.OnlyStream(t, s), brokers)
+	t.Cleanup(cl.Close)
+	return brokers, ctx, s, topics.For(s.Name), cl
+}
+
+// startRuntime builds and runs the runtime of s; the test ends by stopping
+// it, which must return no error.
+func startRuntime(t *testing.T, ctx context.Context, brokers []string, s *config.Stream, ropts RuntimeOptions) {
+	t.Helper()
+	r, err := NewRuntime(brokers, s, Options{Logger: testenv.Logger(t)}, ropts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runRuntime(ctx, r)
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// startFaultyRuntime runs the runtime of s on a network the test can pause
+// or cut, with the shortest session the broker allows; stop ends it and
+// returns Run's error (after a cut, it is never called: the runtime is
+// dead).
+func startFaultyRuntime(t *testing.T, ctx context.Context, brokers []string, s *config.Stream, id string, commitEvery time.Duration) (network *severableNetwork, stop func() error) {
+	t.Helper()
+	network = &severableNetwork{}
+	r, err := NewRuntime(brokers, s, Options{Logger: testenv.Logger(t)}, RuntimeOptions{TransactionalID: id, CommitEvery: commitEvery,
+		Client: []kgo.Opt{kgo.Dialer(network.DialContext), kgo.SessionTimeout(6 * time.Second)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return network, runRuntime(ctx, r)
+}
+
+// committedOutcomes are the outcome records a read_committed reader sees.
+func committedOutcomes(t *testing.T, ctx context.Context, cl *kgo.Client, topic string) []record.Outcome {
+	t.Helper()
+	var out []record.Outcome
+	for _, r := range readTopic(t, ctx, cl, topic, true) {
+		var o record.Outcome
+		if _, err := record.DecodeOutcome(r.Value, &o); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, o)
+	}
+	return out
 }
 
 // runRuntime runs r until the returned stop is called; stop returns Run's
@@ -80,13 +140,7 @@ func TestRuntimeDiesWithWritesInFlightAndLosesNothing(t *testing.T) {
 	hold.Store(true)
 	holdProduceTo(t, ctx, cluster, cl, names.DLQ, &hold)
 
-	network := &severableNetwork{}
-	first, err := NewRuntime(brokers, s, Options{Logger: testenv.Logger(t)}, RuntimeOptions{TransactionalID: "presence-0",
-		Client: []kgo.Opt{kgo.Dialer(network.DialContext), kgo.SessionTimeout(6 * time.Second)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopFirst := runRuntime(ctx, first)
+	network, _ := startFaultyRuntime(t, ctx, brokers, s, "presence-0", 0)
 	// Its transaction cannot commit while the dead letter is refused;
 	// bob's outcomes are written, uncommitted.
 	testenv.WaitFor(t, ctx, "bob's outcomes written, uncommitted", func() bool {
@@ -99,19 +153,9 @@ func TestRuntimeDiesWithWritesInFlightAndLosesNothing(t *testing.T) {
 	// never reaches the broker again, as a killed process would not. (Its
 	// goroutines wait out their timeouts in the background.)
 	network.sever()
-	_ = stopFirst
 
 	hold.Store(false)
-	second, err := NewRuntime(brokers, s, Options{Logger: testenv.Logger(t)}, RuntimeOptions{TransactionalID: "presence-0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopSecond := runRuntime(ctx, second)
-	defer func() {
-		if err := stopSecond(); err != nil {
-			t.Error(err)
-		}
-	}()
+	startRuntime(t, ctx, brokers, s, RuntimeOptions{TransactionalID: "presence-0"})
 	testenv.WaitFor(t, ctx, "every input committed", func() bool {
 		offsets, err := kadm.NewClient(cl).FetchOffsetsForTopics(ctx, topics.Group(s.Name), names.In)
 		if err != nil {
@@ -121,11 +165,7 @@ func TestRuntimeDiesWithWritesInFlightAndLosesNothing(t *testing.T) {
 		return o.At == 3
 	})
 	var got []string
-	for _, r := range readTopic(t, ctx, cl, names.Outcomes, true) {
-		var o record.Outcome
-		if _, err := record.DecodeOutcome(r.Value, &o); err != nil {
-			t.Fatal(err)
-		}
+	for _, o := range committedOutcomes(t, ctx, cl, names.Outcomes) {
 		got = append(got, o.EventID+":"+string(o.Outcome))
 	}
 	if want := []string{"b1:applied", "b2:applied"}; !slices.Equal(got, want) {
@@ -193,6 +233,24 @@ type severableNetwork struct {
 	mu      sync.Mutex
 	conns   []net.Conn
 	severed bool
+	// gate is open (nil) or, while paused, a channel closed on resume.
+	gate chan struct{}
+}
+
+// gatedConn is a connection that hangs while its network is paused.
+type gatedConn struct {
+	net.Conn
+	n *severableNetwork
+}
+
+func (c gatedConn) Read(p []byte) (int, error) {
+	c.n.wait()
+	return c.Conn.Read(p)
+}
+
+func (c gatedConn) Write(p []byte) (int, error) {
+	c.n.wait()
+	return c.Conn.Write(p)
 }
 
 func (n *severableNetwork) DialContext(ctx context.Context, network, host string) (net.Conn, error) {
@@ -202,10 +260,40 @@ func (n *severableNetwork) DialContext(ctx context.Context, network, host string
 		return nil, errors.New("the process is dead")
 	}
 	conn, err := (&net.Dialer{}).DialContext(ctx, network, host)
-	if err == nil {
-		n.conns = append(n.conns, conn)
+	if err != nil {
+		return nil, err
 	}
-	return conn, err
+	n.conns = append(n.conns, conn)
+	return gatedConn{conn, n}, nil
+}
+
+// pause makes every connection hang, reads and writes, until resume: a
+// stopped process, as far as the broker can tell.
+func (n *severableNetwork) pause() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.gate == nil {
+		n.gate = make(chan struct{})
+	}
+}
+
+func (n *severableNetwork) resume() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.gate != nil {
+		close(n.gate)
+		n.gate = nil
+	}
+}
+
+// wait blocks while the network is paused.
+func (n *severableNetwork) wait() {
+	n.mu.Lock()
+	gate := n.gate
+	n.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 }
 
 func (n *severableNetwork) sever() {
@@ -214,5 +302,97 @@ func (n *severableNetwork) sever() {
 	n.severed = true
 	for _, c := range n.conns {
 		c.Close()
+	}
+}
+
+// A catch-up: a thousand inputs of one key decided in one transaction,
+// then the process dies before it commits. None is lost and none is
+// decided twice: the instance that takes over decides them all again.
+func TestRuntimeCatchUpOfOneKeyDiesAndLosesNothing(t *testing.T) {
+	const inputs = 1000
+	brokers, ctx, s, names, cl := onePartitionStream(t, "presence")
+	for i := range inputs {
+		cl.Produce(ctx, &kgo.Record{Topic: names.In, Key: []byte("alice"),
+			Value: testenv.Presence{EventID: fmt.Sprint("e", i), User: "alice", Version: int64(i + 1)}.Body()}, nil)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A transaction long enough to hold the whole catch-up.
+	network, _ := startFaultyRuntime(t, ctx, brokers, s, "catch-up", time.Minute)
+	testenv.WaitFor(t, ctx, "the catch-up decided, uncommitted", func() bool {
+		return len(readTopic(t, ctx, cl, names.Outcomes, false)) >= inputs
+	})
+	network.sever()
+
+	startRuntime(t, ctx, brokers, s, RuntimeOptions{TransactionalID: "catch-up"})
+	var applied map[string]int
+	testenv.WaitFor(t, ctx, "every input committed", func() bool {
+		applied = map[string]int{}
+		for _, o := range committedOutcomes(t, ctx, cl, names.Outcomes) {
+			if o.Outcome == record.Applied {
+				applied[o.EventID]++
+			}
+		}
+		return len(applied) == inputs
+	})
+	for id, n := range applied {
+		if n != 1 {
+			t.Errorf("%s applied %d times", id, n)
+		}
+	}
+}
+
+// A zombie: an instance stalls (its connections hang, as under SIGSTOP)
+// past its session timeout with decisions of a transaction in hand, a
+// second instance takes its partitions and decides them, then the first
+// wakes and tries to commit. The coordinator refuses it: no message of the
+// conversation gets its conversation_seq twice, and every send is decided
+// once.
+func TestRuntimeZombieIsFenced(t *testing.T) {
+	brokers, ctx, s, names, cl := onePartitionStream(t, "chat")
+	send := func(i int) *kgo.Record {
+		return &kgo.Record{Topic: names.In, Key: []byte("c1"), Value: fmt.Appendf(nil,
+			`{"event_id":"s%d","type":"message.send","conversation_id":"c1","sender_id":"u1","sender_device_id":"d","client_message_id":"m%d","body":"hi"}`, i, i)}
+	}
+	join := &kgo.Record{Topic: names.In, Key: []byte("c1"), Value: []byte(`{"event_id":"j","type":"member.added","conversation_id":"c1","user_id":"u1"}`)}
+	if err := cl.ProduceSync(ctx, join, send(0), send(1)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	network, stopZombie := startFaultyRuntime(t, ctx, brokers, s, "chat-a", 30*time.Second)
+	testenv.WaitFor(t, ctx, "the first instance's decisions written, uncommitted", func() bool {
+		return len(readTopic(t, ctx, cl, names.Outcomes, false)) >= 3
+	})
+	network.pause()
+
+	// The second instance gets the partition once the first's session
+	// has expired, decides the backlog and more, and commits.
+	startRuntime(t, ctx, brokers, s, RuntimeOptions{TransactionalID: "chat-b"})
+	if err := cl.ProduceSync(ctx, send(2)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, ctx, "the second instance's decisions committed", func() bool {
+		return len(readTopic(t, ctx, cl, names.Outcomes, true)) >= 4
+	})
+	// The first wakes and ends its transaction, which must not commit.
+	network.resume()
+	_ = stopZombie() // it may report the refused commit; what counts is below
+
+	seqs := map[int64]string{}
+	decided := map[string]int{}
+	for _, o := range committedOutcomes(t, ctx, cl, names.Outcomes) {
+		decided[o.EventID]++
+		if o.EventType != "message.send" || o.Outcome != record.Applied {
+			continue
+		}
+		if prev, ok := seqs[o.Version]; ok {
+			t.Errorf("conversation_seq %d assigned to %s and %s", o.Version, prev, o.EventID)
+		}
+		seqs[o.Version] = o.EventID
+	}
+	for _, id := range []string{"j", "s0", "s1", "s2"} {
+		if decided[id] != 1 {
+			t.Errorf("%s decided %d times in the committed outcomes, want once", id, decided[id])
+		}
 	}
 }

@@ -136,6 +136,8 @@ func TestPageInARealBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d webhooks sent in all", send.sent)
+	// The last messages reach the page once their transaction commits.
+	b.waitFor(ctx, "every message sent on the page", func(s pageSummary) bool { return len(s.Messages) >= 3+send.msgs })
 	got := b.waitSame(ctx, ref, "the page to converge with the client that never disconnected")
 	for _, stream := range pageStreams {
 		if s := got.Streams[stream]; s.Snapshots != 1 || s.Resumes < 1 {

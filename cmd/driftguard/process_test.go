@@ -94,13 +94,16 @@ func loadOnServices(tb testing.TB, ctx context.Context, configFile, prefix strin
 	return cfg, conn, cl
 }
 
-// start runs `driftguard process` for the streams with its table storage in
-// the named folder (the same name after a kill reuses the storage).
+// start runs `driftguard process` for the streams as the named instance,
+// as a StatefulSet's pod: its table storage in the named folder and its
+// transactional ids after the name (the same name after a kill reuses the
+// storage and fences the killed instance's open transactions).
 func (h *processRunner) start(name string) *exec.Cmd {
 	h.t.Helper()
 	return startDriftguard(h.t, h.bin, []string{"process", "--config", h.configFile, "--streams", strings.Join(h.streams, ",")},
 		"DRIFTGUARD_KAFKA_BROKERS="+strings.Join(h.brokers, ","),
-		"DRIFTGUARD_DATA_DIR="+filepath.Join(h.dir, name))
+		"DRIFTGUARD_DATA_DIR="+filepath.Join(h.dir, name),
+		"DRIFTGUARD_INSTANCE_ID="+name)
 }
 
 // startDriftguard runs the binary with args and env added to the test's
