@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,6 +73,33 @@ func (b *brokerSink) run() (stop func()) {
 }
 
 // outcome is an applied outcome record of the stream for event id.
+// metricSum is a sink metric of the running sink summed over its series,
+// and whether it has any.
+func (b *brokerSink) metricSum(name string) (float64, bool) {
+	v, ok := sinkMetricSums(b.t, b.ops)[name]
+	return v, ok
+}
+
+// sinkMetricSums sums each driftguard_sink_ metric over its series: a
+// counter's or gauge's value, a histogram's count.
+func sinkMetricSums(t *testing.T, ops *telemetry.Ops) map[string]float64 {
+	t.Helper()
+	families, err := ops.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums := map[string]float64{}
+	for _, f := range families {
+		if !strings.HasPrefix(f.GetName(), "driftguard_sink_") {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			sums[f.GetName()] += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return sums
+}
+
 func (b *brokerSink) outcome(id string) *kgo.Record {
 	value, err := json.Marshal(record.Outcome{Stream: b.stream, Key: "alice", EventID: id, Outcome: record.Applied,
 		DecisionID: b.stream + "/0/" + id + "/0", ProcessedAtMs: time.Now().UnixMilli()})

@@ -1,6 +1,7 @@
 package clickhouse_test
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -41,4 +42,14 @@ func TestSinkWritesCommittedTransactionsOnly(t *testing.T) {
 	if got, want := b.eventIDs(), []string{"c1", "c2", "c3", "plain"}; !slices.Equal(got, want) {
 		t.Fatalf("events holds %v, want the committed %v", got, want)
 	}
+	// Read to the end of a partition ending in a transaction's marker, the
+	// sink is not behind.
+	transaction(true, "c4")
+	b.waitForEvents(5)
+	lagCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	testenv.WaitFor(t, lagCtx, "no consumer lag after the last transaction", func() bool {
+		lag, ok := b.metricSum("driftguard_sink_consumer_lag")
+		return ok && lag == 0
+	})
 }

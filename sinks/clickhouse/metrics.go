@@ -46,7 +46,7 @@ func newMetrics(ops *telemetry.Ops) *metrics {
 		}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "driftguard_sink_consumer_lag",
-			Help: "Records behind the high watermark, summed over the topic's partitions this instance reads, as of its last fetch.",
+			Help: "Records behind the last stable offset, summed over the topic's partitions this instance reads, as of its last fetch.",
 		}, []string{"topic"}),
 		recreated: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "driftguard_sink_topic_recreated_total",
@@ -75,8 +75,11 @@ func (m *metrics) inserted(table string, rows int, took time.Duration) {
 	m.latency.WithLabelValues(table).Observe(took.Seconds())
 }
 
-// observeLag takes each fetched partition's high watermark against the
-// offset after its last fetched record.
+// observeLag takes each fetched partition's last stable offset (what a
+// read_committed reader can reach) against the offset after its last
+// fetched record and, when that record was written in a transaction, the
+// transaction's marker after it, which takes an offset but is never
+// delivered.
 func (m *metrics) observeLag(fetches kgo.Fetches) {
 	m.lagMu.Lock()
 	defer m.lagMu.Unlock()
@@ -85,11 +88,15 @@ func (m *metrics) observeLag(fetches kgo.Fetches) {
 		if len(p.Records) == 0 {
 			return
 		}
-		next := p.Records[len(p.Records)-1].Offset + 1
+		last := p.Records[len(p.Records)-1]
+		next := last.Offset + 1
+		if last.Attrs.IsTransactional() {
+			next++
+		}
 		if m.lagOf[p.Topic] == nil {
 			m.lagOf[p.Topic] = map[int32]int64{}
 		}
-		m.lagOf[p.Topic][p.Partition] = max(p.HighWatermark-next, 0)
+		m.lagOf[p.Topic][p.Partition] = max(p.LastStableOffset-next, 0)
 		touched[p.Topic] = true
 	})
 	for topic := range touched {

@@ -126,19 +126,7 @@ func TestSinkRidesOutClickHouseStoppedFor30s(t *testing.T) {
 
 	// The metrics tell the same story. A block that landed while the sink
 	// saw an error is not counted as written, so rows may fall short.
-	sums := map[string]float64{}
-	families, err := ops.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if !strings.HasPrefix(f.GetName(), "driftguard_sink_") {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			sums[f.GetName()] += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
-		}
-	}
+	sums := sinkMetricSums(t, ops)
 	t.Logf("sink metrics: %v", sums)
 	if rows := sums["driftguard_sink_rows_total"]; rows <= 0 || rows > total {
 		t.Errorf("driftguard_sink_rows_total %v, want between 1 and %d", rows, total)
