@@ -271,6 +271,11 @@ func TestLoadRejectsInvalidFileNamingTheConfigPath(t *testing.T) {
 			want: []string{"in streams.presence.occurred_at_unit:"},
 		},
 		{
+			name: "a body and a buffer that together outgrow a table value",
+			yaml: "streams: {workflow: {limits: {max_body_bytes: 262144, buffer_bytes: 786432}}}",
+			want: []string{"in streams.workflow.limits.max_body_bytes:", "limits.buffer_bytes (786432", "over its budget of 983040"},
+		},
+		{
 			name: "dedup memory above the limit",
 			yaml: "streams: {orders: {limits: {dedup_ids: 10083}}}",
 			want: []string{"in streams.orders.limits.dedup_ids:", "between 1 and 10082", "got 10083"},

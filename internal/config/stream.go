@@ -323,6 +323,11 @@ func (s *Stream) applyDefaults() {
 const (
 	DedupIDBytes     = 8 + 5
 	DedupBudgetBytes = 128 << 10
+	// TableValueBudget is the most a table value may take: Kafka's default
+	// 1 MiB message limit less room for the record's key, headers and
+	// batch framing. A key's applied body (at most limits.max_body_bytes),
+	// what it holds (limits.buffer_bytes) and its dedup memory must fit.
+	TableValueBudget = 1<<20 - 64<<10
 	// MaxDedupWindow is longer than publishers retry (days) and than
 	// <stream>.in keeps its records (7 days).
 	MaxDedupWindow = 30 * 24 * time.Hour
@@ -338,6 +343,16 @@ func (s *Stream) DedupRows() int {
 }
 
 var streamName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
+
+// heldBytes is the share of a table value the stream's held events may
+// take: limits.buffer_bytes where the policy holds events (gapless
+// buffers, lost+found), else none.
+func (s *Stream) heldBytes() int {
+	if s.Policy == PolicyGapless || s.Joined() {
+		return s.Limits.BufferBytes
+	}
+	return 0
+}
 
 // MinSecretBytes is the shortest secret key accepted: an HMAC-SHA256 key
 // shorter than its output weakens it, and empty secrets must never verify.
@@ -435,6 +450,10 @@ func (s *Stream) validate(path string) []error {
 	}
 	if s.Limits.BufferBytes < 1 || s.Limits.BufferBytes > 768<<10 {
 		add("limits.buffer_bytes", "must be between 1 and 786432 (a table value must stay under Kafka's 1 MiB message limit), got %d", s.Limits.BufferBytes)
+	}
+	if held := s.heldBytes(); s.Limits.MaxBodyBytes > 0 && s.Limits.MaxBodyBytes+int64(held)+DedupBudgetBytes > TableValueBudget {
+		add("limits.max_body_bytes", "with limits.buffer_bytes (%d, what a key holds ahead of a gap or for its parent) and the dedup memory (%d), a table value could reach %d bytes, over its budget of %d under Kafka's 1 MiB message limit: lower one of them",
+			held, DedupBudgetBytes, s.Limits.MaxBodyBytes+int64(held)+DedupBudgetBytes, TableValueBudget)
 	}
 	if s.Limits.IdempotencyKeys < 1 || s.Limits.IdempotencyKeys > 5000 {
 		add("limits.idempotency_keys", "must be between 1 and 5000 (a table value must stay under Kafka's 1 MiB message limit), got %d", s.Limits.IdempotencyKeys)

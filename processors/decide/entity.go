@@ -110,21 +110,31 @@ type Entity struct {
 	evicted int
 }
 
-// bodiesSize is the size of the events' bodies, what a buffer adds to the
-// table value.
-func bodiesSize(events []Event) int {
+// heldEventOverhead is what a held event's field names, numbers and flags
+// take in the encoded table value (JSON), at most.
+const heldEventOverhead = 320
+
+// heldBytes is at least what an event held in a buffer adds to the table
+// value: its body (compacted, never escaped), its strings (escaped, at
+// worst six bytes a byte) and its fixed fields. Counting bodies alone
+// would let many small events (limits.buffer up to 100000) grow a value
+// past Kafka's 1 MiB message limit.
+func heldBytes(ev Event) int {
+	return len(ev.Body) + 6*(len(ev.Key)+len(ev.EventID)+len(ev.Type)+len(ev.Device)+len(ev.Value)+
+		len(ev.Member)+len(ev.ClientKey)) + heldEventOverhead
+}
+
+// heldSize is what the held events add to the table value.
+func heldSize(events []Event) int {
 	n := 0
 	for _, ev := range events {
-		n += len(ev.Body)
+		n += heldBytes(ev)
 	}
 	return n
 }
 
-// overflow is the rejection of ev when a buffer of held events (gapless's
-// buffer, a parent's quarantine) is at maxEvents or ev would take its
-// bodies past maxBytes; full is false when ev fits.
 func overflow(held []Event, ev Event, maxEvents, maxBytes int) (effects Effects, full bool) {
-	if len(held) < maxEvents && bodiesSize(held)+len(ev.Body) <= maxBytes {
+	if len(held) < maxEvents && heldSize(held)+heldBytes(ev) <= maxBytes {
 		return Effects{}, false
 	}
 	effects = one(ev, record.Rejected, record.ReasonBufferFull, ev.Version)
