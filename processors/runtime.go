@@ -135,7 +135,9 @@ func NewRuntime(brokers []string, s *config.Stream, opts Options, ropts RuntimeO
 }
 
 // Recovered reports whether the instance has joined its group and holds
-// every table partition it was given.
+// every table partition it was given. franz-go calls the assignment
+// callback on joining even with no partition, so an instance the group
+// gives none (more instances than partitions) is ready too.
 func (r *Runtime) Recovered() bool { return r.joined.Load() && r.restoring.Load() == 0 }
 
 // Run consumes, decides and commits until ctx ends, then commits what it

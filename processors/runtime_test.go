@@ -396,3 +396,40 @@ func TestRuntimeZombieIsFenced(t *testing.T) {
 		}
 	}
 }
+
+// An instance the group gives no partition is ready once it has joined, so
+// a StatefulSet scaled past the partition count still rolls out.
+func TestRuntimeWithoutPartitionsIsReady(t *testing.T) {
+	brokers, ctx, s, _, _ := onePartitionStream(t, "presence")
+	first, err := NewRuntime(brokers, s, Options{}, RuntimeOptions{TransactionalID: "ready-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := NewRuntime(brokers, s, Options{}, RuntimeOptions{TransactionalID: "ready-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Recovered() {
+		t.Fatal("ready before running")
+	}
+	for _, r := range []*Runtime{first, second} {
+		stop := runRuntime(ctx, r)
+		t.Cleanup(func() {
+			if err := stop(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	testenv.WaitFor(t, ctx, "both instances ready, one of them without a partition", func() bool {
+		return first.Recovered() && second.Recovered()
+	})
+	first.mu.Lock()
+	held := len(first.parts)
+	first.mu.Unlock()
+	second.mu.Lock()
+	held += len(second.parts)
+	second.mu.Unlock()
+	if held != 1 {
+		t.Errorf("the two instances hold %d partitions of one", held)
+	}
+}
