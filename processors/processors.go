@@ -61,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		decisions: counter("driftguard_processor_decisions_total", "Decisions by stream and outcome.", "stream", "outcome"),
 		evicted: counter("driftguard_processor_dedup_evicted_total",
-			"Event ids pushed out of a dedup memory by limits.dedup_ids before limits.dedup_window ended.", "stream"),
+			"Event ids pushed out of a dedup memory by limits.dedup_ids before limits.dedup_window ended, and remembered chat sends let go early to keep a conversation within its share of the table value.", "stream"),
 		stored:     counter("driftguard_quarantine_events_stored_total", "Children quarantined to wait for their parent.", "stream"),
 		reconciled: counter("driftguard_quarantine_events_reconciled_total", "Quarantined children applied when their parent arrived.", "stream"),
 		expired:    counter("driftguard_quarantine_events_expired_total", "Quarantined children whose parent never came (sent to the DLQ).", "stream"),

@@ -85,3 +85,62 @@ func TestTableValueStaysWithinItsBudget(t *testing.T) {
 		})
 	}
 }
+
+// A conversation stays within its share of the table value however many
+// members join, readers report and sends arrive, with the longest strings:
+// members and new readers past it are refused (conversation_full), and
+// remembered sends give way, oldest first, counted as early evictions.
+func TestConversationStaysWithinItsBudget(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s := testenv.Shipped(t, "chat")
+		s.Limits.MaxBodyBytes = int64(rapid.IntRange(64, 256<<10).Draw(rt, "max_body_bytes"))
+		s.Limits.IdempotencyKeys = rapid.IntRange(1, 5000).Draw(rt, "idempotency_keys")
+		roles := map[config.AssignRole]string{}
+		for typ, role := range s.Assign.Roles() {
+			roles[role] = typ
+		}
+		rules := decide.For(s)
+		value := &tableValue{}
+		long := func(prefix string, i int) string {
+			return fmt.Sprintf("%s%d%s", prefix, i, strings.Repeat("\x01", rapid.IntRange(0, 255).Draw(rt, "padding")))
+		}
+		full, evicted := 0, 0
+		var members []string
+		events := rapid.IntRange(1, 2000).Draw(rt, "events")
+		for i := range events {
+			ev := decide.Event{Fields: envelope.Fields{Key: "c", EventID: fmt.Sprint("e", i)}, Body: []byte(`{}`), ReceivedAtMs: int64(i)}
+			switch rapid.IntRange(0, 2).Draw(rt, "kind") {
+			case 0:
+				ev.Type, ev.Member = roles[config.RoleMemberAdded], long("member-", i)
+				members = append(members, ev.Member)
+			case 1:
+				if len(members) == 0 {
+					continue
+				}
+				ev.Type, ev.Member, ev.ClientKey = roles[config.RoleSend], members[0], long("client-", i)
+			case 2:
+				if value.Version == 0 {
+					continue
+				}
+				ev.Type, ev.Member, ev.Seq = roles[config.RoleReceiptRead], long("reader-", i), value.Version
+			}
+			effects := rules.Decide(&value.Entity, ev)
+			evicted += effects.Evicted
+			if effects.Decisions[0].Reason == "conversation_full" {
+				full++
+			}
+			// The value only grows until the budget stops it: checked
+			// every 100 events and at the end, to keep the test quick.
+			if i%100 != 0 && i != events-1 {
+				continue
+			}
+			data, err := entityCodec{}.Encode(value)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			if len(data) > config.TableValueBudget {
+				rt.Fatalf("after %d events (%d refused as full, %d sends let go) a table value of %d bytes, over %d", i+1, full, evicted, len(data), config.TableValueBudget)
+			}
+		}
+	})
+}

@@ -46,6 +46,10 @@ const (
 	// ReasonAheadOfConversation: a receipt past the last message
 	// (rejected).
 	ReasonAheadOfConversation Reason = "ahead_of_conversation"
+	// ReasonConversationFull: a member added, or a receipt of a new
+	// reader, that would grow the conversation's members and cursors past
+	// its share of the table value (rejected, and copied to the DLQ).
+	ReasonConversationFull Reason = "conversation_full"
 	// ReasonUnknownType: an event of a type the stream's policy has no
 	// role for, written to `<stream>.in` by a producer other than ingest
 	// (rejected).
@@ -69,4 +73,4 @@ const (
 
 // Reasons are every reason a record may carry.
 var Reasons = []Reason{ReasonTerminal, ReasonBufferFull, ReasonSameSequence, ReasonGapTimeout, ReasonOrphanTTL,
-	ReasonNotMember, ReasonAheadOfConversation, ReasonUnknownType, ReasonUndecodable, ReasonKeyMismatch, ReasonSinkUndecodable}
+	ReasonNotMember, ReasonAheadOfConversation, ReasonConversationFull, ReasonUnknownType, ReasonUndecodable, ReasonKeyMismatch, ReasonSinkUndecodable}

@@ -44,6 +44,42 @@ type Cursor struct {
 	Delivered int64 `json:"delivered,omitempty"`
 }
 
+// chatEntryOverhead is what one member, cursor or remembered send takes
+// in the encoded conversation (JSON) besides its strings, at most.
+const chatEntryOverhead = 96
+
+// stringBytes is what strings take in JSON at worst: six bytes a byte.
+func stringBytes(ss ...string) int {
+	n := 0
+	for _, s := range ss {
+		n += 6 * len(s)
+	}
+	return n
+}
+
+// size is at least what the conversation takes in the table value. Its
+// members and cursors count twice: the entity's public state (changed)
+// repeats them.
+func (c *Conversation) size() int {
+	n := 0
+	for _, m := range c.Members {
+		n += 2 * (stringBytes(m) + chatEntryOverhead)
+	}
+	for m := range c.Cursors {
+		n += 2 * (stringBytes(m) + chatEntryOverhead)
+	}
+	for _, sent := range c.Sent {
+		n += stringBytes(sent.ClientKey, sent.MessageID) + chatEntryOverhead
+	}
+	return n
+}
+
+// chatBudget is the conversation's share of a table value: what the
+// applied body and the dedup memory leave of config.TableValueBudget.
+func chatBudget(s *config.Stream) int {
+	return config.TableValueBudget - int(s.Limits.MaxBodyBytes) - config.DedupBudgetBytes
+}
+
 func (p assign) decide(e *Entity, ev Event) Effects {
 	if e.Chat == nil {
 		e.Chat = &Conversation{}
@@ -72,6 +108,9 @@ func (p assign) decide(e *Entity, ev Event) Effects {
 		return p.send(e, c, ev)
 	case config.RoleMemberAdded:
 		if !slices.Contains(c.Members, ev.Member) {
+			if c.size()+2*(stringBytes(ev.Member)+chatEntryOverhead) > chatBudget(p.stream) {
+				return conversationFull(e, ev)
+			}
 			c.Members = append(c.Members, ev.Member)
 			slices.Sort(c.Members)
 		}
@@ -101,6 +140,12 @@ func (p assign) send(e *Entity, c *Conversation, ev Event) Effects {
 	if over := len(c.Sent) - p.stream.Limits.IdempotencyKeys; over > 0 {
 		c.Sent = slices.Delete(c.Sent, 0, over)
 	}
+	// Within the conversation's bytes, the oldest client keys go first,
+	// early (counted as the dedup memory's early evictions are).
+	for len(c.Sent) > 1 && c.size() > chatBudget(p.stream) {
+		c.Sent = c.Sent[1:]
+		e.evicted++
+	}
 	e.Version = seq
 	effects := p.changed(e, ev)
 	effects.Decisions[0].MessageID = msg.MessageID
@@ -121,7 +166,10 @@ func (p assign) receipt(e *Entity, c *Conversation, ev Event, role config.Assign
 	if c.Cursors == nil {
 		c.Cursors = map[string]Cursor{}
 	}
-	cur := c.Cursors[ev.Member]
+	cur, known := c.Cursors[ev.Member]
+	if !known && c.size()+2*(stringBytes(ev.Member)+chatEntryOverhead) > chatBudget(p.stream) {
+		return conversationFull(e, ev)
+	}
 	pos := &cur.Read
 	if role == config.RoleReceiptDelivered {
 		pos = &cur.Delivered
@@ -161,4 +209,12 @@ func (p assign) changed(e *Entity, ev Event) Effects {
 	e.UpdatedAtMs = ev.ReceivedAtMs
 	e.Terminal = e.Terminal || ev.Terminal
 	return one(ev, record.Applied, "", e.Version)
+}
+
+// conversationFull rejects an event that would grow the conversation past
+// its share of the table value, and copies it to the DLQ.
+func conversationFull(e *Entity, ev Event) Effects {
+	effects := one(ev, record.Rejected, record.ReasonConversationFull, e.Version)
+	effects.Decisions[0].DeadLetter = record.ReasonConversationFull
+	return effects
 }

@@ -3,6 +3,7 @@ package decide
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -159,5 +160,35 @@ func TestAssignReadsTheCataloguePointers(t *testing.T) {
 	}
 	if got := fmt.Sprint(p.Decide(&Entity{}, ev).Decisions[0].Reason); got != string(record.ReasonNotMember) {
 		t.Fatalf("a send from a non-member: %s", got)
+	}
+}
+
+// A conversation whose members would outgrow its share of the table value
+// refuses the next member with conversation_full, copied to the DLQ, and
+// keeps deciding: its members can still send.
+func TestAssignConversationFull(t *testing.T) {
+	s := testenv.Shipped(t, "chat")
+	r := For(s)
+	var e Entity
+	// 256-byte names of a character JSON escapes to six bytes.
+	name := func(i int) string { return fmt.Sprintf("%03d%s", i, strings.Repeat("\x01", 253)) }
+	full := -1
+	for i := 0; full < 0 && i < 1000; i++ {
+		effects := r.Decide(&e, member(t, r, fmt.Sprint("m", i), "member.added", name(i)))
+		switch d := effects.Decisions[0]; {
+		case d.Reason == record.ReasonConversationFull:
+			if d.Outcome != record.Rejected || d.DeadLetter != record.ReasonConversationFull {
+				t.Fatalf("a full conversation decided %+v", d)
+			}
+			full = i
+		case d.Outcome != record.Applied:
+			t.Fatalf("member %d: %+v", i, d)
+		}
+	}
+	if full < 100 {
+		t.Fatalf("the conversation was full after %d members (or never, -1)", full)
+	}
+	if got := r.Decide(&e, send(t, r, "s", name(0), "d", "c1", 1)).Decisions[0]; got.Outcome != record.Applied {
+		t.Fatalf("a member's send in a full conversation: %+v", got)
 	}
 }
