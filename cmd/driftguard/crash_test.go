@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -31,11 +32,13 @@ const envCrashSeed = "DRIFTGUARD_CRASH_SEED"
 // crashKills is how often the processor is killed.
 const crashKills = 6
 
-// About 20,000 deliveries across presence (latest), workflow (gapless) and
-// chat (assign), decided by one `driftguard process` that is killed with
-// SIGKILL six times at random points while it works, and restarted on the
-// same table storage. Afterwards every delivery has one decision, however
-// often a restart redelivered it; no event is applied twice; and the state
+// About 20,000 deliveries across presence (latest), workflow (gapless),
+// chat (assign) and orders (the parent join), decided by one `driftguard
+// process` that is killed with SIGKILL six times at random points while it
+// works, some right after an orphan expired, while timers fire every
+// 100ms, and restarted on the same table storage. Afterwards every
+// delivery has one decision, however often a restart redelivered it; no
+// decision id is written twice; no event is applied twice; and the state
 // topic and the group table equal the model of each policy.
 func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 	ctx := testenv.Context(t, 8*time.Minute)
@@ -50,15 +53,25 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 	}
 	t.Logf("seed %d (replay with %s=%d)", seed, envCrashSeed, seed)
 	rng := rand.New(rand.NewPCG(seed, 4))
-	history := newCrashHistory(rng, crashSizes{presence: 7000, workflow: 6500, chat: 6500})
+	history := newCrashHistory(rng, crashSizes{presence: 5500, workflow: 5000, chat: 5000, orders: 4500})
 	t.Logf("%d deliveries", len(history.inputs))
 
-	// Uniquely named copies of the three shipped streams.
+	// Uniquely named copies of the four shipped streams, with timers that
+	// fire within the run: orphans expire after 3 s, gaps are reported
+	// after 2 s, and timers are visited every 100 ms, so that kills land
+	// while a visit decides.
 	names := map[string]string{}
-	for _, base := range []string{"presence", "workflow", "chat"} {
+	for _, base := range []string{"presence", "workflow", "chat", "orders"} {
 		names[base] = testenv.UniqueName(base)
 	}
-	configFile, cfg := writeCatalogueCopies(t, dir, names)
+	configFile, cfg := writeCatalogueCopies(t, dir, names, func(base string, s *config.Stream) {
+		switch base {
+		case "orders":
+			s.Parent.TTL = crashOrphanTTL
+		case "workflow":
+			s.Limits.GapTimeout = 2 * time.Second
+		}
+	}, map[string]any{"processing": map[string]any{"timer_tick": "100ms"}})
 	cfg.Kafka.Brokers = brokers
 	cl := testenv.Topics(t, ctx, cfg, brokers)
 	defer cl.Close()
@@ -67,8 +80,13 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 
 	produce := func(ins []*crashInput) error {
 		recs := make([]*kgo.Record, len(ins))
+		now := time.Now()
 		for i, in := range ins {
-			recs[i] = inputRecord(names[in.stream], in.key, in.body)
+			at := now
+			if in.ahead {
+				at = now.Add(time.Hour)
+			}
+			recs[i] = inputRecordAt(names[in.stream], in.key, in.body, at.UnixMilli())
 		}
 		res := cl.ProduceSync(ctx, recs...)
 		for i, in := range ins {
@@ -80,7 +98,10 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 	// Each round produces a slice of the history, half before the start and
 	// half while the processor works, and kills it at a random point of its
 	// work: after a random number of new outcome records, up to a round's
-	// worth, so that some of its input is always left to decide.
+	// worth, so that some of its input is always left to decide; every
+	// other round then waits (up to 20 s) for the next orphan to expire,
+	// and kills it right after that timer visit committed, while the next
+	// ones fire.
 	chunk := len(history.inputs)/(crashKills+1) + 1
 	rest := history.inputs
 	for kill := range crashKills {
@@ -94,11 +115,17 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 		go func() { produced <- produce(c[len(c)/2:]) }()
 		target := out.outcomes() + 1 + rng.IntN(len(c))
 		testenv.WaitFor(t, ctx, "the processor at its kill point", func() bool { out.poll(ctx); return out.outcomes() >= target })
+		if kill%2 == 1 {
+			expired := out.expired
+			waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			testenv.Poll(waitCtx, func() bool { out.poll(waitCtx); return out.expired > expired })
+			cancel()
+		}
 		sigkill(t, proc)
 		if err := <-produced; err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("kill %d at %d outcome records, %d deliveries produced", kill+1, out.outcomes(), len(history.inputs)-len(rest))
+		t.Logf("kill %d at %d outcome records (%d orphans expired), %d deliveries produced", kill+1, out.outcomes(), out.expired, len(history.inputs)-len(rest))
 	}
 	if err := produce(rest); err != nil {
 		t.Fatal(err)
@@ -120,12 +147,17 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 	checkPresence(t, history, decisions, out.last("presence"))
 	checkWorkflow(t, history, decisions, out.last("workflow"))
 	checkChat(t, history, decisions, out.last("chat"))
+	checkOrders(t, history, names["orders"], decisions, out.last("orders"))
 }
 
+// crashOrphanTTL is how long a child waits for its order in the crash test.
+const crashOrphanTTL = 3 * time.Second
+
 // writeCatalogueCopies writes a config file in dir defining each catalogue
-// stream again under its new name with three partitions, and returns its
-// path and it loaded.
-func writeCatalogueCopies(t *testing.T, dir string, names map[string]string) (string, *config.Config) {
+// stream again under its new name with three partitions, changed by tune,
+// with the other top-level sections of top, and returns its path and it
+// loaded.
+func writeCatalogueCopies(t *testing.T, dir string, names map[string]string, tune func(base string, s *config.Stream), top map[string]any) (string, *config.Config) {
 	t.Helper()
 	catalogue, err := config.Default()
 	if err != nil {
@@ -135,9 +167,14 @@ func writeCatalogueCopies(t *testing.T, dir string, names map[string]string) (st
 	for base, name := range names {
 		s := *catalogue.Streams[base]
 		s.Limits.Partitions = 3
+		tune(base, &s)
 		streams[name] = &s
 	}
-	data, err := yaml.Marshal(map[string]any{"streams": streams})
+	doc := map[string]any{"streams": streams}
+	for k, v := range top {
+		doc[k] = v
+	}
+	data, err := yaml.Marshal(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,20 +204,24 @@ func (in *crashInput) pos() inputPos { return inputPos{in.stream, in.partition, 
 // outputReader reads the processor's outcomes, state and table topics from
 // their start.
 type outputReader struct {
-	t      *testing.T
-	cl     *kgo.Client
-	base   map[string]string // topic → catalogue stream
-	kinds  map[string]string // topic → outcomes, state or table
-	count  int
-	final  map[inputPos][]record.Outcome
-	states map[string]map[string]json.RawMessage // stream → key → last state record
-	tables map[string]map[string]json.RawMessage // stream → key → last table value
-	next   map[string]map[int32]int64            // topic → partition → next offset
+	t     *testing.T
+	cl    *kgo.Client
+	base  map[string]string // topic → catalogue stream
+	kinds map[string]string // topic → outcomes, state or table
+	count int
+	final map[inputPos][]record.Outcome
+	// ids counts the outcome records of each decision id; expired counts
+	// orphan expiries.
+	ids     map[string]int
+	expired int
+	states  map[string]map[string]json.RawMessage // stream → key → last state record
+	tables  map[string]map[string]json.RawMessage // stream → key → last table value
+	next    map[string]map[int32]int64            // topic → partition → next offset
 }
 
 func newOutputReader(t *testing.T, brokers []string, names map[string]string) *outputReader {
 	t.Helper()
-	r := &outputReader{t: t, base: map[string]string{}, kinds: map[string]string{}, final: map[inputPos][]record.Outcome{},
+	r := &outputReader{t: t, base: map[string]string{}, kinds: map[string]string{}, final: map[inputPos][]record.Outcome{}, ids: map[string]int{},
 		states: map[string]map[string]json.RawMessage{}, tables: map[string]map[string]json.RawMessage{}, next: map[string]map[int32]int64{}}
 	var ts []string
 	for base, name := range names {
@@ -229,8 +270,16 @@ func (r *outputReader) poll(ctx context.Context) {
 				return
 			}
 			r.count++
-			// Buffered is a decision to wait; the gap report names no input.
-			if o.Outcome != record.Buffered && o.Outcome != record.Expired {
+			r.ids[o.DecisionID]++
+			switch {
+			case o.Outcome == record.Buffered || o.Outcome == record.Quarantined:
+				// A decision to wait: the final one comes later.
+			case o.Outcome == record.Expired && o.EventID == "":
+				// A gap report names no input.
+			default:
+				if o.Outcome == record.Expired {
+					r.expired++
+				}
 				pos := inputPos{base, o.InputPartition, o.InputOffset}
 				r.final[pos] = append(r.final[pos], o)
 			}
@@ -279,9 +328,11 @@ func (r *outputReader) last(base string) lastRecords {
 	return lastRecords{r.states[base], r.tables[base]}
 }
 
-// checkDecisions asserts that every delivery has one decision, repeated
-// identically if a restart decided its input again, and that no event id
-// was applied from two deliveries. It returns each delivery's decision.
+// checkDecisions asserts that every delivery has one final decision,
+// repeated identically if a restart decided its input again, that no event
+// id was applied from two deliveries, and that no decision id is on two
+// outcome records (timer decisions included, which have no input of their
+// own). It returns each delivery's final decision.
 func (r *outputReader) checkDecisions(ins []*crashInput) map[inputPos]record.Outcome {
 	decisions := map[inputPos]record.Outcome{}
 	repeated := 0
@@ -305,7 +356,7 @@ func (r *outputReader) checkDecisions(ins []*crashInput) map[inputPos]record.Out
 			}
 		}
 		decisions[pos] = d
-		if d.Outcome == record.Applied {
+		if d.Outcome == record.Applied || d.Outcome == record.Reconciled {
 			id := in.stream + "/" + in.eventID
 			if prev, ok := appliedAt[id]; ok && prev != pos {
 				r.t.Errorf("%s applied twice: at offsets %d/%d and %d/%d", id, prev.partition, prev.offset, pos.partition, pos.offset)
@@ -317,6 +368,20 @@ func (r *outputReader) checkDecisions(ins []*crashInput) map[inputPos]record.Out
 	// aborted, never repeated.
 	if repeated > 0 {
 		r.t.Errorf("%d decisions repeated by restarts, want none", repeated)
+	}
+	twice := 0
+	for id, n := range r.ids {
+		switch {
+		case id == "":
+			r.t.Errorf("%d outcome records without a decision id", n)
+		case n > 1:
+			if twice++; twice <= 10 {
+				r.t.Errorf("decision %s on %d outcome records", id, n)
+			}
+		}
+	}
+	if twice > 0 {
+		r.t.Errorf("%d decision ids on more than one outcome record, want none", twice)
 	}
 	return decisions
 }
@@ -462,6 +527,61 @@ func checkChat(t *testing.T, h *crashHistory, decisions map[inputPos]record.Outc
 			if c := state.Cursors[user]; c.Read != end.read[user] || c.Delivered != end.delivered[user] {
 				t.Errorf("chat %s: %s read %d delivered %d; the model %d and %d", conv, user, c.Read, c.Delivered, end.read[user], end.delivered[user])
 			}
+		}
+	}
+}
+
+// checkOrders: each delivery decided as the parent join decides its
+// order's log, under the decision id of what decided it: its own input, its
+// order.created's for a reconciled child (numbered after the parent's own
+// decision), an orphan_ttl timer of its order for an expired one. Each
+// order that came ends at the revision and body of its last applied event
+// with nothing left waiting; an order that never came holds nothing either.
+func checkOrders(t *testing.T, h *crashHistory, stream string, decisions map[inputPos]record.Outcome, last lastRecords) {
+	for order, ins := range byKey(h.inputs, "orders") {
+		var created *crashInput
+		for _, in := range ins {
+			if in.orderType == "order.created" && in.want == record.Applied {
+				created = in
+			}
+		}
+		reconciled := 0
+		for _, in := range ins {
+			d := decisions[in.pos()]
+			if d.Outcome != in.want {
+				t.Errorf("orders %s: %s %s was %s %s, the model says %s", order, in.orderType, in.eventID, d.Outcome, d.Reason, in.want)
+				continue
+			}
+			wantID := record.InputDecisionID(stream, in.partition, in.offset, 0)
+			switch in.want {
+			case record.Reconciled:
+				reconciled++
+				wantID = record.InputDecisionID(stream, created.partition, created.offset, reconciled)
+			case record.Expired:
+				if d.Reason != record.ReasonOrphanTTL || !strings.HasPrefix(d.DecisionID, stream+"/t/") || !strings.Contains(d.DecisionID, "/"+string(record.ReasonOrphanTTL)+"/") || !strings.HasSuffix(d.DecisionID, "/"+order) {
+					t.Errorf("orders %s: %s expired as %s under decision %s, want an orphan_ttl timer of its order", order, in.eventID, d.Reason, d.DecisionID)
+				}
+				continue
+			}
+			if d.DecisionID != wantID {
+				t.Errorf("orders %s: %s %s under decision %s, want %s", order, in.eventID, d.Outcome, d.DecisionID, wantID)
+			}
+		}
+		end, came := h.orders[order]
+		if !came {
+			table, err := processors.DecodeTableValue(last.tables[order])
+			if err != nil || len(table.Quarantine) != 0 || last.states[order] != nil {
+				t.Errorf("orders %s never came, yet its table value holds %v (%v) and its state %s", order, table, err, last.states[order])
+			}
+			continue
+		}
+		var state json.RawMessage
+		st, ok := decodeLast(t, last, order, &state)
+		if table, err := processors.DecodeTableValue(last.tables[order]); err == nil && len(table.Quarantine) != 0 {
+			t.Errorf("orders %s: %d children still waiting after their order came", order, len(table.Quarantine))
+		}
+		if ok && (st.Version != end.version || !testenv.SameJSON(state, end.body)) {
+			t.Errorf("orders %s ends at revision %d %s; the model at %d %s", order, st.Version, state, end.version, end.body)
 		}
 	}
 }
