@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"gopkg.in/yaml.v3"
@@ -36,12 +39,15 @@ const crashKills = 6
 // chat (assign) and orders (the parent join), decided by one `driftguard
 // process` that is killed with SIGKILL six times at random points while it
 // works, some right after an orphan expired, while timers fire every
-// 100ms, and restarted on the same table storage. Afterwards every
-// delivery has one decision, however often a restart redelivered it; no
-// decision id is written twice; no event is applied twice; and the state
-// topic and the group table equal the model of each policy.
-func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
-	ctx := testenv.Context(t, 8*time.Minute)
+// 100ms, and restarted on the same table storage; once it is stopped with
+// SIGSTOP past its session timeout while a second instance takes over, and
+// woken. Meanwhile `driftguard sink` writes ClickHouse and is killed at
+// least three times. Afterwards every delivery has one decision, however
+// often a restart redelivered it; no decision id is written twice; no
+// event is applied twice; the state topic and the group table equal the
+// model of each policy; and ClickHouse holds each decision once.
+func TestEveryDecisionOnceThroughCrashesAndAZombie(t *testing.T) {
+	ctx := testenv.Context(t, 12*time.Minute)
 	dir := t.TempDir()
 	brokers := testenv.Kafka(t)
 	seed := uint64(time.Now().UnixNano())
@@ -58,7 +64,7 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 
 	// Uniquely named copies of the four shipped streams, with timers that
 	// fire within the run: orphans expire after 3 s, gaps are reported
-	// after 2 s, and timers are visited every 100 ms, so that kills land
+	// after 5 s, and timers are visited every 100 ms, so that kills land
 	// while a visit decides.
 	names := map[string]string{}
 	for _, base := range []string{"presence", "workflow", "chat", "orders"} {
@@ -69,14 +75,17 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 		case "orders":
 			s.Parent.TTL = crashOrphanTTL
 		case "workflow":
-			s.Limits.GapTimeout = 2 * time.Second
+			s.Limits.GapTimeout = 5 * time.Second
 		}
-	}, map[string]any{"processing": map[string]any{"timer_tick": "100ms"}})
-	cfg.Kafka.Brokers = brokers
-	cl := testenv.Topics(t, ctx, cfg, brokers)
-	defer cl.Close()
+	}, map[string]any{
+		"processing": map[string]any{"timer_tick": "100ms"},
+		// A killed sink's partitions move to its successor after 6 s.
+		"clickhouse": map[string]any{"consumer_group": names["presence"] + "-sink", "session_timeout": "6s", "batch_period": "200ms"},
+	})
+	cfg, conn, cl := loadOnServices(t, ctx, configFile, "crash", cfg.StreamNames()...)
 	runner := newProcessRunner(t, dir, configFile, brokers, cfg.StreamNames()...)
 	out := newOutputReader(t, brokers, names)
+	sink := newCrashSink(t, ctx, runner.bin, configFile, cfg, conn, rand.New(rand.NewPCG(seed, 6)))
 
 	produce := func(ins []*crashInput) error {
 		recs := make([]*kgo.Record, len(ins))
@@ -102,30 +111,41 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 	// other round then waits (up to 20 s) for the next orphan to expire,
 	// and kills it right after that timer visit committed, while the next
 	// ones fire.
-	chunk := len(history.inputs)/(crashKills+1) + 1
+	//
+	// One more round, the third, stalls the processor instead: a second
+	// instance joins, the first is stopped with SIGSTOP past its session
+	// timeout while the second takes its partitions over and decides
+	// everything produced, then the first is woken with SIGCONT, a zombie
+	// whose open transaction must not commit.
+	chunk := len(history.inputs)/(crashKills+2) + 1
 	rest := history.inputs
-	for kill := range crashKills {
+	for kill, round := 0, 0; kill < crashKills; round++ {
 		c := rest[:chunk]
 		rest = rest[chunk:]
 		if err := produce(c[:len(c)/2]); err != nil {
 			t.Fatal(err)
 		}
 		proc := runner.start("state")
+		if round == zombieRound {
+			zombie(t, ctx, runner, proc, out, sink, rng.IntN(len(c)/2)+1, func() error { return produce(c[len(c)/2:]) }, history.inputs[:len(history.inputs)-len(rest)])
+			continue
+		}
+		kill++
 		produced := make(chan error, 1)
 		go func() { produced <- produce(c[len(c)/2:]) }()
 		target := out.outcomes() + 1 + rng.IntN(len(c))
-		testenv.WaitFor(t, ctx, "the processor at its kill point", func() bool { out.poll(ctx); return out.outcomes() >= target })
-		if kill%2 == 1 {
+		testenv.WaitFor(t, ctx, "the processor at its kill point", func() bool { sink.maybeKill(); out.poll(ctx); return out.outcomes() >= target })
+		if kill%2 == 0 {
 			expired := out.expired
 			waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			testenv.Poll(waitCtx, func() bool { out.poll(waitCtx); return out.expired > expired })
+			testenv.Poll(waitCtx, func() bool { sink.maybeKill(); out.poll(waitCtx); return out.expired > expired })
 			cancel()
 		}
 		sigkill(t, proc)
 		if err := <-produced; err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("kill %d at %d outcome records (%d orphans expired), %d deliveries produced", kill+1, out.outcomes(), out.expired, len(history.inputs)-len(rest))
+		t.Logf("kill %d at %d outcome records (%d orphans expired), %d deliveries produced", kill, out.outcomes(), out.expired, len(history.inputs)-len(rest))
 	}
 	if err := produce(rest); err != nil {
 		t.Fatal(err)
@@ -134,7 +154,7 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 	// Waited for with a deadline of its own, so that a delivery never
 	// decided is named below rather than timing the test out.
 	waitCtx, cancel := context.WithTimeout(ctx, 4*time.Minute)
-	testenv.Poll(waitCtx, func() bool { out.poll(waitCtx); return out.decidedAll(history.inputs) })
+	testenv.Poll(waitCtx, func() bool { sink.maybeKill(); out.poll(waitCtx); return out.decidedAll(history.inputs) })
 	cancel()
 	// A clean stop flushes everything; then nothing more can appear.
 	if err := proc.Process.Signal(syscall.SIGTERM); err != nil {
@@ -142,12 +162,14 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 	}
 	_, _ = proc.Process.Wait()
 	out.readToEnd(ctx)
+	sink.finish(out)
 
 	decisions := out.checkDecisions(history.inputs)
 	checkPresence(t, history, decisions, out.last("presence"))
 	checkWorkflow(t, history, decisions, out.last("workflow"))
 	checkChat(t, history, decisions, out.last("chat"))
 	checkOrders(t, history, names["orders"], decisions, out.last("orders"))
+	sink.check(history, out, names)
 }
 
 // crashOrphanTTL is how long a child waits for its order in the crash test.
@@ -214,14 +236,16 @@ type outputReader struct {
 	// orphan expiries.
 	ids     map[string]int
 	expired int
-	states  map[string]map[string]json.RawMessage // stream → key → last state record
-	tables  map[string]map[string]json.RawMessage // stream → key → last table value
-	next    map[string]map[int32]int64            // topic → partition → next offset
+	// seen are the inputs with an outcome record, final or not.
+	seen   map[inputPos]bool
+	states map[string]map[string]json.RawMessage // stream → key → last state record
+	tables map[string]map[string]json.RawMessage // stream → key → last table value
+	next   map[string]map[int32]int64            // topic → partition → next offset
 }
 
 func newOutputReader(t *testing.T, brokers []string, names map[string]string) *outputReader {
 	t.Helper()
-	r := &outputReader{t: t, base: map[string]string{}, kinds: map[string]string{}, final: map[inputPos][]record.Outcome{}, ids: map[string]int{},
+	r := &outputReader{t: t, base: map[string]string{}, kinds: map[string]string{}, final: map[inputPos][]record.Outcome{}, ids: map[string]int{}, seen: map[inputPos]bool{},
 		states: map[string]map[string]json.RawMessage{}, tables: map[string]map[string]json.RawMessage{}, next: map[string]map[int32]int64{}}
 	var ts []string
 	for base, name := range names {
@@ -271,6 +295,9 @@ func (r *outputReader) poll(ctx context.Context) {
 			}
 			r.count++
 			r.ids[o.DecisionID]++
+			if o.EventID != "" {
+				r.seen[inputPos{base, o.InputPartition, o.InputOffset}] = true
+			}
 			switch {
 			case o.Outcome == record.Buffered || o.Outcome == record.Quarantined:
 				// A decision to wait: the final one comes later.
@@ -289,6 +316,17 @@ func (r *outputReader) poll(ctx context.Context) {
 
 func (r *outputReader) outcomes() int {
 	return r.count
+}
+
+// sawAll reports whether every input has an outcome record, perhaps one
+// that waits (buffered, quarantined).
+func (r *outputReader) sawAll(ins []*crashInput) bool {
+	for _, in := range ins {
+		if !r.seen[in.pos()] {
+			return false
+		}
+	}
+	return true
 }
 
 func (r *outputReader) decidedAll(ins []*crashInput) bool {
@@ -584,4 +622,234 @@ func checkOrders(t *testing.T, h *crashHistory, stream string, decisions map[inp
 			t.Errorf("orders %s ends at revision %d %s; the model at %d %s", order, st.Version, state, end.version, end.body)
 		}
 	}
+}
+
+// crashSinkKills is how often the sink is killed, at least.
+const crashSinkKills = 3
+
+// crashSink is `driftguard sink` writing the crash test's streams to a
+// database of its own, killed with SIGKILL at random moments and restarted
+// at once.
+type crashSink struct {
+	t      *testing.T
+	ctx    context.Context
+	cfg    *config.Config
+	conn   driver.Conn
+	start  func() *exec.Cmd
+	cmd    *exec.Cmd
+	rng    *rand.Rand
+	kills  int
+	killAt time.Time
+	// in is the streams' names, quoted for an IN clause.
+	in string
+}
+
+func newCrashSink(t *testing.T, ctx context.Context, bin, configFile string, cfg *config.Config, conn driver.Conn, rng *rand.Rand) *crashSink {
+	t.Helper()
+	quoted := make([]string, 0, len(cfg.Streams))
+	for _, name := range cfg.StreamNames() {
+		quoted = append(quoted, "'"+name+"'")
+	}
+	s := &crashSink{t: t, ctx: ctx, cfg: cfg, conn: conn, rng: rng, in: "(" + strings.Join(quoted, ",") + ")"}
+	s.start = func() *exec.Cmd {
+		return startDriftguard(t, bin, []string{"sink", "--config", configFile},
+			"DRIFTGUARD_KAFKA_BROKERS="+strings.Join(cfg.Kafka.Brokers, ","),
+			"DRIFTGUARD_CLICKHOUSE_ADDR="+cfg.ClickHouse.Addr,
+			"DRIFTGUARD_CLICKHOUSE_DATABASE="+cfg.ClickHouse.Database)
+	}
+	s.cmd = s.start()
+	s.schedule()
+	return s
+}
+
+// schedule picks the moment of the next kill, 10 to 40 s from now, or
+// none once the sink has been killed crashSinkKills+2 times.
+func (s *crashSink) schedule() {
+	s.killAt = time.Now().Add(10*time.Second + time.Duration(s.rng.Int64N(int64(30*time.Second))))
+	if s.kills >= crashSinkKills+2 {
+		s.killAt = time.Now().Add(time.Hour)
+	}
+}
+
+// maybeKill kills the sink and starts it again once the moment has come.
+func (s *crashSink) maybeKill() {
+	if time.Now().Before(s.killAt) {
+		return
+	}
+	rows := s.count("SELECT count() FROM %s.events WHERE stream IN %s")
+	sigkill(s.t, s.cmd)
+	s.kills++
+	s.t.Logf("sink kill %d at %d rows in events", s.kills, rows)
+	s.cmd = s.start()
+	s.schedule()
+}
+
+// count runs a count query whose two %s are the database and the streams'
+// IN list; 0 while ClickHouse cannot say.
+func (s *crashSink) count(query string) uint64 {
+	var n uint64
+	_ = s.conn.QueryRow(s.ctx, fmt.Sprintf(query, s.cfg.ClickHouse.Database, s.in)).Scan(&n)
+	return n
+}
+
+// finish kills the sink until it has been killed often enough, then waits
+// until its last incarnation has written every committed outcome record
+// and every expired orphan's rows.
+func (s *crashSink) finish(out *outputReader) {
+	s.t.Helper()
+	for s.kills < crashSinkKills {
+		s.killAt = time.Now()
+		before := s.count("SELECT count() FROM %s.events WHERE stream IN %s")
+		testenv.WaitFor(s.t, s.ctx, "the sink to insert before its kill", func() bool {
+			return s.count("SELECT count() FROM %s.events WHERE stream IN %s") > before || before >= uint64(out.outcomes())
+		})
+		time.Sleep(time.Duration(s.rng.IntN(1500)) * time.Millisecond)
+		s.maybeKill()
+	}
+	waitCtx, cancel := context.WithTimeout(s.ctx, 2*time.Minute)
+	defer cancel()
+	testenv.Poll(waitCtx, func() bool {
+		return s.count("SELECT count() FROM %s.events WHERE stream IN %s") >= uint64(out.outcomes()) &&
+			s.count("SELECT count() FROM %s.orphans WHERE stream IN %s") >= uint64(out.expired) &&
+			s.count("SELECT count() FROM %s.dlq WHERE stream IN %s") >= uint64(out.expired)
+	})
+	// A few more flush periods: a doubled row would show up now.
+	time.Sleep(2 * time.Second)
+}
+
+// check asserts that ClickHouse holds each decision of the committed
+// outcome records once: events one row per decision id, the same ids;
+// ordering_minute counting each once; and each expired orphan once in
+// orphans and in dlq, on time, with nothing else dead-lettered.
+func (s *crashSink) check(h *crashHistory, out *outputReader, names map[string]string) {
+	t := s.t
+	if n := s.count("SELECT toUInt64(count() = uniqExact(decision_id)) FROM %s.events WHERE stream IN %s"); n != 1 {
+		t.Errorf("events: count() = uniqExact(decision_id) is %d, want 1", n)
+	}
+	rows := s.groupCount("SELECT decision_id, count() FROM %s.events WHERE stream IN %s GROUP BY decision_id")
+	var total int
+	for id, n := range rows {
+		total += n
+		if out.ids[id] == 0 {
+			t.Errorf("events: decision %s (%d rows) is on no committed outcome record", id, n)
+		}
+	}
+	if total != out.outcomes() {
+		t.Errorf("events has %d rows for %d distinct decision ids; %d committed outcome records", total, len(rows), out.outcomes())
+	}
+	missing := 0
+	for id := range out.ids {
+		if rows[id] != 1 {
+			if missing++; missing <= 10 {
+				t.Errorf("decision %s is in events %d times, want once", id, rows[id])
+			}
+		}
+	}
+	if counted := s.count("SELECT toUInt64(sum(events)) FROM %s.ordering_minute WHERE stream IN %s"); counted != uint64(len(out.ids)) {
+		t.Errorf("ordering_minute counts %d decisions, want %d", counted, len(out.ids))
+	}
+
+	orders := names["orders"]
+	expired := map[string]bool{}
+	for _, in := range h.inputs {
+		if in.stream == "orders" && in.want == record.Expired {
+			expired[in.eventID] = true
+		}
+	}
+	for table, query := range map[string]string{
+		"orphans": "SELECT event_id, count() FROM %s.orphans WHERE stream IN %s GROUP BY event_id",
+		"dlq":     "SELECT concat(reason, ' ', stream, ' ', event_id), count() FROM %s.dlq WHERE stream IN %s GROUP BY reason, stream, event_id",
+	} {
+		got := s.groupCount(query)
+		for id := range expired {
+			if table == "dlq" {
+				id = string(record.ReasonOrphanTTL) + " " + orders + " " + id
+			}
+			if got[id] != 1 {
+				t.Errorf("%s has the expired orphan %s %d times, want once", table, id, got[id])
+			}
+			delete(got, id)
+		}
+		for id, n := range got {
+			t.Errorf("%s has %s %d times, which the model never expired", table, id, n)
+		}
+	}
+	if n := s.count("SELECT count() FROM %s.orphans WHERE stream IN %s AND expired_at_ms - received_at_ms < " + strconv.FormatInt(crashOrphanTTL.Milliseconds(), 10)); n != 0 {
+		t.Errorf("%d orphans expired before their TTL", n)
+	}
+}
+
+// groupCount runs a query of (string, count) rows whose two %s are the
+// database and the streams' IN list.
+func (s *crashSink) groupCount(query string) map[string]int {
+	s.t.Helper()
+	rows, err := s.conn.Query(s.ctx, fmt.Sprintf(query, s.cfg.ClickHouse.Database, s.in))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer rows.Close()
+	got := map[string]int{}
+	for rows.Next() {
+		var key string
+		var n uint64
+		if err := rows.Scan(&key, &n); err != nil {
+			s.t.Fatal(err)
+		}
+		got[key] = int(n)
+	}
+	if err := rows.Err(); err != nil {
+		s.t.Fatal(err)
+	}
+	return got
+}
+
+// zombieRound is the round of the crash test that stalls the processor.
+const zombieRound = 2
+
+// processorSessionTimeout is the group session timeout of the processors:
+// franz-go's default, which the runtime keeps (no setting changes it).
+const processorSessionTimeout = 45 * time.Second
+
+// zombie runs the stall round: first (running, with half the round
+// produced) is joined by a second instance; once both decide, first is
+// stopped with SIGSTOP, after they decided decideFirst more, and the rest of the round produced; after the
+// session timeout the second holds every partition and decides everything
+// produced (some decisions being to wait for a gap or a parent), then first is woken with SIGCONT and both run a while. Then
+// the second stops cleanly and first is killed (it may have stopped on its
+// own, fenced).
+func zombie(t *testing.T, ctx context.Context, runner *processRunner, first *exec.Cmd, out *outputReader, sink *crashSink, decideFirst int, produceRest func() error, produced []*crashInput) {
+	t.Helper()
+	second := runner.start("second")
+	target := out.outcomes() + decideFirst
+	testenv.WaitFor(t, ctx, "both instances deciding", func() bool { sink.maybeKill(); out.poll(ctx); return out.outcomes() >= target })
+	if err := first.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	t.Logf("zombie: first instance stopped at %d outcome records", out.outcomes())
+	if err := produceRest(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, ctx, "the second instance to take over and decide everything produced", func() bool {
+		sink.maybeKill()
+		out.poll(ctx)
+		return time.Since(stopped) > processorSessionTimeout && out.sawAll(produced)
+	})
+	t.Logf("zombie: everything produced decided %s after the stop, at %d outcome records; waking the first", time.Since(stopped).Round(time.Second), out.outcomes())
+	if err := first.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	// Both run: the woken one finds itself out of the group and its
+	// transaction refused, rejoins, and partitions move again.
+	awake := time.Now()
+	testenv.WaitFor(t, ctx, "both instances awake a while", func() bool { sink.maybeKill(); out.poll(ctx); return time.Since(awake) > 8*time.Second })
+	if err := second.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = second.Process.Wait()
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		t.Fatal(err)
+	}
+	_, _ = first.Process.Wait()
+	t.Logf("zombie: both stopped at %d outcome records", out.outcomes())
 }
