@@ -93,7 +93,7 @@ func TestDashboardsAndAlertsNameServedMetrics(t *testing.T) {
 			named[family(name, served)] = true
 		}
 	}
-	// The panels issue 13 asks for: webhooks by status, produce latency,
+	// The panels operators look at first: webhooks by status, produce latency,
 	// decisions by outcome, gaps and buffer depth, quarantine, consumer
 	// lag, sink rows and retries, bridge clients.
 	for _, want := range []string{
