@@ -254,33 +254,22 @@ func (r *Runtime) decideFetched(fetches kgo.Fetches) error {
 // visitTimers runs the timer visit over every key of the partitions held,
 // at the input watermark.
 func (r *Runtime) visitTimers(ctx context.Context, w *watermark) error {
-	now := r.h.opts.Now()
-	safe, err := w.advance(ctx, now)
-	if err != nil {
-		r.h.opts.Logger.Debug("input watermark not advanced; timers wait", "err", err)
-		return nil
-	}
-	if m := r.h.opts.Metrics; m != nil {
-		m.lag.WithLabelValues(r.h.stream.Name).Set(float64(w.lag()))
-	}
-	r.h.visited.reset()
-	for _, p := range slices.Sorted(maps.Keys(r.parts)) {
-		part := r.parts[p]
-		keys, err := part.keys()
-		if err != nil {
-			return err
-		}
-		for _, key := range keys {
-			c := &runtimeContext{r: r, part: part, key: key}
-			if err := c.run(func() { r.h.tick(c, safe.UnixMilli()) }); err != nil {
+	return r.h.timerTick(ctx, w, func(safeMs int64) error {
+		for _, p := range slices.Sorted(maps.Keys(r.parts)) {
+			part := r.parts[p]
+			keys, err := part.keys()
+			if err != nil {
 				return err
 			}
+			for _, key := range keys {
+				c := &runtimeContext{r: r, part: part, key: key}
+				if err := c.run(func() { r.h.tick(c, safeMs) }); err != nil {
+					return err
+				}
+			}
 		}
-	}
-	if m := r.h.opts.Metrics; m != nil {
-		r.h.visited.export(m, r.h.stream.Name)
-	}
-	return nil
+		return nil
+	})
 }
 
 // end commits the transaction (or aborts it), then moves its table writes

@@ -64,29 +64,40 @@ func (p *Processor) RunTimers(ctx context.Context, tick time.Duration, adm *kadm
 			return nil
 		case <-t.C:
 		}
-		now := p.h.opts.Now()
-		safe, err := w.advance(ctx, now)
-		if err != nil {
-			p.h.opts.Logger.Debug("input watermark not advanced; timers wait", "err", err)
-			continue
-		}
-		if m := p.h.opts.Metrics; m != nil {
-			m.lag.WithLabelValues(p.h.stream.Name).Set(float64(w.lag()))
-		}
-		p.h.visited.reset()
 		// Not cancelled with ctx: goka's VisitAll, interrupted, returns while
 		// its partitions still count visits (a data race in goka). A visit
 		// ends on its own when done or when the processor stops.
-		err = p.VisitAll(context.WithoutCancel(ctx), tickVisitor, safe.UnixMilli())
-		switch {
-		case err == nil:
-			if m := p.h.opts.Metrics; m != nil {
-				p.h.visited.export(m, p.h.stream.Name)
-			}
-		case !errors.Is(err, context.Canceled) && ctx.Err() == nil:
+		err := p.h.timerTick(ctx, w, func(safeMs int64) error {
+			return p.VisitAll(context.WithoutCancel(ctx), tickVisitor, safeMs)
+		})
+		if err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
 			p.h.opts.Logger.Debug("timer visit incomplete; retried next tick", "err", err)
 		}
 	}
+}
+
+// timerTick is one tick of either runtime's timers: it advances the input
+// watermark (a tick whose watermark cannot advance is skipped), exports
+// the input lag, runs visit over every key at the watermark and, once the
+// visit is complete, the gauges of what it saw.
+func (h *handler) timerTick(ctx context.Context, w *watermark, visit func(safeMs int64) error) error {
+	safe, err := w.advance(ctx, h.opts.Now())
+	if err != nil {
+		h.opts.Logger.Debug("input watermark not advanced; timers wait", "err", err)
+		return nil
+	}
+	m := h.opts.Metrics
+	if m != nil {
+		m.lag.WithLabelValues(h.stream.Name).Set(float64(w.lag()))
+	}
+	h.visited.reset()
+	if err := visit(safe.UnixMilli()); err != nil {
+		return err
+	}
+	if m != nil {
+		h.visited.export(m, h.stream.Name)
+	}
+	return nil
 }
 
 // visitCounts sum what one timer visit sees across the keys it visits
