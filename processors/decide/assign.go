@@ -69,10 +69,13 @@ func (c *Conversation) size() int {
 		n += 2 * (stringBytes(m) + chatEntryOverhead)
 	}
 	for _, sent := range c.Sent {
-		n += stringBytes(sent.ClientKey, sent.MessageID) + chatEntryOverhead
+		n += sent.size()
 	}
 	return n
 }
+
+// size is what a remembered send takes in the conversation, at most.
+func (m SentMessage) size() int { return stringBytes(m.ClientKey, m.MessageID) + chatEntryOverhead }
 
 // chatBudget is the conversation's share of a table value: what the
 // applied body and the dedup memory leave of config.TableValueBudget.
@@ -142,7 +145,8 @@ func (p assign) send(e *Entity, c *Conversation, ev Event) Effects {
 	}
 	// Within the conversation's bytes, the oldest client keys go first,
 	// early (counted as the dedup memory's early evictions are).
-	for len(c.Sent) > 1 && c.size() > chatBudget(p.stream) {
+	for size := c.size(); len(c.Sent) > 1 && size > chatBudget(p.stream); {
+		size -= c.Sent[0].size()
 		c.Sent = c.Sent[1:]
 		e.evicted++
 	}
