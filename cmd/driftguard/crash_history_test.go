@@ -7,16 +7,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 )
 
 // A crash history: seeded random deliveries for the three ordering
-// policies, with what their final state must be. Each key's deliveries are
+// policies and the parent join, with what their final state must be. Each key's deliveries are
 // listed in the order they are produced, which is their log order.
 
 // crashInput is one delivery to a stream's input.
 type crashInput struct {
-	stream  string // the catalogue stream: presence, workflow or chat
+	stream  string // the catalogue stream: presence, workflow, chat or orders
 	key     string
 	eventID string
 	body    []byte
@@ -26,6 +27,11 @@ type crashInput struct {
 	chatType string
 	message  string
 	user     string
+	// orders: the event type, whether it is received an hour ahead (a child
+	// whose parent comes, below), and the final decision the model expects.
+	orderType string
+	ahead     bool
+	want      record.Result
 	// Where the broker put it.
 	partition int32
 	offset    int64
@@ -42,6 +48,14 @@ type crashHistory struct {
 	// chat: each conversation's members, logical messages in the order of
 	// their first delivery, and read and delivery cursors.
 	chat map[string]*chatEnd
+	// orders: each order's revision and last applied body, for the orders
+	// whose order.created comes.
+	orders map[string]ordersEnd
+}
+
+type ordersEnd struct {
+	version int64
+	body    []byte
 }
 
 type workflowEnd struct {
@@ -57,10 +71,10 @@ type chatEnd struct {
 }
 
 // crashSizes are the minimum deliveries per stream.
-type crashSizes struct{ presence, workflow, chat int }
+type crashSizes struct{ presence, workflow, chat, orders int }
 
 func newCrashHistory(rng *rand.Rand, sizes crashSizes) *crashHistory {
-	h := &crashHistory{presence: map[string]delivery{}, workflow: map[string]workflowEnd{}, chat: map[string]*chatEnd{}}
+	h := &crashHistory{presence: map[string]delivery{}, workflow: map[string]workflowEnd{}, chat: map[string]*chatEnd{}, orders: map[string]ordersEnd{}}
 	var perKey [][]*crashInput
 	count := func(n *int, ds []*crashInput) { *n += len(ds); perKey = append(perKey, ds) }
 	for n, u := 0, 0; n < sizes.presence; u++ {
@@ -71,6 +85,9 @@ func newCrashHistory(rng *rand.Rand, sizes crashSizes) *crashHistory {
 	}
 	for n, c := 0, 0; n < sizes.chat; c++ {
 		count(&n, h.chatKey(rng, fmt.Sprintf("conv-%04d", c)))
+	}
+	for n, o := 0, 0; n < sizes.orders; o++ {
+		count(&n, h.ordersKey(rng, fmt.Sprintf("order-%04d", o)))
 	}
 	// Interleave the keys at random, each key's deliveries in its order.
 	var turns []int
@@ -214,4 +231,74 @@ func chatBody(in *crashInput, conv string) []byte {
 	}
 	return fmt.Appendf(nil, `{"event_id":%q,"type":%q,"conversation_id":%q,"user_id":%q,"device_id":"%s-d0","conversation_seq":%d}`,
 		in.eventID, in.chatType, conv, in.user, in.user, in.version)
+}
+
+var orderChildTypes = []string{"order.payment_received", "payment.captured", "order.shipped"}
+
+// ordersKey is an order's children and, for two orders in three, its
+// order.created: after some of its children (they wait in lost+found and
+// reconcile) or anywhere among them; some events are delivered twice. The
+// children of an order that never comes expire after parent.ttl to the
+// DLQ. A child whose parent comes is received an hour ahead, so that its
+// parent, however many kills later it is decided, never races its TTL: the
+// model then says exactly which children reconcile and which expire.
+func (h *crashHistory) ordersKey(rng *rand.Rand, order string) []*crashInput {
+	var out []*crashInput
+	parent := rng.IntN(3) != 0
+	for i := range 1 + rng.IntN(4) {
+		typ := orderChildTypes[rng.IntN(len(orderChildTypes))]
+		id := fmt.Sprintf("%s-c%d-%08x", order, i, rng.Uint32())
+		out = append(out, &crashInput{stream: "orders", key: order, eventID: id, orderType: typ, ahead: parent,
+			body: fmt.Appendf(nil, `{"event_id":%q,"event_type":%q,"parent_id":%q,"payload":{"amount":%d}}`, id, typ, order, 1+rng.IntN(500))})
+	}
+	if parent {
+		id := fmt.Sprintf("%s-created-%08x", order, rng.Uint32())
+		created := &crashInput{stream: "orders", key: order, eventID: id, orderType: "order.created",
+			body: fmt.Appendf(nil, `{"event_id":%q,"event_type":"order.created","order_id":%q,"payload":{"total":%d}}`, id, order, 1+rng.IntN(500))}
+		at := rng.IntN(len(out) + 1)
+		if rng.IntN(2) == 0 {
+			at = 1 + rng.IntN(len(out)) // after at least one child
+		}
+		out = slices.Insert(out, at, created)
+	}
+	// Retries: the same event again, somewhere after the first.
+	for i := 0; i < len(out); i++ {
+		if rng.IntN(5) == 0 {
+			again := *out[i]
+			out = slices.Insert(out, i+1+rng.IntN(len(out)-i), &again)
+		}
+	}
+	// The model: the order as the parent join decides it, in log order.
+	seen := map[string]bool{}
+	created := false
+	var waiting []*crashInput
+	end := ordersEnd{}
+	apply := func(in *crashInput) { end.version++; end.body = in.body }
+	for _, in := range out {
+		switch {
+		case seen[in.eventID]:
+			in.want = record.Duplicate
+		case in.orderType == "order.created":
+			in.want, created = record.Applied, true
+			apply(in)
+			for _, w := range waiting {
+				w.want = record.Reconciled
+				apply(w)
+			}
+			waiting = nil
+		case created:
+			in.want = record.Applied
+			apply(in)
+		default:
+			waiting = append(waiting, in)
+		}
+		seen[in.eventID] = true
+	}
+	for _, w := range waiting {
+		w.want = record.Expired
+	}
+	if parent {
+		h.orders[order] = end
+	}
+	return out
 }

@@ -3,15 +3,19 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"gopkg.in/yaml.v3"
@@ -31,14 +35,19 @@ const envCrashSeed = "DRIFTGUARD_CRASH_SEED"
 // crashKills is how often the processor is killed.
 const crashKills = 6
 
-// About 20,000 deliveries across presence (latest), workflow (gapless) and
-// chat (assign), decided by one `driftguard process` that is killed with
-// SIGKILL six times at random points while it works, and restarted on the
-// same table storage. Afterwards every delivery has one decision, however
-// often a restart redelivered it; no event is applied twice; and the state
-// topic and the group table equal the model of each policy.
-func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
-	ctx := testenv.Context(t, 8*time.Minute)
+// About 20,000 deliveries across presence (latest), workflow (gapless),
+// chat (assign) and orders (the parent join), decided by one `driftguard
+// process` that is killed with SIGKILL six times at random points while it
+// works, some right after an orphan expired, while timers fire every
+// 100ms, and restarted on the same table storage; once it is stopped with
+// SIGSTOP past its session timeout while a second instance takes over, and
+// woken. Meanwhile `driftguard sink` writes ClickHouse and is killed at
+// least three times. Afterwards every delivery has one decision, however
+// often a restart redelivered it; no decision id is written twice; no
+// event is applied twice; the state topic and the group table equal the
+// model of each policy; and ClickHouse holds each decision once.
+func TestEveryDecisionOnceThroughCrashesAndAZombie(t *testing.T) {
+	ctx := testenv.Context(t, 12*time.Minute)
 	dir := t.TempDir()
 	brokers := testenv.Kafka(t)
 	seed := uint64(time.Now().UnixNano())
@@ -50,25 +59,43 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 	}
 	t.Logf("seed %d (replay with %s=%d)", seed, envCrashSeed, seed)
 	rng := rand.New(rand.NewPCG(seed, 4))
-	history := newCrashHistory(rng, crashSizes{presence: 7000, workflow: 6500, chat: 6500})
+	history := newCrashHistory(rng, crashSizes{presence: 5500, workflow: 5000, chat: 5000, orders: 4500})
 	t.Logf("%d deliveries", len(history.inputs))
 
-	// Uniquely named copies of the three shipped streams.
+	// Uniquely named copies of the four shipped streams, with timers that
+	// fire within the run: orphans expire after 3 s, gaps are reported
+	// after 5 s, and timers are visited every 100 ms, so that kills land
+	// while a visit decides.
 	names := map[string]string{}
-	for _, base := range []string{"presence", "workflow", "chat"} {
+	for _, base := range []string{"presence", "workflow", "chat", "orders"} {
 		names[base] = testenv.UniqueName(base)
 	}
-	configFile, cfg := writeCatalogueCopies(t, dir, names)
-	cfg.Kafka.Brokers = brokers
-	cl := testenv.Topics(t, ctx, cfg, brokers)
-	defer cl.Close()
+	configFile, cfg := writeCatalogueCopies(t, dir, names, func(base string, s *config.Stream) {
+		switch base {
+		case "orders":
+			s.Parent.TTL = crashOrphanTTL
+		case "workflow":
+			s.Limits.GapTimeout = 5 * time.Second
+		}
+	}, map[string]any{
+		"processing": map[string]any{"timer_tick": "100ms"},
+		// A killed sink's partitions move to its successor after 6 s.
+		"clickhouse": map[string]any{"consumer_group": names["presence"] + "-sink", "session_timeout": "6s", "batch_period": "200ms"},
+	})
+	cfg, conn, cl := loadOnServices(t, ctx, configFile, "crash", cfg.StreamNames()...)
 	runner := newProcessRunner(t, dir, configFile, brokers, cfg.StreamNames()...)
 	out := newOutputReader(t, brokers, names)
+	sink := newCrashSink(t, ctx, runner.bin, configFile, cfg, conn, rand.New(rand.NewPCG(seed, 6)))
 
 	produce := func(ins []*crashInput) error {
 		recs := make([]*kgo.Record, len(ins))
+		now := time.Now()
 		for i, in := range ins {
-			recs[i] = inputRecord(names[in.stream], in.key, in.body)
+			at := now
+			if in.ahead {
+				at = now.Add(time.Hour)
+			}
+			recs[i] = inputRecordAt(names[in.stream], in.key, in.body, at.UnixMilli())
 		}
 		res := cl.ProduceSync(ctx, recs...)
 		for i, in := range ins {
@@ -80,25 +107,45 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 	// Each round produces a slice of the history, half before the start and
 	// half while the processor works, and kills it at a random point of its
 	// work: after a random number of new outcome records, up to a round's
-	// worth, so that some of its input is always left to decide.
-	chunk := len(history.inputs)/(crashKills+1) + 1
+	// worth, so that some of its input is always left to decide; every
+	// other round then waits (up to 20 s) for the next orphan to expire,
+	// and kills it right after that timer visit committed, while the next
+	// ones fire.
+	//
+	// One more round, the third, stalls the processor instead: a second
+	// instance joins, the first is stopped with SIGSTOP past its session
+	// timeout while the second takes its partitions over and decides
+	// everything produced, then the first is woken with SIGCONT, a zombie
+	// whose open transaction must not commit.
+	chunk := len(history.inputs)/(crashKills+2) + 1
 	rest := history.inputs
-	for kill := range crashKills {
+	for kill, round := 0, 0; kill < crashKills; round++ {
 		c := rest[:chunk]
 		rest = rest[chunk:]
 		if err := produce(c[:len(c)/2]); err != nil {
 			t.Fatal(err)
 		}
 		proc := runner.start("state")
+		if round == zombieRound {
+			zombie(t, ctx, runner, proc, out, sink, rng.IntN(len(c)/2)+1, func() error { return produce(c[len(c)/2:]) }, history.inputs[:len(history.inputs)-len(rest)])
+			continue
+		}
+		kill++
 		produced := make(chan error, 1)
 		go func() { produced <- produce(c[len(c)/2:]) }()
 		target := out.outcomes() + 1 + rng.IntN(len(c))
-		testenv.WaitFor(t, ctx, "the processor at its kill point", func() bool { out.poll(ctx); return out.outcomes() >= target })
+		testenv.WaitFor(t, ctx, "the processor at its kill point", func() bool { sink.maybeKill(); out.poll(ctx); return out.outcomes() >= target })
+		if kill%2 == 0 {
+			expired := out.expired
+			waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			testenv.Poll(waitCtx, func() bool { sink.maybeKill(); out.poll(waitCtx); return out.expired > expired })
+			cancel()
+		}
 		sigkill(t, proc)
 		if err := <-produced; err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("kill %d at %d outcome records, %d deliveries produced", kill+1, out.outcomes(), len(history.inputs)-len(rest))
+		t.Logf("kill %d at %d outcome records (%d orphans expired), %d deliveries produced", kill, out.outcomes(), out.expired, len(history.inputs)-len(rest))
 	}
 	if err := produce(rest); err != nil {
 		t.Fatal(err)
@@ -107,7 +154,7 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 	// Waited for with a deadline of its own, so that a delivery never
 	// decided is named below rather than timing the test out.
 	waitCtx, cancel := context.WithTimeout(ctx, 4*time.Minute)
-	testenv.Poll(waitCtx, func() bool { out.poll(waitCtx); return out.decidedAll(history.inputs) })
+	testenv.Poll(waitCtx, func() bool { sink.maybeKill(); out.poll(waitCtx); return out.decidedAll(history.inputs) })
 	cancel()
 	// A clean stop flushes everything; then nothing more can appear.
 	if err := proc.Process.Signal(syscall.SIGTERM); err != nil {
@@ -115,17 +162,24 @@ func TestProcessorSurvivesSIGKILLAcrossPolicies(t *testing.T) {
 	}
 	_, _ = proc.Process.Wait()
 	out.readToEnd(ctx)
+	sink.finish(out)
 
 	decisions := out.checkDecisions(history.inputs)
 	checkPresence(t, history, decisions, out.last("presence"))
 	checkWorkflow(t, history, decisions, out.last("workflow"))
 	checkChat(t, history, decisions, out.last("chat"))
+	checkOrders(t, history, names["orders"], decisions, out.last("orders"))
+	sink.check(history, out, names)
 }
 
+// crashOrphanTTL is how long a child waits for its order in the crash test.
+const crashOrphanTTL = 3 * time.Second
+
 // writeCatalogueCopies writes a config file in dir defining each catalogue
-// stream again under its new name with three partitions, and returns its
-// path and it loaded.
-func writeCatalogueCopies(t *testing.T, dir string, names map[string]string) (string, *config.Config) {
+// stream again under its new name with three partitions, changed by tune,
+// with the other top-level sections of top, and returns its path and it
+// loaded.
+func writeCatalogueCopies(t *testing.T, dir string, names map[string]string, tune func(base string, s *config.Stream), top map[string]any) (string, *config.Config) {
 	t.Helper()
 	catalogue, err := config.Default()
 	if err != nil {
@@ -135,9 +189,14 @@ func writeCatalogueCopies(t *testing.T, dir string, names map[string]string) (st
 	for base, name := range names {
 		s := *catalogue.Streams[base]
 		s.Limits.Partitions = 3
+		tune(base, &s)
 		streams[name] = &s
 	}
-	data, err := yaml.Marshal(map[string]any{"streams": streams})
+	doc := map[string]any{"streams": streams}
+	for k, v := range top {
+		doc[k] = v
+	}
+	data, err := yaml.Marshal(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,12 +226,18 @@ func (in *crashInput) pos() inputPos { return inputPos{in.stream, in.partition, 
 // outputReader reads the processor's outcomes, state and table topics from
 // their start.
 type outputReader struct {
-	t      *testing.T
-	cl     *kgo.Client
-	base   map[string]string // topic → catalogue stream
-	kinds  map[string]string // topic → outcomes, state or table
-	count  int
-	final  map[inputPos][]record.Outcome
+	t     *testing.T
+	cl    *kgo.Client
+	base  map[string]string // topic → catalogue stream
+	kinds map[string]string // topic → outcomes, state or table
+	count int
+	final map[inputPos][]record.Outcome
+	// ids counts the outcome records of each decision id; expired counts
+	// orphan expiries.
+	ids     map[string]int
+	expired int
+	// seen are the inputs with an outcome record, final or not.
+	seen   map[inputPos]bool
 	states map[string]map[string]json.RawMessage // stream → key → last state record
 	tables map[string]map[string]json.RawMessage // stream → key → last table value
 	next   map[string]map[int32]int64            // topic → partition → next offset
@@ -180,7 +245,7 @@ type outputReader struct {
 
 func newOutputReader(t *testing.T, brokers []string, names map[string]string) *outputReader {
 	t.Helper()
-	r := &outputReader{t: t, base: map[string]string{}, kinds: map[string]string{}, final: map[inputPos][]record.Outcome{},
+	r := &outputReader{t: t, base: map[string]string{}, kinds: map[string]string{}, final: map[inputPos][]record.Outcome{}, ids: map[string]int{}, seen: map[inputPos]bool{},
 		states: map[string]map[string]json.RawMessage{}, tables: map[string]map[string]json.RawMessage{}, next: map[string]map[int32]int64{}}
 	var ts []string
 	for base, name := range names {
@@ -229,8 +294,19 @@ func (r *outputReader) poll(ctx context.Context) {
 				return
 			}
 			r.count++
-			// Buffered is a decision to wait; the gap report names no input.
-			if o.Outcome != record.Buffered && o.Outcome != record.Expired {
+			r.ids[o.DecisionID]++
+			if o.EventID != "" {
+				r.seen[inputPos{base, o.InputPartition, o.InputOffset}] = true
+			}
+			switch {
+			case o.Outcome == record.Buffered || o.Outcome == record.Quarantined:
+				// A decision to wait: the final one comes later.
+			case o.Outcome == record.Expired && o.EventID == "":
+				// A gap report names no input.
+			default:
+				if o.Outcome == record.Expired {
+					r.expired++
+				}
 				pos := inputPos{base, o.InputPartition, o.InputOffset}
 				r.final[pos] = append(r.final[pos], o)
 			}
@@ -240,6 +316,17 @@ func (r *outputReader) poll(ctx context.Context) {
 
 func (r *outputReader) outcomes() int {
 	return r.count
+}
+
+// sawAll reports whether every input has an outcome record, perhaps one
+// that waits (buffered, quarantined).
+func (r *outputReader) sawAll(ins []*crashInput) bool {
+	for _, in := range ins {
+		if !r.seen[in.pos()] {
+			return false
+		}
+	}
+	return true
 }
 
 func (r *outputReader) decidedAll(ins []*crashInput) bool {
@@ -279,9 +366,11 @@ func (r *outputReader) last(base string) lastRecords {
 	return lastRecords{r.states[base], r.tables[base]}
 }
 
-// checkDecisions asserts that every delivery has one decision, repeated
-// identically if a restart decided its input again, and that no event id
-// was applied from two deliveries. It returns each delivery's decision.
+// checkDecisions asserts that every delivery has one final decision,
+// repeated identically if a restart decided its input again, that no event
+// id was applied from two deliveries, and that no decision id is on two
+// outcome records (timer decisions included, which have no input of their
+// own). It returns each delivery's final decision.
 func (r *outputReader) checkDecisions(ins []*crashInput) map[inputPos]record.Outcome {
 	decisions := map[inputPos]record.Outcome{}
 	repeated := 0
@@ -305,7 +394,7 @@ func (r *outputReader) checkDecisions(ins []*crashInput) map[inputPos]record.Out
 			}
 		}
 		decisions[pos] = d
-		if d.Outcome == record.Applied {
+		if d.Outcome == record.Applied || d.Outcome == record.Reconciled {
 			id := in.stream + "/" + in.eventID
 			if prev, ok := appliedAt[id]; ok && prev != pos {
 				r.t.Errorf("%s applied twice: at offsets %d/%d and %d/%d", id, prev.partition, prev.offset, pos.partition, pos.offset)
@@ -317,6 +406,20 @@ func (r *outputReader) checkDecisions(ins []*crashInput) map[inputPos]record.Out
 	// aborted, never repeated.
 	if repeated > 0 {
 		r.t.Errorf("%d decisions repeated by restarts, want none", repeated)
+	}
+	twice := 0
+	for id, n := range r.ids {
+		switch {
+		case id == "":
+			r.t.Errorf("%d outcome records without a decision id", n)
+		case n > 1:
+			if twice++; twice <= 10 {
+				r.t.Errorf("decision %s on %d outcome records", id, n)
+			}
+		}
+	}
+	if twice > 0 {
+		r.t.Errorf("%d decision ids on more than one outcome record, want none", twice)
 	}
 	return decisions
 }
@@ -464,4 +567,289 @@ func checkChat(t *testing.T, h *crashHistory, decisions map[inputPos]record.Outc
 			}
 		}
 	}
+}
+
+// checkOrders: each delivery decided as the parent join decides its
+// order's log, under the decision id of what decided it: its own input, its
+// order.created's for a reconciled child (numbered after the parent's own
+// decision), an orphan_ttl timer of its order for an expired one. Each
+// order that came ends at the revision and body of its last applied event
+// with nothing left waiting; an order that never came holds nothing either.
+func checkOrders(t *testing.T, h *crashHistory, stream string, decisions map[inputPos]record.Outcome, last lastRecords) {
+	for order, ins := range byKey(h.inputs, "orders") {
+		var created *crashInput
+		for _, in := range ins {
+			if in.orderType == "order.created" && in.want == record.Applied {
+				created = in
+			}
+		}
+		reconciled := 0
+		for _, in := range ins {
+			d := decisions[in.pos()]
+			if d.Outcome != in.want {
+				t.Errorf("orders %s: %s %s was %s %s, the model says %s", order, in.orderType, in.eventID, d.Outcome, d.Reason, in.want)
+				continue
+			}
+			wantID := record.InputDecisionID(stream, in.partition, in.offset, 0)
+			switch in.want {
+			case record.Reconciled:
+				reconciled++
+				wantID = record.InputDecisionID(stream, created.partition, created.offset, reconciled)
+			case record.Expired:
+				if d.Reason != record.ReasonOrphanTTL || !strings.HasPrefix(d.DecisionID, stream+"/t/") || !strings.Contains(d.DecisionID, "/"+string(record.ReasonOrphanTTL)+"/") || !strings.HasSuffix(d.DecisionID, "/"+order) {
+					t.Errorf("orders %s: %s expired as %s under decision %s, want an orphan_ttl timer of its order", order, in.eventID, d.Reason, d.DecisionID)
+				}
+				continue
+			}
+			if d.DecisionID != wantID {
+				t.Errorf("orders %s: %s %s under decision %s, want %s", order, in.eventID, d.Outcome, d.DecisionID, wantID)
+			}
+		}
+		end, came := h.orders[order]
+		if !came {
+			table, err := processors.DecodeTableValue(last.tables[order])
+			if err != nil || len(table.Quarantine) != 0 || last.states[order] != nil {
+				t.Errorf("orders %s never came, yet its table value holds %v (%v) and its state %s", order, table, err, last.states[order])
+			}
+			continue
+		}
+		var state json.RawMessage
+		st, ok := decodeLast(t, last, order, &state)
+		if table, err := processors.DecodeTableValue(last.tables[order]); err == nil && len(table.Quarantine) != 0 {
+			t.Errorf("orders %s: %d children still waiting after their order came", order, len(table.Quarantine))
+		}
+		if ok && (st.Version != end.version || !testenv.SameJSON(state, end.body)) {
+			t.Errorf("orders %s ends at revision %d %s; the model at %d %s", order, st.Version, state, end.version, end.body)
+		}
+	}
+}
+
+// crashSinkKills is how often the sink is killed, at least.
+const crashSinkKills = 3
+
+// crashSink is `driftguard sink` writing the crash test's streams to a
+// database of its own, killed with SIGKILL at random moments and restarted
+// at once.
+type crashSink struct {
+	t      *testing.T
+	ctx    context.Context
+	cfg    *config.Config
+	conn   driver.Conn
+	start  func() *exec.Cmd
+	cmd    *exec.Cmd
+	rng    *rand.Rand
+	kills  int
+	killAt time.Time
+	// in is the streams' names, quoted for an IN clause.
+	in string
+}
+
+func newCrashSink(t *testing.T, ctx context.Context, bin, configFile string, cfg *config.Config, conn driver.Conn, rng *rand.Rand) *crashSink {
+	t.Helper()
+	quoted := make([]string, 0, len(cfg.Streams))
+	for _, name := range cfg.StreamNames() {
+		quoted = append(quoted, "'"+name+"'")
+	}
+	s := &crashSink{t: t, ctx: ctx, cfg: cfg, conn: conn, rng: rng, in: "(" + strings.Join(quoted, ",") + ")"}
+	s.start = func() *exec.Cmd {
+		return startDriftguard(t, bin, []string{"sink", "--config", configFile},
+			"DRIFTGUARD_KAFKA_BROKERS="+strings.Join(cfg.Kafka.Brokers, ","),
+			"DRIFTGUARD_CLICKHOUSE_ADDR="+cfg.ClickHouse.Addr,
+			"DRIFTGUARD_CLICKHOUSE_DATABASE="+cfg.ClickHouse.Database)
+	}
+	s.cmd = s.start()
+	s.schedule()
+	return s
+}
+
+// schedule picks the moment of the next kill, 10 to 40 s from now, or
+// none once the sink has been killed crashSinkKills+2 times.
+func (s *crashSink) schedule() {
+	s.killAt = time.Now().Add(10*time.Second + time.Duration(s.rng.Int64N(int64(30*time.Second))))
+	if s.kills >= crashSinkKills+2 {
+		s.killAt = time.Now().Add(time.Hour)
+	}
+}
+
+// maybeKill kills the sink and starts it again once the moment has come.
+func (s *crashSink) maybeKill() {
+	if time.Now().Before(s.killAt) {
+		return
+	}
+	rows := s.count("SELECT count() FROM %s.events WHERE stream IN %s")
+	sigkill(s.t, s.cmd)
+	s.kills++
+	s.t.Logf("sink kill %d at %d rows in events", s.kills, rows)
+	s.cmd = s.start()
+	s.schedule()
+}
+
+// count runs a count query whose two %s are the database and the streams'
+// IN list; 0 while ClickHouse cannot say.
+func (s *crashSink) count(query string) uint64 {
+	var n uint64
+	_ = s.conn.QueryRow(s.ctx, fmt.Sprintf(query, s.cfg.ClickHouse.Database, s.in)).Scan(&n)
+	return n
+}
+
+// finish kills the sink until it has been killed often enough, then waits
+// until its last incarnation has written every committed outcome record
+// and every expired orphan's rows.
+func (s *crashSink) finish(out *outputReader) {
+	s.t.Helper()
+	for s.kills < crashSinkKills {
+		s.killAt = time.Now()
+		before := s.count("SELECT count() FROM %s.events WHERE stream IN %s")
+		testenv.WaitFor(s.t, s.ctx, "the sink to insert before its kill", func() bool {
+			return s.count("SELECT count() FROM %s.events WHERE stream IN %s") > before || before >= uint64(out.outcomes())
+		})
+		time.Sleep(time.Duration(s.rng.IntN(1500)) * time.Millisecond)
+		s.maybeKill()
+	}
+	waitCtx, cancel := context.WithTimeout(s.ctx, 2*time.Minute)
+	defer cancel()
+	testenv.Poll(waitCtx, func() bool {
+		return s.count("SELECT count() FROM %s.events WHERE stream IN %s") >= uint64(out.outcomes()) &&
+			s.count("SELECT count() FROM %s.orphans WHERE stream IN %s") >= uint64(out.expired) &&
+			s.count("SELECT count() FROM %s.dlq WHERE stream IN %s") >= uint64(out.expired)
+	})
+	// A few more flush periods: a doubled row would show up now.
+	time.Sleep(2 * time.Second)
+}
+
+// check asserts that ClickHouse holds each decision of the committed
+// outcome records once: events one row per decision id, the same ids;
+// ordering_minute counting each once; and each expired orphan once in
+// orphans and in dlq, on time, with nothing else dead-lettered.
+func (s *crashSink) check(h *crashHistory, out *outputReader, names map[string]string) {
+	t := s.t
+	if n := s.count("SELECT toUInt64(count() = uniqExact(decision_id)) FROM %s.events WHERE stream IN %s"); n != 1 {
+		t.Errorf("events: count() = uniqExact(decision_id) is %d, want 1", n)
+	}
+	rows := s.groupCount("SELECT decision_id, count() FROM %s.events WHERE stream IN %s GROUP BY decision_id")
+	var total int
+	for id, n := range rows {
+		total += n
+		if out.ids[id] == 0 {
+			t.Errorf("events: decision %s (%d rows) is on no committed outcome record", id, n)
+		}
+	}
+	if total != out.outcomes() {
+		t.Errorf("events has %d rows for %d distinct decision ids; %d committed outcome records", total, len(rows), out.outcomes())
+	}
+	missing := 0
+	for id := range out.ids {
+		if rows[id] != 1 {
+			if missing++; missing <= 10 {
+				t.Errorf("decision %s is in events %d times, want once", id, rows[id])
+			}
+		}
+	}
+	if counted := s.count("SELECT toUInt64(sum(events)) FROM %s.ordering_minute WHERE stream IN %s"); counted != uint64(len(out.ids)) {
+		t.Errorf("ordering_minute counts %d decisions, want %d", counted, len(out.ids))
+	}
+
+	orders := names["orders"]
+	expired := map[string]bool{}
+	for _, in := range h.inputs {
+		if in.stream == "orders" && in.want == record.Expired {
+			expired[in.eventID] = true
+		}
+	}
+	for table, query := range map[string]string{
+		"orphans": "SELECT event_id, count() FROM %s.orphans WHERE stream IN %s GROUP BY event_id",
+		"dlq":     "SELECT concat(reason, ' ', stream, ' ', event_id), count() FROM %s.dlq WHERE stream IN %s GROUP BY reason, stream, event_id",
+	} {
+		got := s.groupCount(query)
+		for id := range expired {
+			if table == "dlq" {
+				id = string(record.ReasonOrphanTTL) + " " + orders + " " + id
+			}
+			if got[id] != 1 {
+				t.Errorf("%s has the expired orphan %s %d times, want once", table, id, got[id])
+			}
+			delete(got, id)
+		}
+		for id, n := range got {
+			t.Errorf("%s has %s %d times, which the model never expired", table, id, n)
+		}
+	}
+	if n := s.count("SELECT count() FROM %s.orphans WHERE stream IN %s AND expired_at_ms - received_at_ms < " + strconv.FormatInt(crashOrphanTTL.Milliseconds(), 10)); n != 0 {
+		t.Errorf("%d orphans expired before their TTL", n)
+	}
+}
+
+// groupCount runs a query of (string, count) rows whose two %s are the
+// database and the streams' IN list.
+func (s *crashSink) groupCount(query string) map[string]int {
+	s.t.Helper()
+	rows, err := s.conn.Query(s.ctx, fmt.Sprintf(query, s.cfg.ClickHouse.Database, s.in))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer rows.Close()
+	got := map[string]int{}
+	for rows.Next() {
+		var key string
+		var n uint64
+		if err := rows.Scan(&key, &n); err != nil {
+			s.t.Fatal(err)
+		}
+		got[key] = int(n)
+	}
+	if err := rows.Err(); err != nil {
+		s.t.Fatal(err)
+	}
+	return got
+}
+
+// zombieRound is the round of the crash test that stalls the processor.
+const zombieRound = 2
+
+// processorSessionTimeout is the group session timeout of the processors:
+// franz-go's default, which the runtime keeps (no setting changes it).
+const processorSessionTimeout = 45 * time.Second
+
+// zombie runs the stall round: first (running, with half the round
+// produced) is joined by a second instance; once both decide, first is
+// stopped with SIGSTOP, after they decided decideFirst more, and the rest of the round produced; after the
+// session timeout the second holds every partition and decides everything
+// produced (some decisions being to wait for a gap or a parent), then first is woken with SIGCONT and both run a while. Then
+// the second stops cleanly and first is killed (it may have stopped on its
+// own, fenced).
+func zombie(t *testing.T, ctx context.Context, runner *processRunner, first *exec.Cmd, out *outputReader, sink *crashSink, decideFirst int, produceRest func() error, produced []*crashInput) {
+	t.Helper()
+	second := runner.start("second")
+	target := out.outcomes() + decideFirst
+	testenv.WaitFor(t, ctx, "both instances deciding", func() bool { sink.maybeKill(); out.poll(ctx); return out.outcomes() >= target })
+	if err := first.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	t.Logf("zombie: first instance stopped at %d outcome records", out.outcomes())
+	if err := produceRest(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, ctx, "the second instance to take over and decide everything produced", func() bool {
+		sink.maybeKill()
+		out.poll(ctx)
+		return time.Since(stopped) > processorSessionTimeout && out.sawAll(produced)
+	})
+	t.Logf("zombie: everything produced decided %s after the stop, at %d outcome records; waking the first", time.Since(stopped).Round(time.Second), out.outcomes())
+	if err := first.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	// Both run: the woken one finds itself out of the group and its
+	// transaction refused, rejoins, and partitions move again.
+	awake := time.Now()
+	testenv.WaitFor(t, ctx, "both instances awake a while", func() bool { sink.maybeKill(); out.poll(ctx); return time.Since(awake) > 8*time.Second })
+	if err := second.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = second.Process.Wait()
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		t.Fatal(err)
+	}
+	_, _ = first.Process.Wait()
+	t.Logf("zombie: both stopped at %d outcome records", out.outcomes())
 }
