@@ -13,7 +13,9 @@ import (
 	"github.com/lovoo/goka"
 	"github.com/lovoo/goka/storage"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
@@ -31,6 +33,17 @@ import (
 // processor that stalled past its session while another took its
 // partitions (a zombie) cannot commit: the group coordinator refuses its
 // offsets (KIP-447) and its transaction aborts.
+//
+// Two rules make that hold for every write, not only for those of an
+// input. A transaction that wrote to a partition always commits that
+// partition's offset, even unchanged (a timer visit consumes nothing):
+// franz-go would otherwise commit it with no offsets and so with no check
+// of the group at all, and a woken zombie's timer visit would overwrite
+// the new owner's state. And a newly assigned partition's table is
+// restored only once the group's offset of that partition is stable: a
+// transaction of the previous owner still open (it stalled between its
+// offset commit and its end) has committed or aborted by then, so the
+// restore sees its table writes or none of them.
 //
 // goka's processor commits offsets apart from the writes they caused and
 // in no particular order, which no wrapper around it can fix; the rules,
@@ -93,6 +106,9 @@ const (
 	transactionTimeout = 30 * time.Second
 	// pollRecords bounds the records one poll hands the loop.
 	pollRecords = 10_000
+	// stableOffsetsBackoff is how often an assignment asks again whether a
+	// previous owner's transaction has ended.
+	stableOffsetsBackoff = 100 * time.Millisecond
 )
 
 // ownedPartition is a partition of the input this instance holds, with its
@@ -105,6 +121,8 @@ type ownedPartition struct {
 	// lastChangelog is the offset of the latest table record of the running
 	// transaction, -1 for none; written by produce callbacks.
 	lastChangelog atomic.Int64
+	// wrote is whether the running transaction wrote to the partition.
+	wrote bool
 }
 
 type pendingValue struct {
@@ -169,6 +187,13 @@ func (r *Runtime) Run(ctx context.Context) error {
 		return fmt.Errorf("processor %s: %w", r.h.stream.Name, err)
 	}
 	r.sess = sess
+	// Loading the producer id fences a predecessor with this transactional
+	// id (this instance before a crash) now: its open transaction aborts,
+	// so the group's offsets are stable when the partitions are assigned.
+	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
+		sess.Close()
+		return fmt.Errorf("processor %s: initializing the transactional producer: %w", r.h.stream.Name, err)
+	}
 	defer func() {
 		// A rebalance blocked by the last poll would hold up leaving the
 		// group.
@@ -185,7 +210,11 @@ func (r *Runtime) Run(ctx context.Context) error {
 		}
 		decideErr := r.gather(ctx, w, &lastTick)
 		stopping := ctx.Err() != nil
-		if err := r.end(decideErr == nil); err != nil {
+		fence, fenceErr := r.fence()
+		if fenceErr != nil {
+			r.h.opts.Logger.Warn("a transaction is aborted: it cannot be fenced; its inputs are decided again", "stream", r.h.stream.Name, "err", fenceErr)
+		}
+		if err := r.end(decideErr == nil && fenceErr == nil, fence); err != nil {
 			return err
 		}
 		sess.AllowRebalance()
@@ -252,10 +281,18 @@ func (r *Runtime) decideFetched(fetches kgo.Fetches) error {
 }
 
 // visitTimers runs the timer visit over every key of the partitions held,
-// at the input watermark.
+// at the input watermark. A partition is visited only while the group
+// knows its offset, which the transaction's commit then carries as its
+// fence (fence): one just assigned waits for its offsets, and one whose
+// revocation franz-go did not report (its session reports one revocation
+// per transaction) is no longer in the group's offsets at all.
 func (r *Runtime) visitTimers(ctx context.Context, w *watermark) error {
+	positions := r.positions()
 	return r.h.timerTick(ctx, w, func(safeMs int64) error {
 		for _, p := range slices.Sorted(maps.Keys(r.parts)) {
+			if _, known := positions[p]; !known {
+				continue
+			}
 			part := r.parts[p]
 			keys, err := part.keys()
 			if err != nil {
@@ -272,15 +309,83 @@ func (r *Runtime) visitTimers(ctx context.Context, w *watermark) error {
 	})
 }
 
-// end commits the transaction (or aborts it), then moves its table writes
-// to the local storage or drops them.
-func (r *Runtime) end(commit bool) error {
+// positions are the input partitions this instance holds whose offset the
+// group knows: committed, or decided in the running transaction.
+func (r *Runtime) positions() map[int32]kgo.EpochOffset {
+	cl := r.sess.Client()
+	positions := map[int32]kgo.EpochOffset{}
+	maps.Copy(positions, cl.CommittedOffsets()[r.h.names.In])
+	for p := range cl.UncommittedOffsets()[r.h.names.In] {
+		positions[p] = kgo.EpochOffset{Offset: -1} // the transaction commits it anyway
+	}
+	return positions
+}
+
+// fence is what the transaction's offset commit must add so that it
+// covers every partition the transaction wrote to: the committed offset
+// of each one whose offset the transaction does not move. The coordinator
+// then checks the group generation for them too, so a zombie's writes
+// abort. A partition written with no offset to commit is an error (the
+// transaction aborts): it cannot be fenced.
+func (r *Runtime) fence() (map[int32]kgo.EpochOffset, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	positions := r.positions()
+	fence := map[int32]kgo.EpochOffset{}
+	for p, part := range r.parts {
+		if !part.wrote {
+			continue
+		}
+		eo, known := positions[p]
+		switch {
+		case !known:
+			return nil, fmt.Errorf("partition %d was written but the group has no offset of it", p)
+		case eo.Offset >= 0:
+			fence[p] = eo
+		}
+	}
+	return fence, nil
+}
+
+// withFence adds the fence's offsets to the transaction's offset commit.
+func (r *Runtime) withFence(ctx context.Context, fence map[int32]kgo.EpochOffset) context.Context {
+	if len(fence) == 0 {
+		return ctx
+	}
+	return kgo.PreTxnCommitFnContext(ctx, func(req *kmsg.TxnOffsetCommitRequest) error {
+		i := slices.IndexFunc(req.Topics, func(t kmsg.TxnOffsetCommitRequestTopic) bool { return t.Topic == r.h.names.In })
+		if i < 0 {
+			t := kmsg.NewTxnOffsetCommitRequestTopic()
+			t.Topic = r.h.names.In
+			req.Topics = append(req.Topics, t)
+			i = len(req.Topics) - 1
+		}
+		t := &req.Topics[i]
+		for _, p := range slices.Sorted(maps.Keys(fence)) {
+			if slices.ContainsFunc(t.Partitions, func(tp kmsg.TxnOffsetCommitRequestTopicPartition) bool { return tp.Partition == p }) {
+				continue
+			}
+			tp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+			tp.Partition, tp.Offset, tp.LeaderEpoch = p, fence[p].Offset, fence[p].Epoch
+			tp.Metadata = &req.MemberID
+			t.Partitions = append(t.Partitions, tp)
+		}
+		return nil
+	})
+}
+
+// end commits the transaction (or aborts it), with the fence's offsets,
+// then moves its table writes to the local storage or drops them.
+func (r *Runtime) end(commit bool, fence map[int32]kgo.EpochOffset) error {
 	if p := r.produceErr.Swap(nil); p != nil {
 		r.h.opts.Logger.Warn("a write of the transaction failed; aborted, its inputs are decided again", "stream", r.h.stream.Name, "err", *p)
 		commit = false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), producerCloseTimeout)
 	defer cancel()
+	if commit {
+		ctx = r.withFence(ctx, fence)
+	}
 	try := kgo.TryAbort
 	if commit {
 		try = kgo.TryCommit
@@ -306,18 +411,30 @@ func (r *Runtime) end(commit bool) error {
 }
 
 // assigned restores the table partitions of newly assigned input
-// partitions before any of their records is decided.
+// partitions before any of their records is decided, once their offsets
+// are stable.
 func (r *Runtime) assigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	defer r.joined.Store(true)
-	for _, p := range assigned[r.h.names.In] {
-		if r.parts[p] != nil {
-			continue
+	ps := assigned[r.h.names.In]
+	if len(ps) == 0 {
+		return
+	}
+	r.restoring.Add(int32(len(ps)))
+	defer r.restoring.Add(-int32(len(ps)))
+	if err := r.awaitStableOffsets(ctx, cl, ps); err != nil {
+		r.failed = fmt.Errorf("processor %s: awaiting the offsets of partitions %v: %w", r.h.stream.Name, ps, err)
+		return
+	}
+	for _, p := range ps {
+		if part := r.parts[p]; part != nil {
+			// Held still: its revocation was not reported (see
+			// visitTimers). Another instance may have written it since.
+			r.h.opts.Logger.Info("partition assigned again; restored anew", "stream", r.h.stream.Name, "partition", p)
+			r.drop(p)
 		}
-		r.restoring.Add(1)
 		part, err := r.restore(ctx, cl, p)
-		r.restoring.Add(-1)
 		if err != nil {
 			r.failed = fmt.Errorf("processor %s: restoring table partition %d: %w", r.h.stream.Name, p, err)
 			return
@@ -326,28 +443,63 @@ func (r *Runtime) assigned(ctx context.Context, cl *kgo.Client, assigned map[str
 	}
 }
 
+// awaitStableOffsets returns once the group has no transaction pending
+// on the offsets of partitions ps of the input (KIP-447: the coordinator
+// answers UNSTABLE_OFFSET_COMMIT until it ends), that is once every
+// transaction of a previous owner that wrote them has committed or
+// aborted, at the latest after its transaction timeout.
+func (r *Runtime) awaitStableOffsets(ctx context.Context, cl *kgo.Client, ps []int32) error {
+	adm := kadm.NewClient(cl)
+	for {
+		offsets, err := adm.FetchOffsetsForTopics(kadm.RequireStable(ctx), r.group, r.h.names.In)
+		unstable := errors.Is(err, kerr.UnstableOffsetCommit)
+		if err != nil && !unstable {
+			return err
+		}
+		for _, p := range ps {
+			if o, ok := offsets.Lookup(r.h.names.In, p); ok && errors.Is(o.Err, kerr.UnstableOffsetCommit) {
+				unstable = true
+			} else if ok && o.Err != nil {
+				return o.Err
+			}
+		}
+		if !unstable {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(stableOffsetsBackoff):
+		}
+	}
+}
+
 // dropped closes the table partitions of revoked or lost partitions.
 func (r *Runtime) dropped(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, p := range revoked[r.h.names.In] {
-		if part := r.parts[p]; part != nil {
-			if err := part.store.Close(); err != nil {
-				r.h.opts.Logger.Warn("closing table storage", "stream", r.h.stream.Name, "partition", p, "err", err)
-			}
-			delete(r.parts, p)
-		}
+		r.drop(p)
 	}
+}
+
+// drop closes partition p's table storage and forgets it; r.mu is held.
+func (r *Runtime) drop(p int32) {
+	part := r.parts[p]
+	if part == nil {
+		return
+	}
+	if err := part.store.Close(); err != nil {
+		r.h.opts.Logger.Warn("closing table storage", "stream", r.h.stream.Name, "partition", p, "err", err)
+	}
+	delete(r.parts, p)
 }
 
 func (r *Runtime) closeAll() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for p, part := range r.parts {
-		if err := part.store.Close(); err != nil {
-			r.h.opts.Logger.Warn("closing table storage", "stream", r.h.stream.Name, "partition", p, "err", err)
-		}
-		delete(r.parts, p)
+	for p := range r.parts {
+		r.drop(p)
 	}
 }
 
@@ -474,6 +626,7 @@ func (part *ownedPartition) apply() error {
 func (part *ownedPartition) reset() {
 	clear(part.pending)
 	part.lastChangelog.Store(-1)
+	part.wrote = false
 }
 
 // value is the key's table value as of the running transaction, nil when
@@ -498,6 +651,7 @@ func (part *ownedPartition) value(key string) (*tableValue, error) {
 // transaction.
 func (r *Runtime) produce(part *ownedPartition, rec *kgo.Record) {
 	rec.Partition = part.partition
+	part.wrote = true
 	changelog := rec.Topic == r.table
 	r.sess.Produce(context.Background(), rec, func(rec *kgo.Record, err error) {
 		if err != nil {
