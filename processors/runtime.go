@@ -164,6 +164,10 @@ func (r *Runtime) Run(ctx context.Context) error {
 	names := r.h.names
 	opts := kafka.Options(r.brokers, append([]kgo.Opt{
 		kgo.ConsumerGroup(r.group),
+		// A static member: an instance restarted after a crash gets its
+		// partitions back at once instead of after the session timeout
+		// (its transactional id has fenced what it left open by then).
+		kgo.InstanceID(r.opts.TransactionalID),
 		kgo.ConsumeTopics(names.In),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.TransactionalID(r.opts.TransactionalID),
@@ -195,11 +199,10 @@ func (r *Runtime) Run(ctx context.Context) error {
 		return fmt.Errorf("processor %s: initializing the transactional producer: %w", r.h.stream.Name, err)
 	}
 	defer func() {
-		// A rebalance blocked by the last poll would hold up leaving the
-		// group.
 		sess.AllowRebalance()
 		sess.Close()
 		r.closeAll()
+		r.leave()
 	}()
 	adm := kadm.NewClient(sess.Client())
 	w := &watermark{adm: adm, topic: names.In, group: r.group, committed: &r.h.committed}
@@ -224,6 +227,27 @@ func (r *Runtime) Run(ctx context.Context) error {
 		if stopping {
 			return nil
 		}
+	}
+}
+
+// leave takes this instance out of its group once it stopped, so that its
+// partitions move to the others now: a static member's client does not
+// leave on closing (a crashed instance that never stops keeps them until
+// its session times out, or it restarts).
+func (r *Runtime) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), producerCloseTimeout)
+	defer cancel()
+	cl, err := kafka.NewClient(r.brokers)
+	if err == nil {
+		defer cl.Close()
+		var left kadm.LeaveGroupResponses
+		left, err = kadm.NewClient(cl).LeaveGroup(ctx, kadm.LeaveGroup(r.group).InstanceIDs(r.opts.TransactionalID).Reason("stopping"))
+		if err == nil {
+			err = left.Error()
+		}
+	}
+	if err != nil && !errors.Is(err, kerr.UnknownMemberID) {
+		r.h.opts.Logger.Warn("leaving the group; its partitions move after the session timeout", "stream", r.h.stream.Name, "err", err)
 	}
 }
 
