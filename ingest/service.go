@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -50,8 +51,13 @@ func NewService(opts ServiceOptions) *Service {
 	if s.ops == nil {
 		s.ops = telemetry.NewOps()
 	}
+	// Not ready until the webhook port accepts: a load balancer that sends
+	// traffic on /readyz alone must not meet a refused connection.
+	s.ops.AddReadiness("kafka", func(context.Context) error { return errNotListening })
 	return s
 }
+
+var errNotListening = errors.New("the webhook port is not listening yet")
 
 // Name implements service.Service.
 func (s *Service) Name() string { return "ingest" }
@@ -75,7 +81,6 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.ops.AddReadiness("kafka", cl.Ping)
 	mux := http.NewServeMux()
 	h.Register(mux)
 	if s.opsHere {
@@ -87,6 +92,7 @@ func (s *Service) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	s.ops.AddReadiness("kafka", cl.Ping)
 	s.log.Info("ingest listening", "addr", ln.Addr().String(), "streams", s.cfg.StreamNames())
 	return telemetry.ServeListener(ctx, ln, mux, s.log)
 }
