@@ -8,7 +8,9 @@
 //
 // It also holds what the tests of every package share, each once: presence
 // webhooks, shipped streams and their topics, config files, JSON
-// comparison and waits.
+// comparison and waits, and a Kafka proxy that injects network faults
+// (held acks, a paused network) between the broker and clients in other
+// processes.
 package testenv
 
 import (
