@@ -83,7 +83,15 @@ func TestEveryDecisionOnceThroughCrashesAndAZombie(t *testing.T) {
 		"clickhouse": map[string]any{"consumer_group": names["presence"] + "-sink", "session_timeout": "6s", "batch_period": "200ms"},
 	})
 	cfg, conn, cl := loadOnServices(t, ctx, configFile, "crash", cfg.StreamNames()...)
-	runner := newProcessRunner(t, dir, configFile, brokers, cfg.StreamNames()...)
+	// The processors reach the broker through a proxy that can hold back
+	// the acks of their writes to the dead letter and replay topics; the
+	// test's own clients and the sink do not.
+	proxy := testenv.NewKafkaProxy(t, brokers)
+	var heldTopics []string
+	for _, name := range names {
+		heldTopics = append(heldTopics, topics.For(name).DLQ, topics.For(name).Replay)
+	}
+	runner := newProcessRunner(t, dir, configFile, proxy.Addrs(), cfg.StreamNames()...)
 	out := newOutputReader(t, brokers, names)
 	sink := newCrashSink(t, ctx, runner.bin, configFile, cfg, conn, rand.New(rand.NewPCG(seed, 6)))
 
@@ -110,7 +118,10 @@ func TestEveryDecisionOnceThroughCrashesAndAZombie(t *testing.T) {
 	// worth, so that some of its input is always left to decide; every
 	// other round then waits (up to 20 s) for the next orphan to expire,
 	// and kills it right after that timer visit committed, while the next
-	// ones fire.
+	// ones fire. Every third round then holds back the acks of its next
+	// dead letter or replay request (the proxy holds every produce ack of
+	// the processor behind it, one connection answering in order) and
+	// kills it with those writes in flight.
 	//
 	// One more round, the third, stalls the processor instead: a second
 	// instance joins, the first is stopped with SIGSTOP past its session
@@ -119,6 +130,7 @@ func TestEveryDecisionOnceThroughCrashesAndAZombie(t *testing.T) {
 	// whose open transaction must not commit.
 	chunk := len(history.inputs)/(crashKills+2) + 1
 	rest := history.inputs
+	heldKills := 0
 	for kill, round := 0, 0; kill < crashKills; round++ {
 		c := rest[:chunk]
 		rest = rest[chunk:]
@@ -141,11 +153,28 @@ func TestEveryDecisionOnceThroughCrashesAndAZombie(t *testing.T) {
 			testenv.Poll(waitCtx, func() bool { sink.maybeKill(); out.poll(waitCtx); return out.expired > expired })
 			cancel()
 		}
+		held := 0
+		if kill%3 == 1 {
+			proxy.HoldAcks(heldTopics...)
+			waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			testenv.Poll(waitCtx, func() bool { sink.maybeKill(); return proxy.Holding() > 0 })
+			cancel()
+			if held = proxy.Holding(); held > 0 {
+				heldKills++
+			}
+		}
 		sigkill(t, proc)
+		if kill%3 == 1 {
+			testenv.WaitFor(t, ctx, "the killed processor's held acks dropped", func() bool { return proxy.Holding() == 0 })
+			proxy.ReleaseAcks()
+		}
 		if err := <-produced; err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("kill %d at %d outcome records (%d orphans expired), %d deliveries produced", kill, out.outcomes(), out.expired, len(history.inputs)-len(rest))
+		t.Logf("kill %d at %d outcome records (%d orphans expired, %d acks held), %d deliveries produced", kill, out.outcomes(), out.expired, held, len(history.inputs)-len(rest))
+	}
+	if heldKills == 0 {
+		t.Error("no kill happened with a dead letter's or replay request's ack held back")
 	}
 	if err := produce(rest); err != nil {
 		t.Fatal(err)
