@@ -47,13 +47,25 @@ func holdProduceTo(t *testing.T, ctx context.Context, c *kfake.Cluster, cl *kgo.
 // a one-partition copy of a shipped stream, and a client of it.
 func onePartitionStream(t *testing.T, stream string) ([]string, context.Context, *config.Stream, topics.Names, *kgo.Client) {
 	t.Helper()
-	brokers := testenv.Fake(t)
+	cluster, ctx, s, names, cl := faultyPartitionStream(t, stream, nil)
+	return cluster.ListenAddrs(), ctx, s, names, cl
+}
+
+// faultyPartitionStream is onePartitionStream giving the embedded broker
+// itself, for a test that injects faults into it, with the stream changed
+// by tune (when not nil) before its topics are created.
+func faultyPartitionStream(t *testing.T, stream string, tune func(*config.Stream)) (*kfake.Cluster, context.Context, *config.Stream, topics.Names, *kgo.Client) {
+	t.Helper()
+	cluster := testenv.FakeCluster(t)
 	ctx := testenv.Context(t, 2*time.Minute)
 	s := testenv.Shipped(t, stream)
 	s.Limits.Partitions = 1
-	cl := testenv.Topics(t, ctx, testenv.OnlyStream(t, s), brokers)
+	if tune != nil {
+		tune(s)
+	}
+	cl := testenv.Topics(t, ctx, testenv.OnlyStream(t, s), cluster.ListenAddrs())
 	t.Cleanup(cl.Close)
-	return brokers, ctx, s, topics.For(s.Name), cl
+	return cluster, ctx, s, topics.For(s.Name), cl
 }
 
 // startRuntime builds and runs the runtime of s; the test ends by stopping
@@ -119,14 +131,8 @@ func runRuntime(ctx context.Context, r *Runtime) (stop func() error) {
 // same transactional id) decides every input once, the dead letter
 // included.
 func TestRuntimeDiesWithWritesInFlightAndLosesNothing(t *testing.T) {
-	cluster := testenv.FakeCluster(t)
+	cluster, ctx, s, names, cl := faultyPartitionStream(t, "presence", nil)
 	brokers := cluster.ListenAddrs()
-	ctx := testenv.Context(t, 2*time.Minute)
-	s := testenv.Shipped(t, "presence")
-	s.Limits.Partitions = 1
-	names := topics.For(s.Name)
-	cl := testenv.Topics(t, ctx, testenv.OnlyStream(t, s), brokers)
-	defer cl.Close()
 	for _, r := range []*kgo.Record{
 		{Topic: names.In, Key: []byte("alice"), Value: []byte("not json")},
 		{Topic: names.In, Key: []byte("bob"), Value: testenv.Presence{EventID: "b1", User: "bob", Version: 1}.Body()},
@@ -484,17 +490,12 @@ func memberID(t *testing.T, ctx context.Context, r *Runtime) *string {
 // transaction with no input offset (no input arrived); that transaction
 // must still be refused by the group, or the timeout is decided twice.
 func TestRuntimeZombieTimerIsFenced(t *testing.T) {
-	cluster := testenv.FakeCluster(t)
+	cluster, ctx, s, names, cl := faultyPartitionStream(t, "workflow", func(s *config.Stream) {
+		// Long enough for the group to drop the first instance (its 6 s
+		// session) and give the second the partition before the timeout.
+		s.Limits.GapTimeout = 20 * time.Second
+	})
 	brokers := cluster.ListenAddrs()
-	ctx := testenv.Context(t, 2*time.Minute)
-	s := testenv.Shipped(t, "workflow")
-	s.Limits.Partitions = 1
-	// Long enough for the group to drop the first instance (its 6 s
-	// session) and give the second the partition before the timeout.
-	s.Limits.GapTimeout = 20 * time.Second
-	names := topics.For(s.Name)
-	cl := testenv.Topics(t, ctx, testenv.OnlyStream(t, s), brokers)
-	defer cl.Close()
 	received := []kgo.RecordHeader{{Key: record.HeaderReceivedAt, Value: fmt.Appendf(nil, "%d", time.Now().UnixMilli())}}
 	for _, seq := range []int{1, 3} {
 		body := fmt.Appendf(nil, `{"event_id":"e%d","operation_id":"op-9","sequence":%d,"status":"running","occurred_at":"2026-11-30T10:00:00Z"}`, seq, seq)
@@ -541,14 +542,8 @@ func TestRuntimeZombieTimerIsFenced(t *testing.T) {
 // with that transaction's writes (it waits for it), or a conversation gets
 // one sequence twice.
 func TestRuntimeRestoresOnlyOncePreviousTransactionsEnded(t *testing.T) {
-	cluster := testenv.FakeCluster(t)
+	cluster, ctx, s, names, cl := faultyPartitionStream(t, "chat", nil)
 	brokers := cluster.ListenAddrs()
-	ctx := testenv.Context(t, 2*time.Minute)
-	s := testenv.Shipped(t, "chat")
-	s.Limits.Partitions = 1
-	names := topics.For(s.Name)
-	cl := testenv.Topics(t, ctx, testenv.OnlyStream(t, s), brokers)
-	defer cl.Close()
 	send := func(i int) *kgo.Record {
 		return &kgo.Record{Topic: names.In, Key: []byte("c1"), Value: fmt.Appendf(nil,
 			`{"event_id":"s%d","type":"message.send","conversation_id":"c1","sender_id":"u1","sender_device_id":"d","client_message_id":"m%d","body":"hi"}`, i, i)}
