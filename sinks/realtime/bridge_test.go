@@ -3,6 +3,7 @@ package realtime_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
@@ -138,9 +140,19 @@ func TestCursorsThatCannotResumeAreGone(t *testing.T) {
 		ends.Each(func(o kadm.ListedOffset) {
 			deleteTo.Add(kadm.Offset{Topic: o.Topic, Partition: o.Partition, At: o.Offset})
 		})
-		deleted, err := adm.DeleteRecords(e.ctx, deleteTo)
-		if err != nil || deleted.Error() != nil {
-			t.Fatalf("deleting records: %v %v", err, deleted.Error())
+		// The broker applies a config change asynchronously: until it has,
+		// deleting records of a compacted topic is a policy violation.
+		var deleteErr error
+		testenv.WaitFor(t, e.ctx, "the records deleted once deletion is allowed", func() bool {
+			deleted, err := adm.DeleteRecords(e.ctx, deleteTo)
+			if err == nil {
+				err = deleted.Error()
+			}
+			deleteErr = err
+			return !errors.Is(err, kerr.PolicyViolation)
+		})
+		if deleteErr != nil {
+			t.Fatalf("deleting records: %v", deleteErr)
 		}
 		var p problemBody
 		if status := e.get("/v1/streams/"+stream+"/events?cursor="+p0.String(), tok, &p); status != http.StatusGone || !strings.Contains(p.Detail, "below the log start") {
