@@ -265,26 +265,9 @@ func runPresence(t *testing.T, brokers []string) {
 	}
 
 	// entity_state FINAL equals the clean ordered replay: the highest version.
-	testenv.WaitFor(t, ctx, "entity_state for every user", func() bool {
-		var n uint64
-		_ = p.ch.QueryRow(ctx, fmt.Sprintf("SELECT count() FROM %s.entity_state FINAL WHERE stream = '%s'", db, p.stream)).Scan(&n)
-		return n >= uint64(len(byUser))
-	})
-	rows, err = p.ch.Query(ctx, fmt.Sprintf("SELECT entity_key, version, state FROM %s.entity_state FINAL WHERE stream = '%s'", db, p.stream))
-	if err != nil {
-		t.Fatal(err)
-	}
-	states := map[string]string{}
-	versions := map[string]uint64{}
-	for rows.Next() {
-		var key, state string
-		var version uint64
-		if err := rows.Scan(&key, &version, &state); err != nil {
-			t.Fatal(err)
-		}
-		states[key], versions[key] = state, version
-	}
-	rows.Close()
+	// The state topic reaches ClickHouse in batches of its own, after the
+	// outcomes perhaps: wait for every user's final version, not a count.
+	finals := map[string]delivery{}
 	for user, ds := range byUser {
 		final := ds[0]
 		for _, d := range ds {
@@ -292,6 +275,32 @@ func runPresence(t *testing.T, brokers []string) {
 				final = d
 			}
 		}
+		finals[user] = final
+	}
+	states := map[string]string{}
+	versions := map[string]uint64{}
+	testenv.WaitFor(t, ctx, "entity_state at every user's highest version", func() bool {
+		rows, err := p.ch.Query(ctx, fmt.Sprintf("SELECT entity_key, version, state FROM %s.entity_state FINAL WHERE stream = '%s'", db, p.stream))
+		if err != nil {
+			return false
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var key, state string
+			var version uint64
+			if err := rows.Scan(&key, &version, &state); err != nil {
+				t.Fatal(err)
+			}
+			states[key], versions[key] = state, version
+		}
+		for user, final := range finals {
+			if versions[user] != uint64(final.Version) {
+				return false
+			}
+		}
+		return true
+	})
+	for user, final := range finals {
 		if versions[user] != uint64(final.Version) || !testenv.SameJSON([]byte(states[user]), final.Body) {
 			t.Errorf("%s: entity_state version %d state %s; ordered replay gives %d %s", user, versions[user], states[user], final.Version, final.Body)
 		}
