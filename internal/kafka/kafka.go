@@ -41,5 +41,10 @@ func Options(brokers []string, opts ...kgo.Opt) []kgo.Opt {
 // EnsureTopics creates (when create is true) and checks every topic of the
 // configured streams.
 func EnsureTopics(ctx context.Context, cl *kgo.Client, cfg *config.Config, create bool) ([]topics.Status, error) {
-	return topics.Ensure(ctx, kadm.NewClient(cl), cfg.StreamList(), int16(cfg.Kafka.ReplicationFactor), create)
+	return topics.Ensure(ctx, kadm.NewClient(cl), cfg.StreamList(), Durability(cfg), create)
+}
+
+// Durability is the configured durability of driftguard's topics.
+func Durability(cfg *config.Config) topics.Durability {
+	return topics.Durability{ReplicationFactor: cfg.Kafka.ReplicationFactor, MinInsyncReplicas: cfg.Kafka.MinInsyncReplicasOrDefault()}
 }
