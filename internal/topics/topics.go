@@ -286,7 +286,7 @@ func check(ctx context.Context, adm *kadm.Client, specs []Spec, details kadm.Top
 	if len(existing) == 0 {
 		return errs
 	}
-	configs, err := adm.DescribeTopicConfigs(ctx, existing...)
+	configs, err := describeConfigs(ctx, adm, existing)
 	if err != nil {
 		return append(errs, fmt.Errorf("describing topic configs: %w", err))
 	}
@@ -332,6 +332,31 @@ func check(ctx context.Context, adm *kadm.Client, specs []Spec, details kadm.Top
 		}
 	}
 	return errs
+}
+
+// describeConfigs describes the topics' configs, asking again for a while
+// while a broker says a topic is unknown: on a cluster, the broker asked
+// may not have learnt yet of a topic that another's metadata lists.
+func describeConfigs(ctx context.Context, adm *kadm.Client, names []string) (kadm.ResourceConfigs, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		configs, err := adm.DescribeTopicConfigs(ctx, names...)
+		if err != nil {
+			return nil, err
+		}
+		unknown := false
+		for _, rc := range configs {
+			unknown = unknown || errors.Is(rc.Err, kerr.UnknownTopicOrPartition)
+		}
+		if !unknown || time.Now().After(deadline) {
+			return configs, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // fewestReplicas is the replica count of the topic's least replicated
