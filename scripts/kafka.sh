@@ -266,10 +266,12 @@ cluster_start() {
   local min_isr=$((rf > 1 ? 2 : 1))
   for n in $(seq 1 "$nodes"); do
     write_node "$dir/node-$n" "$n" "${CLUSTER_PORTS[n - 1]}" "${CLUSTER_CONTROLLER_PORTS[n - 1]}" "$(IFS=,; echo "${voters[*]}")"
-    # Internal topics replicated like production's; few partitions, so
-    # that a node starts and catches up in seconds. min.insync.replicas
-    # stays at Kafka's default of 1: driftguard must set it on its topics.
+    # Internal topics replicated as production's must be: the processors'
+    # transactions and their committed input offsets live there, and
+    # __consumer_offsets takes the broker's min.insync.replicas. Few
+    # partitions, so that a node starts and catches up in seconds.
     cat >>"$dir/node-$n/server.properties" <<EOF
+min.insync.replicas=$min_isr
 offsets.topic.replication.factor=$rf
 offsets.topic.num.partitions=6
 transaction.state.log.replication.factor=$rf
