@@ -6,6 +6,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -34,6 +35,12 @@ func Options(brokers []string, opts ...kgo.Opt) []kgo.Opt {
 		// acks=all and idempotence are franz-go's defaults; stated so a
 		// reader does not have to know that.
 		kgo.RequiredAcks(kgo.AllISRAcks()),
+		// After a leader dies, a client learns the new one from metadata,
+		// which franz-go refreshes at most every 5 s by default: with two
+		// refreshes needed (the first still names the dead leader until the
+		// controller fences it), ingest answered 503 on its partitions for
+		// up to 12 s in the cluster fault test. A second is still cheap.
+		kgo.MetadataMinAge(time.Second),
 	}
 	return append(base, opts...)
 }

@@ -376,7 +376,8 @@ func samePolicy(got, want string) bool {
 }
 
 // listUncached lists topics from a broker. kadm.ListTopics otherwise answers
-// from the client's metadata cache for MetadataMinAge (5s by default), which
+// from the client's metadata cache for MetadataMinAge (a second in
+// internal/kafka's clients, 5s in franz-go's default), which
 // may still say "unknown topic" for a topic created since.
 func listUncached(ctx context.Context, adm *kadm.Client, names []string) (kadm.TopicDetails, error) {
 	return adm.ListTopics(kadm.WithAuthorizedOps(ctx), names...)
