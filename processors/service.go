@@ -11,6 +11,7 @@ import (
 	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/telemetry"
+	"github.com/driftguard/driftguard/internal/topics"
 	"github.com/lovoo/goka/storage"
 )
 
@@ -75,8 +76,14 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	defer cl.Close()
-	if _, err = kafka.EnsureTopics(ctx, cl, s.cfg, true); err != nil {
+	statuses, err := kafka.EnsureTopics(ctx, cl, s.cfg, true)
+	if err != nil {
 		return fmt.Errorf("topics: %w", err)
+	}
+	// Weaker than configured is said, not refused: an operator may have
+	// lowered min.insync.replicas to keep accepting through an outage.
+	if err := topics.Weak(statuses); err != nil {
+		s.log.Warn("topics less durable than configured; `driftguard topics --check` lists them", "err", err)
 	}
 	var procs []*Runtime
 	var services []service.Service

@@ -1,23 +1,45 @@
 #!/usr/bin/env bash
-# Throwaway single-node Apache Kafka (KRaft, broker+controller) on loopback
-# for the integration tests.
+# Throwaway Apache Kafka (KRaft) on loopback for the integration tests: one
+# node that is broker and controller, or a cluster of three such nodes for
+# the fault tests.
 #
 #   scripts/kafka.sh fetch   download Kafka + runtime deps from Maven Central (cached)
 #   scripts/kafka.sh start   fresh broker in a temp dir; prints DRIFTGUARD_TEST_KAFKA=host:port
 #   scripts/kafka.sh stop    stop the broker started by `start`, delete its data
 #   scripts/kafka.sh libs    print the classpath folder (TopicCommand etc. live there too)
 #
+#   scripts/kafka.sh cluster start       three nodes in a temp dir; prints
+#                                        DRIFTGUARD_TEST_CLUSTER=host:port,host:port,host:port,
+#                                        DRIFTGUARD_TEST_CLUSTER_PIDS=pid,pid,pid (node ids 1, 2, 3)
+#                                        and DRIFTGUARD_TEST_CLUSTER_CONTROL (this script's path)
+#   scripts/kafka.sh cluster restart N   start node N again on its data (after a test killed it);
+#                                        prints the new DRIFTGUARD_TEST_CLUSTER_PIDS
+#   scripts/kafka.sh cluster stop        stop every node of the cluster, delete its data
+#
+# The single broker and the cluster have state files and ports of their own,
+# so both run at once.
+#
 # Kafka is fetched as Maven artifacts rather than the release tarball because
 # Maven Central is the only Kafka source reachable from CI and dev machines.
 set -euo pipefail
 
-NAME=kafka
+# The cluster keeps its own state files (lib.sh names them after NAME).
+if [[ "${1:-}" == cluster ]]; then NAME=kafka-cluster; else NAME=kafka; fi
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 KAFKA_VERSION="${KAFKA_VERSION:-4.1.1}"
 KAFKA_PORT="${KAFKA_PORT:-19092}"
 KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-19093}"
+# The cluster's client and controller ports, one per node (node ids 1, 2,
+# 3), below Linux's ephemeral range so that no client's port takes one.
+IFS=, read -r -a CLUSTER_PORTS <<<"${KAFKA_CLUSTER_PORTS:-19192,19193,19194}"
+IFS=, read -r -a CLUSTER_CONTROLLER_PORTS <<<"${KAFKA_CLUSTER_CONTROLLER_PORTS:-19292,19293,19294}"
+# How long a silent follower stays in the ISR, and a silent node keeps its
+# leaderships: short, so that a fault test's stalls and kills play out in
+# seconds (Kafka's defaults are 30 s and 9 s).
+CLUSTER_REPLICA_LAG_MS="${KAFKA_CLUSTER_REPLICA_LAG_MS:-4000}"
+CLUSTER_SESSION_MS="${KAFKA_CLUSTER_SESSION_MS:-4000}"
 # Kafka 4.x logs through slf4j 1.7 and, like its release tarball, needs a
 # log4j2 binding for it (log4j-slf4j-impl, not the slf4j2 one); its poms leave
 # the binding to the application.
@@ -76,33 +98,43 @@ EOF
   log "cached $(find "$LIBS" -name '*.jar' | wc -l) jars in $LIBS"
 }
 
-stop() { stop_recorded "kafka.Kafka"; }
+# node_java_opts DIR: the JVM options of the node whose folder is DIR: its
+# own log, a heap that leaves room for three nodes beside everything else.
+node_java_opts() {
+  local heap=(-Xms256m -Xmx512m)
+  [[ "$NAME" == kafka-cluster ]] && heap=(-Xms128m -Xmx256m)
+  JAVA_OPTS=("${heap[@]}" -Djava.awt.headless=true
+    "-Dlog4j2.configurationFile=$1/log4j2.xml" -cp "$LIBS/*")
+}
 
-start() {
-  fetch
-  local dir
-  dir="$(new_run_dir "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT")"
-  cat >"$dir/server.properties" <<EOF
-process.roles=broker,controller
-node.id=1
-controller.quorum.bootstrap.servers=127.0.0.1:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+# write_node DIR NODE_ID PORT CONTROLLER_PORT VOTERS: the node's
+# server.properties and log4j2.xml in DIR; VOTERS empty for one node that is
+# its own (dynamic) quorum. Settings that differ by mode are appended after.
+write_node() {
+  local dir="$1" id="$2" port="$3" cport="$4" voters="$5"
+  mkdir -p "$dir"
+  {
+    echo "process.roles=broker,controller"
+    echo "node.id=$id"
+    if [[ -n "$voters" ]]; then
+      echo "controller.quorum.voters=$voters"
+    else
+      echo "controller.quorum.bootstrap.servers=127.0.0.1:$cport"
+    fi
+    cat <<EOF
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 log.dirs=$dir/data
 num.partitions=1
 auto.create.topics.enable=false
-# Single node: internal topics cannot be replicated, and consumer groups
-# should not wait for more members before the first assignment.
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+# Consumer groups should not wait for more members before the first
+# assignment.
 group.initial.rebalance.delay.ms=0
 EOF
+  } >"$dir/server.properties"
   # Written per run so that the broker log lands in its own temp dir.
   cat >"$dir/log4j2.xml" <<EOF
 <Configuration status="WARN">
@@ -118,41 +150,209 @@ EOF
   </Loggers>
 </Configuration>
 EOF
+}
 
-  local java_opts=(-Xms256m -Xmx512m -Djava.awt.headless=true
-    "-Dlog4j2.configurationFile=$dir/log4j2.xml" -cp "$LIBS/*")
+# format_node DIR CLUSTER_ID [ARGS...]: formats the node's storage.
+format_node() {
+  local dir="$1" cluster_id="$2"
+  shift 2
+  node_java_opts "$dir"
+  java "${JAVA_OPTS[@]}" kafka.tools.StorageTool format -t "$cluster_id" \
+    -c "$dir/server.properties" "$@" >>"$dir/stdout.log" 2>&1
+}
+
+# launch_node DIR PID_FILE: starts the node in the background, records its
+# pid. setsid: the broker must outlive this script and not get the caller's
+# ^C before `stop` runs. Output goes to files so that $(kafka.sh start)
+# returns. The last run's log is kept aside, so readiness is read from this
+# run's.
+launch_node() {
+  local dir="$1" pid_file="$2"
+  node_java_opts "$dir"
+  [[ -f "$dir/server.log" ]] && mv "$dir/server.log" "$dir/server.log.$(date +%s%N)"
+  setsid java "${JAVA_OPTS[@]}" kafka.Kafka "$dir/server.properties" \
+    </dev/null >>"$dir/stdout.log" 2>&1 &
+  echo "$!" >"$pid_file"
+}
+
+# wait_node DIR PID PORT: waits until the node serves clients; false if it
+# exited or took longer than READY_TIMEOUT, after showing its last log lines.
+wait_node() {
+  local dir="$1" pid="$2" port="$3"
+  local deadline=$((SECONDS + READY_TIMEOUT))
+  until port_open "$port" && grep -q "Kafka Server started" "$dir/server.log" 2>/dev/null; do
+    if ! pid_is "$pid" kafka.Kafka || ((SECONDS >= deadline)); then
+      log "broker $dir exited or was not ready within ${READY_TIMEOUT}s; last log lines:"
+      tail -n 40 "$dir/server.log" "$dir/stdout.log" >&2 2>/dev/null || true
+      return 1
+    fi
+    sleep 0.5
+  done
+}
+
+random_cluster_id() {
+  node_java_opts "$1"
+  java "${JAVA_OPTS[@]}" kafka.tools.StorageTool random-uuid 2>>"$1/stdout.log"
+}
+
+stop() {
+  if [[ "$NAME" == kafka-cluster ]]; then cluster_stop; else stop_recorded kafka.Kafka; fi
+}
+
+start() {
+  fetch
+  local dir
+  dir="$(new_run_dir "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT")"
+  write_node "$dir" 1 "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" ""
+  # Single node: internal topics cannot be replicated.
+  cat >>"$dir/server.properties" <<EOF
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+EOF
   local cluster_id
   # --standalone makes this node the whole (dynamic) controller quorum.
-  if ! cluster_id="$(java "${java_opts[@]}" kafka.tools.StorageTool random-uuid 2>>"$dir/stdout.log")" ||
-    ! java "${java_opts[@]}" kafka.tools.StorageTool format -t "$cluster_id" \
-      -c "$dir/server.properties" --standalone >>"$dir/stdout.log" 2>&1; then
+  if ! cluster_id="$(random_cluster_id "$dir")" || ! format_node "$dir" "$cluster_id" --standalone; then
     log "formatting the storage failed:"
     tail -n 30 "$dir/stdout.log" >&2
     stop
     exit 1
   fi
-
-  # setsid: the broker must outlive this script and not get the caller's ^C
-  # before `stop` runs. Output goes to files so that $(kafka.sh start) returns.
-  setsid java "${java_opts[@]}" kafka.Kafka "$dir/server.properties" \
-    </dev/null >>"$dir/stdout.log" 2>&1 &
-  local pid=$!
-  echo "$pid" >"$PID_FILE"
-
-  local deadline=$((SECONDS + READY_TIMEOUT))
-  until port_open "$KAFKA_PORT" && grep -q "Kafka Server started" "$dir/server.log" 2>/dev/null; do
-    if ! pid_is "$pid" kafka.Kafka || ((SECONDS >= deadline)); then
-      log "broker exited or was not ready within ${READY_TIMEOUT}s; last log lines:"
-      tail -n 40 "$dir/server.log" "$dir/stdout.log" >&2 2>/dev/null || true
-      stop
-      exit 1
-    fi
-    sleep 0.5
-  done
+  launch_node "$dir" "$PID_FILE"
+  local pid
+  pid="$(cat "$PID_FILE")"
+  if ! wait_node "$dir" "$pid" "$KAFKA_PORT"; then
+    stop
+    exit 1
+  fi
   log "kafka $KAFKA_VERSION ready (pid $pid, data $dir)"
   echo "DRIFTGUARD_TEST_KAFKA=127.0.0.1:$KAFKA_PORT"
   # Fault tests pause and resume the broker by this id.
   echo "DRIFTGUARD_TEST_KAFKA_PID=$pid"
+}
+
+# The cluster: node N (1-based) lives in $dir/node-N, its pid in
+# $STATE_DIR/kafka-cluster-N.pid.
+node_pid_file() { echo "$STATE_DIR/$NAME-$1.pid"; }
+
+cluster_pids() {
+  local n pids=()
+  for n in $(seq 1 "${#CLUSTER_PORTS[@]}"); do pids+=("$(cat "$(node_pid_file "$n")" 2>/dev/null || true)"); done
+  (IFS=,; echo "${pids[*]}")
+}
+
+cluster_stop() {
+  # Every node at once: one by one, the last ones would wait for a
+  # controller quorum that is gone before they give up.
+  local n
+  for n in $(seq 1 "${#CLUSTER_PORTS[@]}"); do stop_pid_file "$(node_pid_file "$n")" kafka.Kafka & done
+  wait
+  stop_recorded kafka.Kafka
+}
+
+cluster_start() {
+  fetch
+  if ((${#CLUSTER_PORTS[@]} != ${#CLUSTER_CONTROLLER_PORTS[@]})); then
+    log "KAFKA_CLUSTER_PORTS and KAFKA_CLUSTER_CONTROLLER_PORTS need one port per node each"
+    exit 2
+  fi
+  local dir
+  dir="$(new_run_dir "${CLUSTER_PORTS[@]}" "${CLUSTER_CONTROLLER_PORTS[@]}")"
+  local nodes="${#CLUSTER_PORTS[@]}" n voters=()
+  for n in $(seq 1 "$nodes"); do voters+=("$n@127.0.0.1:${CLUSTER_CONTROLLER_PORTS[n - 1]}"); done
+  local rf=$((nodes < 3 ? nodes : 3))
+  local min_isr=$((rf > 1 ? 2 : 1))
+  for n in $(seq 1 "$nodes"); do
+    write_node "$dir/node-$n" "$n" "${CLUSTER_PORTS[n - 1]}" "${CLUSTER_CONTROLLER_PORTS[n - 1]}" "$(IFS=,; echo "${voters[*]}")"
+    # Internal topics replicated as production's must be: the processors'
+    # transactions and their committed input offsets live there, and
+    # __consumer_offsets takes the broker's min.insync.replicas. Few
+    # partitions, so that a node starts and catches up in seconds.
+    cat >>"$dir/node-$n/server.properties" <<EOF
+min.insync.replicas=$min_isr
+offsets.topic.replication.factor=$rf
+offsets.topic.num.partitions=6
+transaction.state.log.replication.factor=$rf
+transaction.state.log.min.isr=$min_isr
+transaction.state.log.num.partitions=6
+share.coordinator.state.topic.replication.factor=$rf
+share.coordinator.state.topic.min.isr=$min_isr
+replica.lag.time.max.ms=$CLUSTER_REPLICA_LAG_MS
+replica.fetch.wait.max.ms=200
+broker.session.timeout.ms=$CLUSTER_SESSION_MS
+broker.heartbeat.interval.ms=500
+EOF
+  done
+  local cluster_id
+  if ! cluster_id="$(random_cluster_id "$dir/node-1")"; then
+    log "could not make a cluster id:"
+    tail -n 30 "$dir/node-1/stdout.log" >&2
+    cluster_stop
+    exit 1
+  fi
+  for n in $(seq 1 "$nodes"); do
+    if ! format_node "$dir/node-$n" "$cluster_id"; then
+      log "formatting node $n failed:"
+      tail -n 30 "$dir/node-$n/stdout.log" >&2
+      cluster_stop
+      exit 1
+    fi
+  done
+  # Started together: each waits for a quorum of the others.
+  for n in $(seq 1 "$nodes"); do launch_node "$dir/node-$n" "$(node_pid_file "$n")"; done
+  for n in $(seq 1 "$nodes"); do
+    if ! wait_node "$dir/node-$n" "$(cat "$(node_pid_file "$n")")" "${CLUSTER_PORTS[n - 1]}"; then
+      cluster_stop
+      exit 1
+    fi
+  done
+  log "kafka $KAFKA_VERSION cluster of $nodes ready (pids $(cluster_pids), data $dir)"
+  local addrs=()
+  for n in $(seq 1 "$nodes"); do addrs+=("127.0.0.1:${CLUSTER_PORTS[n - 1]}"); done
+  echo "DRIFTGUARD_TEST_CLUSTER=$(IFS=,; echo "${addrs[*]}")"
+  # Fault tests kill, pause and resume node N by the N-th pid, and start it
+  # again with `$DRIFTGUARD_TEST_CLUSTER_CONTROL cluster restart N`.
+  echo "DRIFTGUARD_TEST_CLUSTER_PIDS=$(cluster_pids)"
+  echo "DRIFTGUARD_TEST_CLUSTER_CONTROL=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
+}
+
+cluster_restart() {
+  local n="${1:-}" dir
+  if ! [[ "$n" =~ ^[0-9]+$ ]] || ((n < 1 || n > ${#CLUSTER_PORTS[@]})); then
+    log "cluster restart needs a node number from 1 to ${#CLUSTER_PORTS[@]}"
+    exit 2
+  fi
+  dir="$(cat "$DIR_FILE" 2>/dev/null || true)"
+  if [[ -z "$dir" || ! -d "$dir/node-$n" ]]; then
+    log "no cluster is running: start one with \`$0 cluster start\`"
+    exit 1
+  fi
+  local pid_file
+  pid_file="$(node_pid_file "$n")"
+  if pid_is "$(cat "$pid_file" 2>/dev/null || true)" kafka.Kafka; then
+    log "node $n is running (pid $(cat "$pid_file")); kill it first"
+    exit 1
+  fi
+  launch_node "$dir/node-$n" "$pid_file"
+  if ! wait_node "$dir/node-$n" "$(cat "$pid_file")" "${CLUSTER_PORTS[n - 1]}"; then
+    exit 1
+  fi
+  log "node $n ready again (pid $(cat "$pid_file"))"
+  echo "DRIFTGUARD_TEST_CLUSTER_PIDS=$(cluster_pids)"
+}
+
+cluster() {
+  case "${1:-}" in
+    start) cluster_start ;;
+    restart) cluster_restart "${2:-}" ;;
+    stop) cluster_stop ;;
+    *)
+      echo "usage: $0 cluster start|restart N|stop" >&2
+      exit 2
+      ;;
+  esac
 }
 
 case "${1:-}" in
@@ -160,8 +360,9 @@ case "${1:-}" in
   start) start ;;
   stop) stop ;;
   libs) echo "$LIBS" ;;
+  cluster) cluster "${@:2}" ;;
   *)
-    echo "usage: $0 fetch|start|stop|libs" >&2
+    echo "usage: $0 fetch|start|stop|libs|cluster start|restart N|stop" >&2
     exit 2
     ;;
 esac

@@ -34,15 +34,13 @@ pid_is() {
   [[ -n "$1" ]] && cmd="$(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline")" && [[ "$cmd" == *"$2"* ]]
 }
 
-# stop_recorded MARKER: stops the process recorded by `start` if its command
-# line still contains MARKER (TERM, then KILL after 20 s), and deletes the
-# temp folder it recorded, only if this script made it.
-stop_recorded() {
-  local marker="$1" pid="" dir=""
-  [[ -f "$PID_FILE" ]] && pid="$(cat "$PID_FILE")"
-  [[ -f "$DIR_FILE" ]] && dir="$(cat "$DIR_FILE")"
-  marker="${marker//@DIR@/$dir}"
-  if [[ -n "$dir" ]] && pid_is "$pid" "$marker"; then
+# stop_pid_file FILE MARKER: stops the process whose pid FILE holds if its
+# command line still contains MARKER (TERM, then KILL after 20 s), and
+# deletes FILE.
+stop_pid_file() {
+  local file="$1" marker="$2" pid=""
+  [[ -f "$file" ]] && pid="$(cat "$file")"
+  if pid_is "$pid" "$marker"; then
     # A fault test may have left it paused (SIGSTOP); TERM needs it running.
     kill -CONT "$pid" 2>/dev/null || true
     kill -TERM "$pid" 2>/dev/null || true
@@ -54,6 +52,17 @@ stop_recorded() {
       for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
     fi
   fi
+  rm -f "$file"
+}
+
+# stop_recorded MARKER: stops the process recorded by `start` if its command
+# line still contains MARKER (@DIR@ standing for its temp folder), and
+# deletes the temp folder it recorded, only if this script made it.
+stop_recorded() {
+  local marker="$1" dir=""
+  [[ -f "$DIR_FILE" ]] && dir="$(cat "$DIR_FILE")"
+  marker="${marker//@DIR@/$dir}"
+  if [[ -n "$dir" ]]; then stop_pid_file "$PID_FILE" "$marker"; fi
   if [[ "$dir" == *"/driftguard-$NAME."* && -d "$dir" ]]; then rm -rf "$dir"; fi
   rm -f "$PID_FILE" "$DIR_FILE"
 }

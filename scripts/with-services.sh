@@ -2,16 +2,25 @@
 # Run a command against a throwaway Kafka broker and ClickHouse server:
 #
 #   scripts/with-services.sh go test ./...
+#   scripts/with-services.sh --cluster go test ./...
 #
 # Starts both (in parallel), exports DRIFTGUARD_TEST_KAFKA (and the broker's
-# DRIFTGUARD_TEST_KAFKA_PID, for fault tests), DRIFTGUARD_TEST_CLICKHOUSE and DRIFTGUARD_TEST_REQUIRE=1 (integration tests
-# must then fail rather than skip), runs the command, always stops both, and
-# exits with the command's exit code.
+# DRIFTGUARD_TEST_KAFKA_PID, for fault tests), DRIFTGUARD_TEST_CLICKHOUSE and
+# DRIFTGUARD_TEST_REQUIRE=1 (integration tests must then fail rather than
+# skip), runs the command, always stops them, and exits with the command's
+# exit code. With --cluster it also starts the three-broker cluster of the
+# fault tests (`kafka.sh cluster start`) and exports DRIFTGUARD_TEST_CLUSTER,
+# DRIFTGUARD_TEST_CLUSTER_PIDS and DRIFTGUARD_TEST_CLUSTER_CONTROL.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+with_cluster=0
+if [[ "${1:-}" == --cluster ]]; then
+  with_cluster=1
+  shift
+fi
 if (($# == 0)); then
-  echo "usage: $0 CMD [ARGS...]" >&2
+  echo "usage: $0 [--cluster] CMD [ARGS...]" >&2
   exit 2
 fi
 
@@ -27,6 +36,7 @@ cleanup() {
   for p in "${starters[@]}"; do wait "$p" 2>/dev/null || true; done
   "$here/kafka.sh" stop &
   "$here/clickhouse.sh" stop &
+  if ((with_cluster)); then "$here/kafka.sh" cluster stop & fi
   wait || true
   rm -rf "$out"
 }
@@ -39,6 +49,10 @@ trap 'exit 143' TERM
 starters+=("$!")
 "$here/clickhouse.sh" start >"$out/clickhouse" &
 starters+=("$!")
+if ((with_cluster)); then
+  "$here/kafka.sh" cluster start >"$out/cluster" &
+  starters+=("$!")
+fi
 ok=1
 for p in "${starters[@]}"; do wait "$p" || ok=0; done
 starters=()
@@ -52,6 +66,11 @@ kafka_pid="$(sed -n 's/^DRIFTGUARD_TEST_KAFKA_PID=//p' "$out/kafka")"
 clickhouse="$(sed -n 's/^DRIFTGUARD_TEST_CLICKHOUSE=//p' "$out/clickhouse")"
 export DRIFTGUARD_TEST_KAFKA="$kafka" DRIFTGUARD_TEST_KAFKA_PID="$kafka_pid" \
   DRIFTGUARD_TEST_CLICKHOUSE="$clickhouse" DRIFTGUARD_TEST_REQUIRE=1
+if ((with_cluster)); then
+  for name in DRIFTGUARD_TEST_CLUSTER DRIFTGUARD_TEST_CLUSTER_PIDS DRIFTGUARD_TEST_CLUSTER_CONTROL; do
+    export "$name=$(sed -n "s/^$name=//p" "$out/cluster")"
+  done
+fi
 
 rc=0
 "$@" || rc=$?

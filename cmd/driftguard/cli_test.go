@@ -227,18 +227,19 @@ func TestRunTopicsCreatesThenReportsOK(t *testing.T) {
 	}
 }
 
-// topicTable parses the TOPIC/PARTITIONS/CLEANUP/STATUS table.
+// topicTable parses the TOPIC/PARTITIONS/CLEANUP/REPLICAS/MIN_ISR/STATUS
+// table.
 func topicTable(t *testing.T, out string) map[string][]string {
 	t.Helper()
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) == 0 || strings.Join(strings.Fields(lines[0]), " ") != "TOPIC PARTITIONS CLEANUP STATUS" {
+	if len(lines) == 0 || strings.Join(strings.Fields(lines[0]), " ") != "TOPIC PARTITIONS CLEANUP REPLICAS MIN_ISR STATUS" {
 		t.Fatalf("no table header in:\n%s", out)
 	}
 	rows := map[string][]string{}
 	for _, line := range lines[1:] {
 		f := strings.Fields(line)
-		if len(f) != 4 {
-			t.Fatalf("table row %q does not have 4 columns", line)
+		if len(f) != 6 {
+			t.Fatalf("table row %q does not have 6 columns", line)
 		}
 		rows[f[0]] = f[1:]
 	}
@@ -251,7 +252,8 @@ func checkTopicTable(t *testing.T, what string, rows map[string][]string, want m
 		t.Errorf("%s: %d rows, want %d: %v", what, len(rows), len(want), rows)
 	}
 	for topic, cleanup := range want {
-		got, wantRow := rows[topic], []string{"6", cleanup, status}
+		// One replica, min.insync.replicas 1: the defaults, for one broker.
+		got, wantRow := rows[topic], []string{"6", cleanup, "1", "1", status}
 		if strings.Join(got, " ") != strings.Join(wantRow, " ") {
 			t.Errorf("%s: %s row %v, want %v", what, topic, got, wantRow)
 		}

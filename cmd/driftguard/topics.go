@@ -1,14 +1,17 @@
 package main
 
-// `driftguard topics`: every topic of the catalogue, created or checked.
+// `driftguard topics`: every topic of the catalogue, created or checked,
+// its durability included.
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"text/tabwriter"
 
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/topics"
 )
 
 func topicsFlags(fs *flag.FlagSet) runner {
@@ -29,14 +32,19 @@ func runTopics(ctx context.Context, env *environment, create bool) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOPIC\tPARTITIONS\tCLEANUP\tSTATUS")
+	fmt.Fprintln(tw, "TOPIC\tPARTITIONS\tCLEANUP\tREPLICAS\tMIN_ISR\tSTATUS")
 	for _, s := range statuses {
 		status := "ok"
-		if s.Created {
+		switch {
+		case len(s.Weak) > 0:
+			status = "weak"
+		case s.Created:
 			status = "created"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", s.Spec.Name, s.Spec.Partitions, s.Spec.CleanupPolicy(), status)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%s\n", s.Spec.Name, s.Spec.Partitions, s.Spec.CleanupPolicy(), s.Replicas, s.MinInsync, status)
 	}
 	_ = tw.Flush()
-	return err
+	// A weak topic fails the command (and so the chart's setup hook), not
+	// the processors, which only warn of it.
+	return errors.Join(err, topics.Weak(statuses))
 }

@@ -47,6 +47,13 @@ type Kafka struct {
 	// ReplicationFactor for topics driftguard creates. Default 1 (one broker
 	// on loopback); use 3 in production.
 	ReplicationFactor int `yaml:"replication_factor"`
+	// MinInsyncReplicas is the min.insync.replicas of the topics driftguard
+	// creates: how many replicas hold a record before the broker acks it
+	// (acks=all), so before ingest answers 202. Fewer in sync and the
+	// broker refuses writes (ingest answers 503) rather than ack a record
+	// that one failure could lose. Default 2 when ReplicationFactor is 3
+	// or more, else 1; at most ReplicationFactor.
+	MinInsyncReplicas int `yaml:"min_insync_replicas"`
 	// ProduceTimeout bounds the wait for the broker's ack at the ingest edge.
 	// Default 5s.
 	ProduceTimeout time.Duration `yaml:"produce_timeout"`
@@ -192,6 +199,7 @@ func Load(path string, environ []string) (*Config, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	c.warnDurability()
 	return c, nil
 }
 
@@ -386,6 +394,22 @@ func (c *Config) BrokersOrDefault() []string {
 	return c.Kafka.Brokers
 }
 
+// MinInsyncReplicasOrDefault returns the configured min.insync.replicas,
+// or its default, which follows the replication factor (and so is not
+// filled in with the other defaults): 2 on three replicas or more, so that
+// every ack is on two brokers and one broker may be down without refusing
+// writes; else 1.
+func (k Kafka) MinInsyncReplicasOrDefault() int {
+	switch {
+	case k.MinInsyncReplicas != 0:
+		return k.MinInsyncReplicas
+	case k.ReplicationFactor >= 3:
+		return 2
+	default:
+		return 1
+	}
+}
+
 // StreamNames returns the catalogue's stream names in a stable order.
 func (c *Config) StreamNames() []string {
 	names := make([]string, 0, len(c.Streams))
@@ -405,6 +429,18 @@ func (c *Config) StreamList() []*Stream {
 	return streams
 }
 
+// warnDurability warns of replication settings that are valid but lose or
+// refuse webhooks under a single broker failure.
+func (c *Config) warnDurability() {
+	k := c.Kafka
+	switch minISR := k.MinInsyncReplicasOrDefault(); {
+	case k.ReplicationFactor > 1 && minISR == 1:
+		c.Warnings = append(c.Warnings, fmt.Sprintf("kafka.min_insync_replicas is 1 with kafka.replication_factor %d: an accepted webhook may be on one broker only, and lost with it", k.ReplicationFactor))
+	case k.ReplicationFactor > 1 && minISR == k.ReplicationFactor:
+		c.Warnings = append(c.Warnings, fmt.Sprintf("kafka.min_insync_replicas equals kafka.replication_factor (%d): any one broker down refuses every write (ingest answers 503)", k.ReplicationFactor))
+	}
+}
+
 // Validate checks the whole configuration and returns every problem found,
 // each prefixed with its config path.
 func (c *Config) Validate() error {
@@ -414,6 +450,10 @@ func (c *Config) Validate() error {
 	}
 	if c.Kafka.ReplicationFactor < 1 {
 		add("kafka.replication_factor", "must be at least 1, got %d", c.Kafka.ReplicationFactor)
+	}
+	// Against a valid replication factor only: one error per problem.
+	if m := c.Kafka.MinInsyncReplicasOrDefault(); c.Kafka.ReplicationFactor >= 1 && (m < 1 || m > c.Kafka.ReplicationFactor) {
+		add("kafka.min_insync_replicas", "must be between 1 and kafka.replication_factor (%d), got %d: more could never be in sync, and every write would be refused", c.Kafka.ReplicationFactor, m)
 	}
 	if c.Kafka.ProduceTimeout < 0 {
 		add("kafka.produce_timeout", "must be positive, got %s", c.Kafka.ProduceTimeout)
@@ -505,6 +545,7 @@ const exampleYAML = `# driftguard configuration. Every key is optional; shown ar
 kafka:
   brokers: [127.0.0.1:9092]      # DRIFTGUARD_KAFKA_BROKERS=a:9092,b:9092
   replication_factor: 1          # use 3 in production
+  # min_insync_replicas: 1       # default 2 when replication_factor is 3 or more
   produce_timeout: 5s            # ingest answers 503 after this
 http:
   addr: 127.0.0.1:8080           # DRIFTGUARD_HTTP_ADDR

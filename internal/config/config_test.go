@@ -61,6 +61,7 @@ func TestLoadWithoutFileGivesWorkingDefaults(t *testing.T) {
 		{"Kafka.Brokers (empty: dev reads it as the embedded broker)", len(cfg.Kafka.Brokers), 0},
 		{"BrokersOrDefault()", cfg.BrokersOrDefault(), []string{"127.0.0.1:9092"}},
 		{"Kafka.ReplicationFactor", cfg.Kafka.ReplicationFactor, 1},
+		{"Kafka.MinInsyncReplicasOrDefault()", cfg.Kafka.MinInsyncReplicasOrDefault(), 1},
 		{"Kafka.ProduceTimeout", cfg.Kafka.ProduceTimeout, 5 * time.Second},
 		{"HTTP.Addr", cfg.HTTP.Addr, "127.0.0.1:8080"},
 		{"ClickHouse.Addr", cfg.ClickHouse.Addr, "127.0.0.1:9000"},
@@ -214,6 +215,16 @@ func TestLoadRejectsInvalidFileNamingTheConfigPath(t *testing.T) {
 			name: "replication factor below one",
 			yaml: "kafka: {replication_factor: -1}",
 			want: []string{"in kafka.replication_factor:"},
+		},
+		{
+			name: "min ISR above the replication factor",
+			yaml: "kafka: {replication_factor: 3, min_insync_replicas: 4}",
+			want: []string{"in kafka.min_insync_replicas:", "between 1 and kafka.replication_factor (3), got 4"},
+		},
+		{
+			name: "min ISR below one",
+			yaml: "kafka: {min_insync_replicas: -1}",
+			want: []string{"in kafka.min_insync_replicas:", "got -1"},
 		},
 		{
 			name: "broker without a port",
@@ -491,6 +502,37 @@ func TestLoadReportsUnknownKeysAsWarnings(t *testing.T) {
 			w := cfg.Warnings[0]
 			if !strings.Contains(w, "unknown key "+tc.want) || !strings.Contains(w, path) {
 				t.Errorf("warning %q, want the file %s and the key %s", w, path, tc.want)
+			}
+		})
+	}
+}
+
+// Three replicas keep every ack on two brokers unless told otherwise, and
+// settings that lose or refuse webhooks when one broker fails are warned of.
+func TestLoadMinInsyncReplicas(t *testing.T) {
+	cases := []struct {
+		yaml    string
+		want    int
+		warning string // in the one warning; empty: none
+	}{
+		{"kafka: {replication_factor: 1}", 1, ""},
+		{"kafka: {replication_factor: 2}", 1, "may be on one broker only"},
+		{"kafka: {replication_factor: 3}", 2, ""},
+		{"kafka: {replication_factor: 5}", 2, ""},
+		{"kafka: {replication_factor: 3, min_insync_replicas: 1}", 1, "may be on one broker only"},
+		{"kafka: {replication_factor: 3, min_insync_replicas: 3}", 3, "any one broker down refuses every write"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.yaml, func(t *testing.T) {
+			cfg := mustLoad(t, testenv.WriteConfig(t, "", tc.yaml), nil)
+			if got := cfg.Kafka.MinInsyncReplicasOrDefault(); got != tc.want {
+				t.Errorf("min_insync_replicas %d, want %d", got, tc.want)
+			}
+			switch {
+			case tc.warning == "" && len(cfg.Warnings) != 0:
+				t.Errorf("warnings %q, want none", cfg.Warnings)
+			case tc.warning != "" && (len(cfg.Warnings) != 1 || !strings.Contains(cfg.Warnings[0], tc.warning)):
+				t.Errorf("warnings %q, want one saying %q", cfg.Warnings, tc.warning)
 			}
 		})
 	}

@@ -6,6 +6,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -34,6 +35,12 @@ func Options(brokers []string, opts ...kgo.Opt) []kgo.Opt {
 		// acks=all and idempotence are franz-go's defaults; stated so a
 		// reader does not have to know that.
 		kgo.RequiredAcks(kgo.AllISRAcks()),
+		// After a leader dies, a client learns the new one from metadata,
+		// which franz-go refreshes at most every 5 s by default: with two
+		// refreshes needed (the first still names the dead leader until the
+		// controller fences it), ingest answered 503 on its partitions for
+		// up to 12 s in the cluster fault test. A second is still cheap.
+		kgo.MetadataMinAge(time.Second),
 	}
 	return append(base, opts...)
 }
@@ -41,5 +48,10 @@ func Options(brokers []string, opts ...kgo.Opt) []kgo.Opt {
 // EnsureTopics creates (when create is true) and checks every topic of the
 // configured streams.
 func EnsureTopics(ctx context.Context, cl *kgo.Client, cfg *config.Config, create bool) ([]topics.Status, error) {
-	return topics.Ensure(ctx, kadm.NewClient(cl), cfg.StreamList(), int16(cfg.Kafka.ReplicationFactor), create)
+	return topics.Ensure(ctx, kadm.NewClient(cl), cfg.StreamList(), Durability(cfg), create)
+}
+
+// Durability is the configured durability of driftguard's topics.
+func Durability(cfg *config.Config) topics.Durability {
+	return topics.Durability{ReplicationFactor: cfg.Kafka.ReplicationFactor, MinInsyncReplicas: cfg.Kafka.MinInsyncReplicasOrDefault()}
 }

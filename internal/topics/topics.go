@@ -1,6 +1,7 @@
 // Package topics names every Kafka topic of a stream in one place and
 // creates and checks them: partition counts (all of a stream's topics are
-// co-partitioned) and cleanup policies (design §4).
+// co-partitioned), cleanup policies (design §4), and durability: replication
+// factor, min.insync.replicas and unclean leader election.
 package topics
 
 import (
@@ -89,23 +90,83 @@ func Specs(s *config.Stream) []Spec {
 	return specs
 }
 
+// Durability is what every topic driftguard creates is given, and what
+// every existing one is checked to have at least.
+type Durability struct {
+	// ReplicationFactor is the replicas of each partition.
+	ReplicationFactor int
+	// MinInsyncReplicas is the topic's min.insync.replicas: with acks=all
+	// the broker acks a record only once this many replicas hold it, and
+	// refuses writes while fewer are in sync.
+	MinInsyncReplicas int
+}
+
+// Topic configs of durability. Unclean leader election is disabled
+// explicitly on every topic driftguard creates, whatever the broker's
+// default: an out-of-sync replica made leader truncates records the broker
+// had acknowledged, and so webhooks ingest had answered 202.
+const (
+	configMinInsync = "min.insync.replicas"
+	configUnclean   = "unclean.leader.election.enable"
+)
+
 // Status of one topic after Ensure.
 type Status struct {
 	Spec    Spec
 	Created bool
+	// Replicas is the fewest replicas of any of its partitions.
+	Replicas int
+	// MinInsync is its min.insync.replicas (0 when the broker does not
+	// say), Unclean whether it allows unclean leader election.
+	MinInsync int
+	Unclean   bool
+	// Weak says, each with its fix, how the topic is less durable than
+	// configured; empty when it is not.
+	Weak []string
+}
+
+// ErrWeak marks topics less durable than configured: fewer replicas, a
+// lower min.insync.replicas, or unclean leader election enabled. Unlike a
+// mismatch it does not stop the processors: an operator may lower
+// min.insync.replicas on purpose to keep accepting webhooks through an
+// outage. `driftguard topics` reports it and exits 1.
+var ErrWeak = errors.New("topic is less durable than configured")
+
+// Weak returns an error wrapping ErrWeak that names every weakness of the
+// statuses, or nil when there is none.
+func Weak(statuses []Status) error {
+	var errs []error
+	for _, s := range statuses {
+		for _, w := range s.Weak {
+			errs = append(errs, fmt.Errorf("%w: topic %s %s", ErrWeak, s.Spec.Name, w))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // ErrMismatch marks a topic that exists with the wrong shape. It is never
 // fixed automatically: repartitioning moves keys away from their state.
 var ErrMismatch = errors.New("topic does not match the catalogue")
 
-// Ensure creates the missing topics of the streams (when create is true) and
-// checks that existing ones have the stream's partition count and cleanup
-// policy. Every problem is reported, each naming the topic and the fix.
-func Ensure(ctx context.Context, adm *kadm.Client, streams []*config.Stream, replication int16, create bool) ([]Status, error) {
+// Ensure creates the missing topics of the streams (when create is true),
+// with durability d, and checks that existing ones have the stream's
+// partition count and cleanup policy. Every problem is reported, each
+// naming the topic and the fix. It also checks every topic's durability
+// against d; those findings are in the statuses (Weak), not in the error.
+func Ensure(ctx context.Context, adm *kadm.Client, streams []*config.Stream, d Durability, create bool) ([]Status, error) {
 	var specs []Spec
 	for _, s := range streams {
 		specs = append(specs, Specs(s)...)
+	}
+	unclean, err := brokerKnows(ctx, adm, configUnclean)
+	if err != nil {
+		return nil, err
+	}
+	for i := range specs {
+		specs[i].Configs[configMinInsync] = strconv.Itoa(d.MinInsyncReplicas)
+		if unclean {
+			specs[i].Configs[configUnclean] = "false"
+		}
 	}
 	names := make([]string, len(specs))
 	for i, s := range specs {
@@ -141,7 +202,7 @@ func Ensure(ctx context.Context, adm *kadm.Client, streams []*config.Stream, rep
 			for k, v := range spec.Configs {
 				configs[k] = &v
 			}
-			resp, err := adm.CreateTopic(ctx, spec.Partitions, replication, configs, spec.Name)
+			resp, err := adm.CreateTopic(ctx, spec.Partitions, int16(d.ReplicationFactor), configs, spec.Name)
 			if err == nil {
 				err = resp.Err
 			}
@@ -160,20 +221,64 @@ func Ensure(ctx context.Context, adm *kadm.Client, streams []*config.Stream, rep
 			}
 		}
 	}
-	errs = append(errs, checkShapes(ctx, adm, specs, details)...)
+	errs = append(errs, check(ctx, adm, specs, details, d, statuses)...)
 	return statuses, errors.Join(errs...)
 }
 
-func checkShapes(ctx context.Context, adm *kadm.Client, specs []Spec, details kadm.TopicDetails) []error {
+// brokerKnows reports whether a broker lists the broker config key. Every
+// Kafka broker lists unclean.leader.election.enable; franz-go's kfake (the
+// embedded broker of `dev` and of fast tests, one replica in memory) has
+// no unclean election and refuses the topic config.
+func brokerKnows(ctx context.Context, adm *kadm.Client, key string) (bool, error) {
+	brokers, err := adm.ListBrokers(ctx)
+	if err != nil {
+		return false, fmt.Errorf("listing the brokers: %w", err)
+	}
+	if len(brokers) == 0 {
+		return false, errors.New("listing the brokers: the cluster named none")
+	}
+	// One broker by id: without an id Kafka describes only the cluster's
+	// dynamic defaults, which leave out every static setting.
+	configs, err := adm.DescribeBrokerConfigs(ctx, brokers[0].NodeID)
+	if err != nil {
+		return false, fmt.Errorf("describing the broker's configs: %w", err)
+	}
+	for _, rc := range configs {
+		if rc.Err != nil {
+			return false, fmt.Errorf("describing the broker's configs: %w", rc.Err)
+		}
+		for _, c := range rc.Configs {
+			if c.Key == key {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// check checks the shape (partitions, cleanup policy) of every existing
+// topic, returning the mismatches, and fills in the durability of its
+// status.
+func check(ctx context.Context, adm *kadm.Client, specs []Spec, details kadm.TopicDetails, d Durability, statuses []Status) []error {
+	status := map[string]*Status{}
+	for i := range statuses {
+		status[statuses[i].Spec.Name] = &statuses[i]
+	}
 	var errs []error
 	var existing []string
 	for _, spec := range specs {
-		d, ok := details[spec.Name]
-		if !ok || d.Err != nil {
+		td, ok := details[spec.Name]
+		if !ok || td.Err != nil {
 			continue
 		}
 		existing = append(existing, spec.Name)
-		if got := int32(len(d.Partitions)); got != spec.Partitions {
+		if st := status[spec.Name]; st != nil {
+			st.Replicas = fewestReplicas(td)
+			if st.Replicas < d.ReplicationFactor {
+				st.Weak = append(st.Weak, fmt.Sprintf("has %d replicas of a partition but kafka.replication_factor is %d: add replicas with kafka-reassign-partitions", st.Replicas, d.ReplicationFactor))
+			}
+		}
+		if got := int32(len(td.Partitions)); got != spec.Partitions {
 			errs = append(errs, fmt.Errorf("%w: topic %s has %d partitions but stream %s needs %d (streams.%s.limits.partitions): every topic of a stream must have the same count so a key's input, table and outputs share a partition",
 				ErrMismatch, spec.Name, got, spec.Stream, spec.Partitions, spec.Stream))
 		}
@@ -181,7 +286,7 @@ func checkShapes(ctx context.Context, adm *kadm.Client, specs []Spec, details ka
 	if len(existing) == 0 {
 		return errs
 	}
-	configs, err := adm.DescribeTopicConfigs(ctx, existing...)
+	configs, err := describeConfigs(ctx, adm, existing)
 	if err != nil {
 		return append(errs, fmt.Errorf("describing topic configs: %w", err))
 	}
@@ -195,13 +300,75 @@ func checkShapes(ctx context.Context, adm *kadm.Client, specs []Spec, details ka
 			continue
 		}
 		want := byName[rc.Name].CleanupPolicy()
+		st := status[rc.Name]
 		for _, c := range rc.Configs {
-			if c.Key == "cleanup.policy" && c.Value != nil && !samePolicy(*c.Value, want) {
-				errs = append(errs, fmt.Errorf("%w: topic %s has cleanup.policy=%s but needs %s", ErrMismatch, rc.Name, *c.Value, want))
+			if c.Value == nil {
+				continue
 			}
+			switch c.Key {
+			case "cleanup.policy":
+				if !samePolicy(*c.Value, want) {
+					errs = append(errs, fmt.Errorf("%w: topic %s has cleanup.policy=%s but needs %s", ErrMismatch, rc.Name, *c.Value, want))
+				}
+			case configMinInsync:
+				if st != nil {
+					st.MinInsync, _ = strconv.Atoi(*c.Value)
+				}
+			case configUnclean:
+				if st != nil {
+					st.Unclean = *c.Value == "true"
+				}
+			}
+		}
+		if st == nil {
+			continue
+		}
+		if st.MinInsync < d.MinInsyncReplicas {
+			st.Weak = append(st.Weak, fmt.Sprintf("has min.insync.replicas=%d but kafka.min_insync_replicas is %d: an acknowledged webhook may be on fewer brokers than configured; fix with kafka-configs --alter --entity-type topics --entity-name %s --add-config min.insync.replicas=%d",
+				st.MinInsync, d.MinInsyncReplicas, rc.Name, d.MinInsyncReplicas))
+		}
+		if st.Unclean {
+			st.Weak = append(st.Weak, fmt.Sprintf("has unclean.leader.election.enable=true: a leader elected out of sync truncates acknowledged webhooks; fix with kafka-configs --alter --entity-type topics --entity-name %s --add-config unclean.leader.election.enable=false", rc.Name))
 		}
 	}
 	return errs
+}
+
+// describeConfigs describes the topics' configs, asking again for a while
+// while a broker says a topic is unknown: on a cluster, the broker asked
+// may not have learnt yet of a topic that another's metadata lists.
+func describeConfigs(ctx context.Context, adm *kadm.Client, names []string) (kadm.ResourceConfigs, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		configs, err := adm.DescribeTopicConfigs(ctx, names...)
+		if err != nil {
+			return nil, err
+		}
+		unknown := false
+		for _, rc := range configs {
+			unknown = unknown || errors.Is(rc.Err, kerr.UnknownTopicOrPartition)
+		}
+		if !unknown || time.Now().After(deadline) {
+			return configs, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// fewestReplicas is the replica count of the topic's least replicated
+// partition.
+func fewestReplicas(td kadm.TopicDetail) int {
+	fewest := -1
+	for _, p := range td.Partitions {
+		if fewest < 0 || len(p.Replicas) < fewest {
+			fewest = len(p.Replicas)
+		}
+	}
+	return max(fewest, 0)
 }
 
 func samePolicy(got, want string) bool {
@@ -209,7 +376,8 @@ func samePolicy(got, want string) bool {
 }
 
 // listUncached lists topics from a broker. kadm.ListTopics otherwise answers
-// from the client's metadata cache for MetadataMinAge (5s by default), which
+// from the client's metadata cache for MetadataMinAge (a second in
+// internal/kafka's clients, 5s in franz-go's default), which
 // may still say "unknown topic" for a topic created since.
 func listUncached(ctx context.Context, adm *kadm.Client, names []string) (kadm.TopicDetails, error) {
 	return adm.ListTopics(kadm.WithAuthorizedOps(ctx), names...)

@@ -3,11 +3,15 @@ package topics_test
 import (
 	"context"
 	"errors"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"gopkg.in/yaml.v3"
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
@@ -82,6 +86,7 @@ var ensureCases = []struct {
 	{"wrong partition count is a mismatch", testEnsureRejectsWrongPartitionCount},
 	{"wrong cleanup policy is a mismatch", testEnsureRejectsWrongCleanupPolicy},
 	{"topic created after an earlier listing is still checked", testEnsureChecksTopicCreatedAfterListing},
+	{"every created topic has the configured durability", testEnsureCreatesDurableTopics},
 }
 
 func TestEnsureTopics(t *testing.T) {
@@ -105,6 +110,13 @@ type fixture struct {
 
 func newFixture(t *testing.T, brokers []string) *fixture {
 	t.Helper()
+	return newFixtureWith(t, brokers, "")
+}
+
+// newFixtureWith is newFixture with a kafka section of the config file
+// (replication settings).
+func newFixtureWith(t *testing.T, brokers []string, kafkaYAML string) *fixture {
+	t.Helper()
 	ctx := testenv.Context(t, time.Minute)
 	// A unique stream per test keeps its topics apart from every other test
 	// on a shared broker.
@@ -112,6 +124,11 @@ func newFixture(t *testing.T, brokers []string) *fixture {
 	s.Name = testenv.UniqueName("topics")
 	s.Limits.Partitions = partitions
 	cfg := testenv.OnlyStream(t, s)
+	if kafkaYAML != "" {
+		if err := yaml.Unmarshal([]byte(kafkaYAML), &cfg.Kafka); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cfg.Kafka.Brokers = brokers
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -390,5 +407,105 @@ func testEnsureChecksTopicCreatedAfterListing(t *testing.T, brokers []string) {
 	statuses, err := kafka.EnsureTopics(f.ctx, cl, f.cfg, true)
 	if !errors.Is(err, topics.ErrMismatch) || !strings.Contains(err.Error(), "topic "+names.In+" has 1 partitions") {
 		t.Fatalf("Ensure = %v, want a mismatch naming %s; statuses %+v", err, names.In, statuses)
+	}
+}
+
+// describe returns every config of each topic, by topic and key.
+func (f *fixture) describe(t *testing.T, names ...string) map[string]map[string]kadm.Config {
+	t.Helper()
+	configs, err := f.adm.DescribeTopicConfigs(f.ctx, names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string]kadm.Config{}
+	for _, rc := range configs {
+		if rc.Err != nil {
+			t.Fatalf("describing %s: %v", rc.Name, rc.Err)
+		}
+		out[rc.Name] = map[string]kadm.Config{}
+		for _, c := range rc.Configs {
+			out[rc.Name][c.Key] = c
+		}
+	}
+	return out
+}
+
+// On one broker: one replica and min.insync.replicas 1, set on the topic;
+// on Kafka also unclean.leader.election.enable=false, set on the topic
+// rather than left to the broker's default (kfake has no such setting).
+func testEnsureCreatesDurableTopics(t *testing.T, brokers []string) {
+	f := newFixture(t, brokers)
+	statuses, err := f.ensure(t, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if weak := topics.Weak(statuses); weak != nil {
+		t.Errorf("freshly created topics are weak: %v", weak)
+	}
+	for _, s := range statuses {
+		if s.Replicas != 1 || s.MinInsync != 1 || s.Unclean {
+			t.Errorf("%s: %d replicas, min ISR %d, unclean %v; want 1, 1, false", s.Spec.Name, s.Replicas, s.MinInsync, s.Unclean)
+		}
+	}
+	// kfake, unlike Kafka, knows no unclean.leader.election.enable.
+	onKafka := slices.Equal(brokers, strings.Split(os.Getenv(testenv.EnvKafka), ","))
+	checkDurableConfigs(t, f.describe(t, f.names()...), len(f.specs), "1", onKafka)
+}
+
+// checkDurableConfigs asserts that every described topic has minISR and,
+// when unclean, unclean.leader.election.enable=false, each set on the
+// topic itself.
+func checkDurableConfigs(t *testing.T, configs map[string]map[string]kadm.Config, topicCount int, minISR string, unclean bool) {
+	t.Helper()
+	if len(configs) != topicCount {
+		t.Errorf("described %d topics, want %d", len(configs), topicCount)
+	}
+	want := map[string]string{"min.insync.replicas": minISR}
+	if unclean {
+		want["unclean.leader.election.enable"] = "false"
+	}
+	for name, cs := range configs {
+		for key, value := range want {
+			c := cs[key]
+			if c.Value == nil || *c.Value != value || c.Source != kmsg.ConfigSourceDynamicTopicConfig {
+				t.Errorf("%s: %s=%v from %v, want %s set on the topic", name, key, c.MaybeValue(), c.Source, value)
+			}
+		}
+	}
+}
+
+// A topic that allows unclean leader election, made behind driftguard's
+// back, is reported weak with its fix, and not as an error of Ensure: the
+// processors start anyway.
+func TestEnsureReportsUncleanElectionAsWeak(t *testing.T) {
+	f := newFixture(t, testenv.Kafka(t))
+	in := topics.For(f.stream.Name).In
+	yes, del := "true", "delete"
+	resp, err := f.adm.CreateTopic(f.ctx, partitions, 1, map[string]*string{"cleanup.policy": &del, "unclean.leader.election.enable": &yes}, in)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.waitForTopics(t, in)
+
+	statuses, err := f.ensure(t, true)
+	if err != nil {
+		t.Fatalf("Ensure = %v, want no error for a weak topic", err)
+	}
+	weak := topics.Weak(statuses)
+	if !errors.Is(weak, topics.ErrWeak) {
+		t.Fatalf("Weak = %v, want an error wrapping ErrWeak", weak)
+	}
+	for _, want := range []string{"topic " + in + " has unclean.leader.election.enable=true", "--add-config unclean.leader.election.enable=false"} {
+		if !strings.Contains(weak.Error(), want) {
+			t.Errorf("the error does not contain %q:\n%v", want, weak)
+		}
+	}
+	for _, s := range statuses {
+		if (len(s.Weak) > 0) != (s.Spec.Name == in) {
+			t.Errorf("%s: weak %q", s.Spec.Name, s.Weak)
+		}
 	}
 }
