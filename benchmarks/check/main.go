@@ -100,4 +100,3 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (bool, er
 	}
 	return r.Verdict.Passed, nil
 }
-

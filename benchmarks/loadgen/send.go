@@ -73,7 +73,9 @@ func newSender(base string, connections int, timeout time.Duration, sign *signer
 	return &sender{base: base, client: &http.Client{Transport: tr, Timeout: timeout}, sign: sign, attempts: attempts, giveUp: giveUp}
 }
 
-func retryable(status int) bool { return status == 0 || status == http.StatusTooManyRequests || status >= 500 }
+func retryable(status int) bool {
+	return status == 0 || status == http.StatusTooManyRequests || status >= 500
+}
 
 // send delivers it and returns how it ended.
 func (s *sender) send(ctx context.Context, it workload.Item, phase string) model.Delivery {
