@@ -28,6 +28,10 @@ type Round struct {
 	CPUPerEvent map[string]float64 `json:"cpu_us_per_event,omitempty"`
 	// PeakRSS is each process's peak resident memory (VmHWM), bytes.
 	PeakRSS map[string]int64 `json:"peak_rss_bytes,omitempty"`
+	// Figures are further measurements by name, e.g. "decided_per_second"
+	// (decisions made in the measured window, over its length) or
+	// "outcome_applied" (how many decisions had that outcome).
+	Figures map[string]float64 `json:"figures,omitempty"`
 	// Settings are the knobs this round ran with (connections, linger...).
 	Settings map[string]string `json:"settings,omitempty"`
 	// Verdict is the checker's; a round that did not pass is reported,
