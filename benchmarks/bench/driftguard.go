@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/benchmarks/checker"
 	"github.com/driftguard/driftguard/benchmarks/model"
@@ -31,6 +34,12 @@ type driftguardE2E struct {
 	stream string
 	// config is YAML added to the configuration file (knobs under test).
 	config string
+	// controls has the checker judge two tampered copies of the run as
+	// well, one with an acknowledged webhook that never reached ingest
+	// and one expecting another state for an entity, and fails the round
+	// unless it finds both: proof, in the smoke run, that the checker can
+	// fail.
+	controls bool
 }
 
 func (d *driftguardE2E) Name() string   { return "driftguard " + d.stream }
@@ -43,6 +52,7 @@ type driftguardInstance struct {
 	ingest, process, sink *proc
 	url, secret, chAddr   string
 	database              string
+	controls              bool
 	conn                  driver.Conn
 	// positions is the sink's progress, sampled while the run goes on:
 	// when each outcome record's row was in ClickHouse.
@@ -67,7 +77,7 @@ func (d *driftguardE2E) Start(ctx context.Context, ws *Workspace) (Instance, err
 	if err != nil {
 		return nil, err
 	}
-	in := &driftguardInstance{ws: ws, stream: d.stream, secret: newSecret(), database: "bench"}
+	in := &driftguardInstance{ws: ws, stream: d.stream, secret: newSecret(), database: "bench", controls: d.controls}
 	ok := false
 	defer func() {
 		if !ok {
@@ -125,6 +135,12 @@ func (d *driftguardE2E) Start(ctx context.Context, ws *Workspace) (Instance, err
 		if err := waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[i+1]), p, 2*time.Minute); err != nil {
 			return nil, fmt.Errorf("%v (logs in %s)", err, dir)
 		}
+	}
+	// Ready means a component can work, not that its consumer group has
+	// handed it partitions yet: wait for that too, so that the warm-up
+	// warms a running pipeline.
+	if err := waitGroupsAssigned(ctx, brokers, []string{d.stream, "driftguard-sink-clickhouse"}, 2*time.Minute); err != nil {
+		return nil, fmt.Errorf("%v (logs in %s)", err, dir)
 	}
 	if in.conn, err = sinkch.Open(ctx, config.ClickHouse{Addr: in.chAddr, Database: in.database, Username: "default"}); err != nil {
 		return nil, err
@@ -185,12 +201,17 @@ func (in *driftguardInstance) Processes() map[string]int {
 
 func (in *driftguardInstance) Judge(ctx context.Context, run *Run) (Judgement, error) {
 	ch := config.ClickHouse{Addr: in.chAddr, Database: in.database, Username: "default"}
-	r, err := checker.Driftguard{Brokers: []string{in.kafka.Vars["DRIFTGUARD_TEST_KAFKA"]}, ClickHouse: ch}.
-		Check(ctx, run.Sent, run.Expected, []string{in.stream})
+	dg := checker.Driftguard{Brokers: []string{in.kafka.Vars["DRIFTGUARD_TEST_KAFKA"]}, ClickHouse: ch}
+	r, err := dg.Check(ctx, run.Sent, run.Expected, []string{in.stream})
 	in.poll()
 	in.polled.Wait()
 	if err != nil {
 		return Judgement{}, err
+	}
+	if in.controls {
+		if err := in.negativeControls(ctx, dg, run); err != nil {
+			return Judgement{}, err
+		}
 	}
 	writeReport(run.Dir, r)
 	j := Judgement{Verdict: r.Verdict, Latency: map[string]model.Percentiles{}, Figures: map[string]float64{}}
@@ -255,4 +276,83 @@ func (in *driftguardInstance) Stop(ctx context.Context) error {
 	in.kafka.stop(ctx)
 	in.ch.stop(ctx)
 	return nil
+}
+
+// negativeControls has the checker judge the run with an acknowledged
+// webhook that never reached ingest, and with another state expected for
+// one entity; it must find the first lost and the second mismatched.
+func (in *driftguardInstance) negativeControls(ctx context.Context, dg checker.Driftguard, run *Run) error {
+	dg.Drain = time.Second
+	ghost := model.Delivery{Stream: in.stream, EventID: "never-sent", Key: "nobody", Status: 202, Attempts: 1, Phase: model.PhaseMeasure}
+	r, err := dg.Check(ctx, append(slices.Clone(run.Sent), ghost), run.Expected, []string{in.stream})
+	if err != nil {
+		return err
+	}
+	if r.Verdict.Passed || r.Verdict.Lost != 1 {
+		return fmt.Errorf("negative control: a webhook acknowledged but never sent was not found lost (verdict %+v)", r.Verdict)
+	}
+	want := run.Expected
+	switch in.stream {
+	case "presence":
+		want.Presence = maps.Clone(want.Presence)
+		for k, p := range want.Presence {
+			p.SequenceNumber++
+			want.Presence[k] = p
+			break
+		}
+	case "orders":
+		want.Orders = maps.Clone(want.Orders)
+		want.Orders["an-order-never-made"] = model.Order{Created: true}
+	default:
+		return nil
+	}
+	if r, err = dg.Check(ctx, run.Sent, want, []string{in.stream}); err != nil {
+		return err
+	}
+	if r.Verdict.Passed || r.Verdict.Mismatched != 1 {
+		return fmt.Errorf("negative control: an entity expected in another state was not found (verdict %+v)", r.Verdict)
+	}
+	in.ws.Log.Info("negative controls: the checker found the webhook lost and the state mismatched", "stream", in.stream)
+	return nil
+}
+
+// waitGroupsAssigned waits until each consumer group is stable with its
+// partitions assigned.
+func waitGroupsAssigned(ctx context.Context, brokers string, groups []string, d time.Duration) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	deadline := time.Now().Add(d)
+	for {
+		described, err := adm.DescribeGroups(ctx, groups...)
+		waiting := ""
+		for _, g := range groups {
+			dg, found := described[g]
+			assigned := false
+			if found && dg.Err == nil && dg.State == "Stable" {
+				for _, m := range dg.Members {
+					if c, ok := m.Assigned.AsConsumer(); ok && len(c.Topics) > 0 {
+						assigned = true
+					}
+				}
+			}
+			if !assigned {
+				waiting = g
+			}
+		}
+		if err == nil && waiting == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("consumer group %s had no partitions assigned after %s (%v)", waiting, d, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }

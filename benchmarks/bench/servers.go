@@ -86,4 +86,3 @@ func (ws *Workspace) startKafkaAndClickHouse(ctx context.Context) (kafka, ch *se
 	}
 	return kafka, ch, nil
 }
-

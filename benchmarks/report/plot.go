@@ -57,6 +57,9 @@ func drawPlots(base string, sums []Summary) (Plots, error) {
 	tp.Add(bars, eb)
 	tp.NominalX(names...)
 	tp.Y.Min = 0
+	for _, e := range errs {
+		tp.Y.Max = max(tp.Y.Max, 1.15*e[2])
+	}
 	p.Throughput = base + "-throughput.png"
 	if err := tp.Save(width, 4*vg.Inch, p.Throughput); err != nil {
 		return p, err
@@ -100,7 +103,7 @@ func drawPlots(base string, sums []Summary) (Plots, error) {
 		lp.Legend.Add(s.Contender, line, points)
 	}
 	lp.NominalX(labels...)
-	lp.Legend.Top = true
+	lp.Legend.Top, lp.Legend.Left = true, true
 	p.Latency = base + "-latency.png"
 	if err := lp.Save(8*vg.Inch, 4.5*vg.Inch, p.Latency); err != nil {
 		return p, err
@@ -117,11 +120,13 @@ func drawPlots(base string, sums []Summary) (Plots, error) {
 		}
 	}
 	var below *plotter.BarChart
+	tops := make([]float64, len(ok))
 	for i, name := range sortProcesses(slices.Collect(maps.Keys(procs))) {
 		v := make(plotter.Values, len(ok))
 		for j, s := range ok {
 			if c, found := s.CPU[name]; found && !math.IsNaN(c.Median) {
 				v[j] = c.Median
+				tops[j] += c.Median
 			}
 		}
 		b, err := plotter.NewBarChart(v, vg.Points(40))
@@ -139,6 +144,8 @@ func drawPlots(base string, sums []Summary) (Plots, error) {
 	}
 	cp.NominalX(names...)
 	cp.Legend.Top = true
+	// Room above the bars for the legend.
+	cp.Y.Min, cp.Y.Max = 0, 1.5*slices.Max(tops)
 	p.CPU = base + "-cpu.png"
 	return p, cp.Save(width, 4.5*vg.Inch, p.CPU)
 }
