@@ -22,8 +22,9 @@ import (
 // database (benchmarks/scripts/<db>.sh) printing NAME=value lines.
 type peer struct {
 	name, stream string
-	// pkg is the main package under benchmarks/, script the database's.
-	pkg, script string
+	// pkg is the main package under benchmarks/, script the database's
+	// and db its name there (and in the results).
+	pkg, script, db string
 	// dbFlag is the peer's flag naming the database, dbVar and pidVar the
 	// script's lines with its address and its pid, portVar the
 	// variable that sets its port.
@@ -31,9 +32,9 @@ type peer struct {
 }
 
 var peers = []*peer{
-	{name: "postgres presence", stream: "presence", pkg: "./peers/pgpresence", script: "benchmarks/scripts/postgres.sh",
+	{name: "postgres presence", stream: "presence", pkg: "./peers/pgpresence", script: "benchmarks/scripts/postgres.sh", db: "postgres",
 		dbFlag: "--dsn", dbVar: "DRIFTGUARD_TEST_POSTGRES", pidVar: "DRIFTGUARD_TEST_POSTGRES_PID", portVar: "POSTGRES_PORT"},
-	{name: "redis orders", stream: "orders", pkg: "./peers/redisorders", script: "benchmarks/scripts/redis.sh",
+	{name: "redis orders", stream: "orders", pkg: "./peers/redisorders", script: "benchmarks/scripts/redis.sh", db: "redis",
 		dbFlag: "--redis", dbVar: "DRIFTGUARD_TEST_REDIS", pidVar: "DRIFTGUARD_TEST_REDIS_PID", portVar: "REDIS_PORT"},
 }
 
@@ -70,7 +71,7 @@ func (p *peer) Start(ctx context.Context, ws *Workspace) (Instance, error) {
 			_ = in.Stop(context.WithoutCancel(ctx))
 		}
 	}()
-	if in.db, err = ws.startServer(ctx, p.script, filepath.Base(p.script[:len(p.script)-3]), p.pidVar, p.portVar); err != nil {
+	if in.db, err = ws.startServer(ctx, p.script, p.db, p.pidVar, p.portVar); err != nil {
 		return nil, err
 	}
 	port, err := freePort()
@@ -99,7 +100,7 @@ func (in *peerInstance) Processes() map[string]int {
 		out["peer"] = in.serve.pid()
 	}
 	if in.db != nil {
-		out[filepath.Base(in.p.script[:len(in.p.script)-3])] = in.db.PID
+		out[in.p.db] = in.db.PID
 	}
 	return out
 }

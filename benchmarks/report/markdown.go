@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -51,7 +52,7 @@ func Markdown(res *Results, sums []Summary, plots Plots) string {
 			failed = append(failed, s)
 		}
 	}
-	slices.SortStableFunc(ok, func(a, b Summary) int { return int(b.PerSecond.Median - a.PerSecond.Median) })
+	slices.SortStableFunc(ok, func(a, b Summary) int { return cmp.Compare(b.PerSecond.Median, a.PerSecond.Median) })
 	w("## End to end\n\n")
 	w("Each contender fed the same signed webhooks by `benchmarks/loadgen`, in interleaved rounds; medians with the range over rounds in parentheses. ")
 	w("Latencies in ms: ack is the HTTP answer, decision is accepted → decided (driftguard's outcome record), row is accepted → row in ClickHouse. ")
