@@ -55,12 +55,17 @@ func Markdown(res *Results, sums []Summary, plots Plots) string {
 	slices.SortStableFunc(ok, func(a, b Summary) int { return cmp.Compare(b.PerSecond.Median, a.PerSecond.Median) })
 	w("## End to end\n\n")
 	w("Each contender fed the same signed webhooks by `benchmarks/loadgen`, in interleaved rounds; medians with the range over rounds in parentheses. ")
-	w("Latencies in ms: ack is the HTTP answer, decision is accepted → decided (driftguard's outcome record), row is accepted → row in ClickHouse. ")
+	w("webhooks/s are those accepted (2xx) in the measured window; decided/s, driftguard's first decisions of webhooks made in the same window (below webhooks/s when the processors fall behind). ")
+	w("Latencies in ms: ack is the HTTP answer, decision is accepted → decided (driftguard's outcome record), row is accepted → row in ClickHouse (sampled every 100 ms). ")
 	w("Every contender listed passed `benchmarks/check` in every round: nothing lost, nothing doubled, the final state the model's.\n\n")
-	w("| contender | rounds passed | webhooks/s | ack p50 / p99 | decision p50 / p99 | row p50 / p99 | CPU µs/webhook | peak RSS MiB |\n")
-	w("|---|---|---|---|---|---|---|---|\n")
+	w("| contender | rounds passed | webhooks/s | decided/s | ack p50 / p99 | decision p50 / p99 | row p50 / p99 | CPU µs/webhook | peak RSS MiB |\n")
+	w("|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range ok {
-		w("| %s | %d/%d | %s | %s | %s | %s | %s | %s |\n", s.Contender, s.Passed, s.Rounds, withRange(s.PerSecond),
+		decided := "–"
+		if d, found := s.Figures["decided_per_second"]; found {
+			decided = withRange(d)
+		}
+		w("| %s | %d/%d | %s | %s | %s | %s | %s | %s | %s |\n", s.Contender, s.Passed, s.Rounds, withRange(s.PerSecond), decided,
 			latency(s, "ack"), latency(s, "decision"), latency(s, "row"), withRange(s.CPUTotal), rss(s))
 	}
 	w("\n")

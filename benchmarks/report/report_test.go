@@ -36,7 +36,7 @@ func TestWrite(t *testing.T) {
 	}
 	md := string(b)
 	for _, want := range []string{
-		"| driftguard presence | 3/3 | 10000 (9000–11000) |",
+		"| driftguard presence | 3/3 | 10000 (9000–11000) | – |",
 		"- **postgres presence**: 2 of 3 rounds passed; round 2: lost 3",
 		"driftguard presence over postgres presence: not compared, one of them failed the checker",
 		"driftguard presence: 10000 webhooks/s with p99 accept → decision 200 ms, against ≥ 10000/s with p99 ≤ 250 ms: **met**",
