@@ -55,6 +55,7 @@ type options struct {
 	out, work                string
 	smoke, keep, noProcessor bool
 	processorArgs            string
+	processorJSON            string
 	driftguardConfig         string
 }
 
@@ -74,6 +75,7 @@ func run(ctx context.Context, args []string) error {
 	fs.BoolVar(&o.keep, "keep", false, "keep the work folder")
 	fs.BoolVar(&o.noProcessor, "no-processor", false, "skip the Kafka Streams comparison")
 	fs.StringVar(&o.processorArgs, "processor-args", "", "extra flags for benchmarks/processor, space-separated")
+	fs.StringVar(&o.processorJSON, "processor-json", "", "take the Kafka Streams comparison's rounds from this benchmarks/processor -out file instead of running it")
 	fs.StringVar(&o.driftguardConfig, "driftguard-config", "", "a YAML file added to driftguard's configuration (knobs to try)")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -37,6 +37,15 @@ type processorResults struct {
 // own; it runs its own interleaved rounds. It returns a note instead when
 // this checkout does not have it.
 func (ws *Workspace) runProcessor(ctx context.Context, o options) ([]model.Round, string, error) {
+	if o.processorJSON != "" {
+		b, err := os.ReadFile(o.processorJSON)
+		if err != nil {
+			return nil, "", err
+		}
+		rounds, err := processorRounds(b)
+		return rounds, "The Kafka Streams comparison's rounds are taken from an earlier run of benchmarks/processor (" +
+			filepath.Base(o.processorJSON) + "), not run again.", err
+	}
 	if _, err := os.Stat(filepath.Join(ws.Bench, "processor")); err != nil {
 		return nil, "The Kafka Streams comparison (benchmarks/processor) is not in this checkout, not run.", nil
 	}
@@ -83,9 +92,21 @@ func (ws *Workspace) runProcessor(ctx context.Context, o options) ([]model.Round
 		}
 		return nil, "", err
 	}
+	rounds, err := processorRounds(b)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", out, err)
+	}
+	if runErr != nil {
+		return rounds, "", fmt.Errorf("benchmarks/processor: %v (see %s)", runErr, logf.Name())
+	}
+	return rounds, "", nil
+}
+
+// processorRounds reads benchmarks/processor's JSON as rounds.
+func processorRounds(b []byte) ([]model.Round, error) {
 	var pr processorResults
 	if err := json.Unmarshal(b, &pr); err != nil {
-		return nil, "", fmt.Errorf("%s: %w", out, err)
+		return nil, err
 	}
 	var rounds []model.Round
 	for _, r := range pr.Rounds {
@@ -96,8 +117,5 @@ func (ws *Workspace) runProcessor(ctx context.Context, o options) ([]model.Round
 				Verdict:     model.Verdict{Passed: run.OK, Error: run.Failure}})
 		}
 	}
-	if runErr != nil {
-		return rounds, "", fmt.Errorf("benchmarks/processor: %v (see %s)", runErr, logf.Name())
-	}
-	return rounds, "", nil
+	return rounds, nil
 }

@@ -24,9 +24,27 @@ type server struct {
 	PID  int
 }
 
+// startAttempts is how often a server's start is tried: on a shared
+// machine a JVM now and then exits while it starts, or a free port is
+// taken before the server binds it.
+const startAttempts = 3
+
 // startServer starts script with ports named by portVars, and finds its
 // pid in pidVar (a NAME=value line) or the state folder's <name>.pid.
+// A start that fails is tried again on other ports.
 func (ws *Workspace) startServer(ctx context.Context, script, name, pidVar string, portVars ...string) (*server, error) {
+	var err error
+	for attempt := 1; attempt <= startAttempts; attempt++ {
+		var s *server
+		if s, err = ws.startServerOnce(ctx, script, name, pidVar, portVars...); err == nil || ctx.Err() != nil {
+			return s, err
+		}
+		ws.Log.Warn("a server did not start", "script", script, "attempt", attempt, "err", err)
+	}
+	return nil, err
+}
+
+func (ws *Workspace) startServerOnce(ctx context.Context, script, name, pidVar string, portVars ...string) (*server, error) {
 	ports, err := freePorts(len(portVars))
 	if err != nil {
 		return nil, err
