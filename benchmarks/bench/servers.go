@@ -58,6 +58,9 @@ func (ws *Workspace) startServerOnce(ctx context.Context, script, name, pidVar s
 		s.env[v] = strconv.Itoa(ports[i])
 	}
 	if s.Vars, err = ws.script(ctx, s.script, "start", s.env); err != nil {
+		// A start cut short may have left its server running: stop what
+		// it recorded.
+		s.stop(context.WithoutCancel(ctx))
 		return nil, err
 	}
 	pid := s.Vars[pidVar]
