@@ -84,6 +84,7 @@ func run(ctx context.Context, args []string) error {
 		o.rounds, o.warmup, o.count, o.cooldown, o.connections = 1, 300, 1500, 200, 16
 	}
 	start := time.Now()
+	loadAtStart := loadAverage()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ws, cleanup, err := newWorkspace(o, log)
 	if err != nil {
@@ -161,6 +162,7 @@ func run(ctx context.Context, args []string) error {
 		res.Processor = rounds
 	}
 	res.Seconds = time.Since(start).Seconds()
+	res.Settings["load average at start, at end"] = loadAtStart + ", " + loadAverage()
 	dir := filepath.Join(ws.Bench, o.out)
 	if o.smoke {
 		dir = filepath.Join(ws.Dir, "results")
@@ -405,4 +407,18 @@ func machine() string {
 		}
 	}
 	return fmt.Sprintf("%d cores%s, %s/%s, %s", runtime.NumCPU(), mem, runtime.GOOS, runtime.GOARCH, runtime.Version())
+}
+
+// loadAverage is the machine's 1-minute load average: on a shared
+// machine, what the contenders competed with.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "unknown"
+	}
+	return f[0]
 }
