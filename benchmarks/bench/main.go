@@ -16,6 +16,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -77,8 +78,12 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&o.processorArgs, "processor-args", "", "extra flags for benchmarks/processor, space-separated")
 	fs.StringVar(&o.processorJSON, "processor-json", "", "take the Kafka Streams comparison's rounds from this benchmarks/processor -out file instead of running it")
 	fs.StringVar(&o.driftguardConfig, "driftguard-config", "", "a YAML file added to driftguard's configuration (knobs to try)")
+	from := fs.String("from", "", "only write the results (Markdown, plots) again from this results JSON file, into its folder")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *from != "" {
+		return rewrite(*from)
 	}
 	if o.smoke {
 		o.rounds, o.warmup, o.count, o.cooldown, o.connections = 1, 300, 1500, 200, 16
@@ -421,4 +426,21 @@ func loadAverage() string {
 		return "unknown"
 	}
 	return f[0]
+}
+
+// rewrite writes a results file's Markdown and plots again from its JSON.
+func rewrite(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var res report.Results
+	if err := json.Unmarshal(b, &res); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	out, err := report.Write(filepath.Dir(path), &res)
+	if err == nil {
+		fmt.Println(out)
+	}
+	return err
 }

@@ -106,7 +106,7 @@ func Markdown(res *Results, sums []Summary, plots Plots) string {
 	}
 
 	w("## Targets\n\n")
-	for _, line := range targets(ok, failed) {
+	for _, line := range append(targets(ok, failed), processorTargets(Summarize(res.Processor))...) {
 		w("- %s\n", line)
 	}
 	w("\n")
@@ -186,4 +186,37 @@ func metOrNot(met bool) string {
 		return "**met**"
 	}
 	return "**not met**"
+}
+
+// processorTargets compares driftguard's presence processor with the
+// Kafka Streams application, median over median, as the issue sets them.
+func processorTargets(sums []Summary) []string {
+	var dg *Summary
+	for i := range sums {
+		if sums[i].Contender == "driftguard" {
+			dg = &sums[i]
+		}
+	}
+	if dg == nil {
+		return nil
+	}
+	var out []string
+	for _, t := range []struct {
+		peer   string
+		target float64
+	}{{"kstreams-alos", 5}, {"kstreams-eos", 3}} {
+		for _, s := range sums {
+			if s.Contender != t.peer {
+				continue
+			}
+			if !dg.OK() || !s.OK() || s.PerSecond.Median <= 0 {
+				out = append(out, fmt.Sprintf("the presence processor over %s: not compared, one of them failed its check", t.peer))
+				continue
+			}
+			r := dg.PerSecond.Median / s.PerSecond.Median
+			out = append(out, fmt.Sprintf("the presence processor over %s: %.2f× the events/s (median over median), against ≥ %.0f×: %s", t.peer, r, t.target,
+				metOrNot(r >= t.target)))
+		}
+	}
+	return out
 }

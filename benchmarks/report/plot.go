@@ -1,6 +1,7 @@
 package report
 
 import (
+	"image/color"
 	"maps"
 	"math"
 	"slices"
@@ -133,7 +134,7 @@ func drawPlots(base string, sums []Summary) (Plots, error) {
 		if err != nil {
 			return p, err
 		}
-		b.Color = plotutil.Color(i)
+		b.Color = palette[i%len(palette)]
 		b.LineStyle.Width = 0
 		if below != nil {
 			b.StackOn(below)
@@ -148,6 +149,15 @@ func drawPlots(base string, sums []Summary) (Plots, error) {
 	cp.Y.Min, cp.Y.Max = 0, 1.5*slices.Max(tops)
 	p.CPU = base + "-cpu.png"
 	return p, cp.Save(width, 4.5*vg.Inch, p.CPU)
+}
+
+// palette has a colour for each process a contender may have.
+var palette = []color.Color{
+	color.RGBA{R: 0x4e, G: 0x79, B: 0xa7, A: 0xff}, color.RGBA{R: 0xf2, G: 0x8e, B: 0x2b, A: 0xff},
+	color.RGBA{R: 0xe1, G: 0x57, B: 0x59, A: 0xff}, color.RGBA{R: 0x76, G: 0xb7, B: 0xb2, A: 0xff},
+	color.RGBA{R: 0x59, G: 0xa1, B: 0x4f, A: 0xff}, color.RGBA{R: 0xed, G: 0xc9, B: 0x48, A: 0xff},
+	color.RGBA{R: 0xb0, G: 0x7a, B: 0xa1, A: 0xff}, color.RGBA{R: 0xff, G: 0x9d, B: 0xa7, A: 0xff},
+	color.RGBA{R: 0x9c, G: 0x75, B: 0x5f, A: 0xff}, color.RGBA{R: 0xba, G: 0xb0, B: 0xac, A: 0xff},
 }
 
 // rangeBars are bars' medians with their ranges: X is the bar's index.
