@@ -95,7 +95,8 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer cleanup()
+	failed := 0
+	defer func() { cleanup(failed > 0) }()
 
 	dgConfig := ""
 	if o.driftguardConfig != "" {
@@ -134,7 +135,6 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 
-	failed := 0
 	for round := 1; round <= o.rounds; round++ {
 		for i := range contenders {
 			c := contenders[(i+round-1)%len(contenders)]
@@ -218,7 +218,9 @@ func pick(all []Contender, list string) ([]Contender, error) {
 	return out, nil
 }
 
-func newWorkspace(o options, log *slog.Logger) (*Workspace, func(), error) {
+// newWorkspace makes the work folder; its cleanup removes it unless it was
+// named, --keep was given, or a smoke run failed (to look at its logs).
+func newWorkspace(o options, log *slog.Logger) (*Workspace, func(failed bool), error) {
 	bench, err := os.Getwd()
 	if err != nil {
 		return nil, nil, err
@@ -235,8 +237,8 @@ func newWorkspace(o options, log *slog.Logger) (*Workspace, func(), error) {
 		return nil, nil, err
 	}
 	ws := &Workspace{Root: filepath.Dir(bench), Bench: bench, Dir: dir, Log: log, Bin: map[string]string{}}
-	cleanup := func() {
-		if o.keep || o.work != "" || o.smoke {
+	cleanup := func(failed bool) {
+		if o.keep || o.work != "" || o.smoke && failed {
 			log.Info("work folder kept", "dir", dir)
 			return
 		}

@@ -74,10 +74,11 @@ func (p *peer) Start(ctx context.Context, ws *Workspace) (Instance, error) {
 	if in.db, err = ws.startServer(ctx, p.script, p.db, p.pidVar, p.portVar); err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	ports, err := freePorts(1)
 	if err != nil {
 		return nil, err
 	}
+	port := ports[0]
 	in.url = fmt.Sprintf("http://127.0.0.1:%d", port)
 	if in.serve, err = spawn("peer", ws.Bin[p.binName()], []string{"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port),
 		p.dbFlag, in.db.Vars[p.dbVar], "--secret", in.secret}, nil, filepath.Join(dir, "peer.log")); err != nil {
@@ -131,7 +132,5 @@ func (in *peerInstance) Stop(ctx context.Context) error {
 
 // writeReport keeps the checker's report beside the run's files.
 func writeReport(dir string, r *checker.Report) {
-	if b, err := json.MarshalIndent(r, "", "  "); err == nil {
-		_ = os.WriteFile(filepath.Join(dir, "check.json"), append(b, '\n'), 0o644)
-	}
+	_ = model.WriteJSON(filepath.Join(dir, "check.json"), r)
 }

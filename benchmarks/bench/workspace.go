@@ -51,16 +51,6 @@ func (ws *Workspace) build(ctx context.Context, dir, pkg, name string) error {
 	return nil
 }
 
-// freePort returns a loopback port nothing listens on now.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
 // freePorts returns n distinct free ports.
 func freePorts(n int) ([]int, error) {
 	var out []int

@@ -15,7 +15,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -90,11 +89,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (bool, er
 	}
 	checker.Print(stdout, r)
 	if *reportPath != "" {
-		b, err := json.MarshalIndent(r, "", "  ")
-		if err != nil {
-			return false, err
-		}
-		if err := os.WriteFile(*reportPath, append(b, '\n'), 0o644); err != nil {
+		if err := model.WriteJSON(*reportPath, r); err != nil {
 			return false, err
 		}
 	}

@@ -234,36 +234,28 @@ func (dg Driftguard) state(ctx context.Context, conn driver.Conn, stream string,
 func decodeState(stream, key, state string, got *model.State) error {
 	switch stream {
 	case "presence":
-		var p model.Presence
-		if err := json.Unmarshal([]byte(state), &p); err != nil {
-			return err
-		}
-		if got.Presence == nil {
-			got.Presence = map[string]model.Presence{}
-		}
-		got.Presence[key] = p
+		return decodeInto(state, key, &got.Presence, nil)
 	case "workflow":
-		var w model.Workflow
-		if err := json.Unmarshal([]byte(state), &w); err != nil {
-			return err
-		}
-		if got.Workflow == nil {
-			got.Workflow = map[string]model.Workflow{}
-		}
-		got.Workflow[key] = w
+		return decodeInto(state, key, &got.Workflow, nil)
 	case "chat":
-		var c model.Conversation
-		if err := json.Unmarshal([]byte(state), &c); err != nil {
-			return err
-		}
-		slices.Sort(c.Members)
-		if got.Chat == nil {
-			got.Chat = map[string]model.Conversation{}
-		}
-		got.Chat[key] = c
-	default:
-		return fmt.Errorf("no state reader for stream %q", stream)
+		return decodeInto(state, key, &got.Chat, func(c *model.Conversation) { slices.Sort(c.Members) })
 	}
+	return fmt.Errorf("no state reader for stream %q", stream)
+}
+
+// decodeInto decodes one entity's state JSON into (*m)[key], after fix.
+func decodeInto[V any](state, key string, m *map[string]V, fix func(*V)) error {
+	var v V
+	if err := json.Unmarshal([]byte(state), &v); err != nil {
+		return err
+	}
+	if fix != nil {
+		fix(&v)
+	}
+	if *m == nil {
+		*m = map[string]V{}
+	}
+	(*m)[key] = v
 	return nil
 }
 

@@ -135,7 +135,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
-	if err := writeJSON(filepath.Join(*out, "expected.json"), plan.Expected); err != nil {
+	if err := model.WriteJSON(filepath.Join(*out, "expected.json"), plan.Expected); err != nil {
 		return err
 	}
 
@@ -180,7 +180,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	summarize(&sum, sent)
-	if err := writeJSON(filepath.Join(*out, "summary.json"), sum); err != nil {
+	if err := model.WriteJSON(filepath.Join(*out, "summary.json"), sum); err != nil {
 		return err
 	}
 	ms := sum.Phases[model.PhaseMeasure]
@@ -226,14 +226,6 @@ func summarize(sum *Summary, sent []model.Delivery) {
 		sum.AcceptedPerSecond = float64(sum.Phases[model.PhaseMeasure].Accepted) / window
 	}
 	sum.AckMs = model.Percentiles{P50: stats.Percentile(acks, 50), P99: stats.Percentile(acks, 99), Max: stats.Percentile(acks, 100)}
-}
-
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
 func writeSent(path string, sent []model.Delivery) error {

@@ -55,3 +55,13 @@ func StreamsOf(sent []Delivery) []string {
 	}
 	return out
 }
+
+// WriteJSON writes v to path as indented JSON, the way every file of a
+// run is written.
+func WriteJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}

@@ -7,7 +7,6 @@
 package report
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"math"
@@ -152,11 +151,7 @@ func Write(dir string, res *Results) (string, error) {
 		return "", err
 	}
 	base := filepath.Join(dir, res.Date)
-	b, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(base+".json", append(b, '\n'), 0o644); err != nil {
+	if err := model.WriteJSON(base+".json", res); err != nil {
 		return "", err
 	}
 	sums := Summarize(res.Rounds)
