@@ -168,7 +168,10 @@ func run(ctx context.Context, args []string) error {
 	}
 	res.Seconds = time.Since(start).Seconds()
 	res.Settings["load average at start, at end"] = loadAtStart + ", " + loadAverage()
-	dir := filepath.Join(ws.Bench, o.out)
+	dir := o.out
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(ws.Bench, dir)
+	}
 	if o.smoke {
 		dir = filepath.Join(ws.Dir, "results")
 	}
