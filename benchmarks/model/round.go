@@ -1,9 +1,8 @@
 package model
 
-// Round is one measured run of one contender: what the benchmark runner
-// records for each contender it runs, and what a comparison that runs its
-// own rounds (the Kafka Streams one) writes, as a JSON array, for the
-// runner to take into the results.
+// Round is one measured run of one contender, as the benchmark runner
+// records it in the results' JSON (the Kafka Streams comparison's runs
+// are read into it too).
 type Round struct {
 	// Contender names what ran, e.g. "driftguard presence" or
 	// "postgres presence"; rounds of one contender are summarised together.
