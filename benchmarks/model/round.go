@@ -1,0 +1,65 @@
+package model
+
+// Round is one measured run of one contender, as the benchmark runner
+// records it in the results' JSON (the Kafka Streams comparison's runs
+// are read into it too).
+type Round struct {
+	// Contender names what ran, e.g. "driftguard presence" or
+	// "postgres presence"; rounds of one contender are summarised together.
+	Contender string `json:"contender"`
+	// Round numbers the interleaved rounds from 1.
+	Round int `json:"round"`
+	// Stream is the stream the contender was fed.
+	Stream string `json:"stream"`
+	// Events counts what was measured: webhooks accepted in the measured
+	// window (or, for a processor on its own, events decided), over
+	// Seconds; PerSecond is their ratio.
+	Events    int     `json:"events"`
+	Seconds   float64 `json:"seconds"`
+	PerSecond float64 `json:"per_second"`
+	// Latency holds percentiles in milliseconds by what they measure:
+	// "ack" (the contender's HTTP answer), "decision" (accepted → decided)
+	// and "row" (accepted → row in ClickHouse).
+	Latency map[string]Percentiles `json:"latency,omitempty"`
+	// CPUPerEvent is CPU µs (user + system) per measured event, by
+	// process ("ingest", "processors", "sink", "broker", "clickhouse",
+	// "loadgen", ...), over the measured window.
+	CPUPerEvent map[string]float64 `json:"cpu_us_per_event,omitempty"`
+	// PeakRSS is each process's peak resident memory (VmHWM), bytes.
+	PeakRSS map[string]int64 `json:"peak_rss_bytes,omitempty"`
+	// Figures are further measurements by name, e.g. "decided_per_second"
+	// (decisions made in the measured window, over its length) or
+	// "outcome_applied" (how many decisions had that outcome).
+	Figures map[string]float64 `json:"figures,omitempty"`
+	// Settings are the knobs this round ran with (connections, linger...).
+	Settings map[string]string `json:"settings,omitempty"`
+	// Verdict is the checker's; a round that did not pass is reported,
+	// never ranked.
+	Verdict Verdict `json:"verdict"`
+}
+
+// Percentiles of one latency, milliseconds.
+type Percentiles struct {
+	P50 float64 `json:"p50"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+// Verdict is the checker's finding on one run.
+type Verdict struct {
+	Passed bool `json:"passed"`
+	// Lost counts deliveries acknowledged with a 2xx that are missing
+	// downstream; Doubled, events decided (or rows written) more than
+	// once; Mismatched, entities whose final state differs from the
+	// model's.
+	Lost       int `json:"lost"`
+	Doubled    int `json:"doubled"`
+	Mismatched int `json:"mismatched"`
+	// Failed counts deliveries that never got a 2xx (after retries): they
+	// are not losses, but a run with any is not a clean run.
+	Failed int `json:"failed"`
+	// Notes are the first findings, in words.
+	Notes []string `json:"notes,omitempty"`
+	// Error is set when the run or the check could not complete.
+	Error string `json:"error,omitempty"`
+}

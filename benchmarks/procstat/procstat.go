@@ -1,0 +1,162 @@
+// Package procstat reads what a process has cost so far from /proc: CPU
+// time (user + system, every thread) and peak resident memory, so that a
+// benchmark can charge each process of a contender for a measured window.
+package procstat
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTick is the unit of utime and stime in /proc/<pid>/stat: USER_HZ,
+// 100 on every Linux this runs on.
+const clockTick = 10 * time.Millisecond
+
+// stat is what this package reads of /proc/<pid>/stat.
+type stat struct {
+	ppid                 int
+	self, reapedChildren time.Duration
+}
+
+func readStat(pid int) (stat, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return stat{}, err
+	}
+	// The command name, field 2, is in parentheses and may hold spaces:
+	// count fields after its closing one.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return stat{}, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	// fields[0] is field 3 (state): ppid is field 4, utime, stime,
+	// cutime and cstime fields 14 to 17.
+	if len(fields) < 15 {
+		return stat{}, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields)+2)
+	}
+	var n [5]int64
+	for i, f := range []int{1, 11, 12, 13, 14} {
+		if n[i], err = strconv.ParseInt(fields[f], 10, 64); err != nil {
+			return stat{}, fmt.Errorf("/proc/%d/stat: field %d: %w", pid, f+3, err)
+		}
+	}
+	return stat{ppid: int(n[0]), self: time.Duration(n[1]+n[2]) * clockTick, reapedChildren: time.Duration(n[3]+n[4]) * clockTick}, nil
+}
+
+// CPU returns the user plus system time pid has used, its threads
+// included (not its children).
+func CPU(pid int) (time.Duration, error) {
+	st, err := readStat(pid)
+	return st.self, err
+}
+
+// TreeCPU returns the CPU time of pid and every process below it: those
+// alive now, and those that exited and were reaped (their time is in
+// their parent's cutime and cstime). A server made of processes, such as
+// PostgreSQL's postmaster and its backends, is charged whole.
+func TreeCPU(pid int) (time.Duration, error) {
+	root, err := readStat(pid)
+	if err != nil {
+		return 0, err
+	}
+	total := root.self + root.reapedChildren
+	for _, child := range Descendants(pid) {
+		if st, err := readStat(child); err == nil {
+			total += st.self + st.reapedChildren
+		}
+	}
+	return total, nil
+}
+
+// Descendants returns the processes below pid, alive now.
+func Descendants(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, err := readStat(p); err == nil {
+			children[st.ppid] = append(children[st.ppid], p)
+		}
+	}
+	var out []int
+	for queue := children[pid]; len(queue) > 0; queue = queue[1:] {
+		out = append(out, queue[0])
+		queue = append(queue, children[queue[0]]...)
+	}
+	return out
+}
+
+// TreePeakRSS returns the sum of the peak resident sizes of pid and the
+// processes below it alive now: an upper bound for a server made of
+// processes, whose shared memory each of them counts.
+func TreePeakRSS(pid int) (int64, error) {
+	total, err := PeakRSS(pid)
+	if err != nil {
+		return 0, err
+	}
+	for _, child := range Descendants(pid) {
+		if n, err := PeakRSS(child); err == nil {
+			total += n
+		}
+	}
+	return total, nil
+}
+
+// PeakRSS returns pid's peak resident set size (VmHWM), in bytes.
+func PeakRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/%d/status: VmHWM %q", pid, rest)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no VmHWM", pid)
+}
+
+// Sample is the CPU time of several processes at one instant.
+type Sample map[string]time.Duration
+
+// Take samples the CPU time of each named process and the processes
+// below it (TreeCPU); one that is gone is left out.
+func Take(pids map[string]int) Sample {
+	s := Sample{}
+	for name, pid := range pids {
+		if d, err := TreeCPU(pid); err == nil {
+			s[name] = d
+		}
+	}
+	return s
+}
+
+// PerEvent returns each process's CPU µs per event between before and
+// after, over n events.
+func PerEvent(before, after Sample, n int) map[string]float64 {
+	out := map[string]float64{}
+	if n <= 0 {
+		return out
+	}
+	for name, a := range after {
+		if b, ok := before[name]; ok {
+			out[name] = float64((a - b).Microseconds()) / float64(n)
+		}
+	}
+	return out
+}

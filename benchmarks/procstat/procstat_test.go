@@ -1,0 +1,79 @@
+package procstat
+
+import (
+	"os"
+	"os/exec"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func rusage(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// What /proc says this process spent agrees with getrusage, and its peak
+// memory is at least what it holds.
+func TestOwnProcess(t *testing.T) {
+	pid := os.Getpid()
+	before := Take(map[string]int{"self": pid, "gone": 1 << 30})
+	if _, ok := before["gone"]; ok {
+		t.Fatal("a process that does not exist was sampled")
+	}
+	held := make([]byte, 64<<20)
+	for i := range held {
+		held[i] = byte(i)
+	}
+	for start := rusage(t); rusage(t)-start < 300*time.Millisecond; {
+	}
+	after := Take(map[string]int{"self": pid})
+	// 300 ms over 1000 events, give or take the clock ticks and the work
+	// before and after the spin.
+	if per := PerEvent(before, after, 1000); per["self"] < 250 || per["self"] > 400 {
+		t.Errorf("CPU per event %v µs after spinning 300 ms of CPU for 1000 events", per["self"])
+	}
+	rss, err := PeakRSS(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rss < 64<<20 {
+		t.Errorf("peak RSS %d bytes while holding 64 MiB", rss)
+	}
+	_ = held[len(held)-1]
+}
+
+// A child's CPU time counts in its parent's tree, while it runs and once
+// it has exited and was reaped.
+func TestTreeCountsChildren(t *testing.T) {
+	if _, err := os.Stat("/bin/sh"); err != nil {
+		t.Skip("no /bin/sh")
+	}
+	before, err := TreeCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/bin/sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if d := Descendants(os.Getpid()); !slices.Contains(d, cmd.Process.Pid) {
+		t.Errorf("the running child %d is not among the descendants %v", cmd.Process.Pid, d)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	child := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	after, err := TreeCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// /proc counts in clock ticks, rusage in microseconds.
+	if after-before < child-2*clockTick {
+		t.Errorf("the tree grew by %v, its reaped child alone used %v", after-before, child)
+	}
+}

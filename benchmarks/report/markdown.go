@@ -1,0 +1,222 @@
+package report
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Targets of the benchmark issue, checked in the results.
+const (
+	TargetPerSecond      = 10_000
+	TargetDecisionP99Ms  = 250
+	TargetRatioOverPeers = 10
+	driftguardPrefix     = "driftguard "
+)
+
+// Markdown renders the results: what ran, the table of the passing
+// contenders, the failed ones apart, CPU by process, the targets, and the
+// processor-only comparison.
+func Markdown(res *Results, sums []Summary, plots Plots) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w("# Benchmarks, %s\n\n", res.Date)
+	if res.Smoke {
+		w("**A smoke run**: small counts that only show the tools work; the figures mean nothing.\n\n")
+	}
+	for _, n := range res.Notes {
+		w("%s\n\n", n)
+	}
+	w("Produced by `%s`", res.Command)
+	if res.Revision != "" {
+		w(" at revision `%s`", res.Revision)
+	}
+	w(" on %s, in %.0f s.\n\n", res.Machine, res.Seconds)
+	if len(res.Settings) > 0 {
+		w("Settings: ")
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(res.Settings)) {
+			parts = append(parts, fmt.Sprintf("%s `%s`", k, res.Settings[k]))
+		}
+		w("%s.\n\n", strings.Join(parts, ", "))
+	}
+
+	var ok, failed []Summary
+	for _, s := range sums {
+		if s.OK() {
+			ok = append(ok, s)
+		} else {
+			failed = append(failed, s)
+		}
+	}
+	slices.SortStableFunc(ok, func(a, b Summary) int { return cmp.Compare(b.PerSecond.Median, a.PerSecond.Median) })
+	w("## End to end\n\n")
+	w("Each contender fed the same signed webhooks by `benchmarks/loadgen`, in interleaved rounds; medians with the range over rounds in parentheses. ")
+	w("webhooks/s are those accepted (2xx) in the measured window; decided/s, driftguard's first decisions of webhooks made in the same window (below webhooks/s when the processors fall behind). ")
+	w("Latencies in ms: ack is the HTTP answer, decision is accepted → decided (driftguard's outcome record), row is accepted → row in ClickHouse (sampled every 100 ms). ")
+	w("Every contender listed passed `benchmarks/check` in every round: nothing lost, nothing doubled, the final state the model's.\n\n")
+	w("| contender | rounds passed | webhooks/s | decided/s | ack p50 / p99 | decision p50 / p99 | row p50 / p99 | CPU µs/webhook | peak RSS MiB |\n")
+	w("|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range ok {
+		decided := "–"
+		if d, found := s.Figures["decided_per_second"]; found {
+			decided = withRange(d)
+		}
+		w("| %s | %d/%d | %s | %s | %s | %s | %s | %s | %s |\n", s.Contender, s.Passed, s.Rounds, withRange(s.PerSecond), decided,
+			latency(s, "ack"), latency(s, "decision"), latency(s, "row"), withRange(s.CPUTotal), rss(s))
+	}
+	w("\n")
+	if len(failed) > 0 {
+		w("Failed the checker, not ranked:\n\n")
+		for _, s := range failed {
+			w("- **%s**: %d of %d rounds passed; %s\n", s.Contender, s.Passed, s.Rounds, strings.Join(s.Failures, "; "))
+		}
+		w("\n")
+	}
+	if plots.Throughput != "" {
+		w("![throughput](%s)\n\n![latency percentiles](%s)\n\n![CPU per webhook by process](%s)\n\n",
+			filepath.Base(plots.Throughput), filepath.Base(plots.Latency), filepath.Base(plots.CPU))
+	}
+
+	if len(ok) > 0 {
+		w("### CPU µs per webhook by process\n\n")
+		procs := map[string]bool{}
+		for _, s := range ok {
+			for p := range s.CPU {
+				procs[p] = true
+			}
+		}
+		names := sortProcesses(slices.Collect(maps.Keys(procs)))
+		w("| contender | %s |\n|---|%s\n", strings.Join(names, " | "), strings.Repeat("---|", len(names)))
+		for _, s := range ok {
+			var cells []string
+			for _, p := range names {
+				if c, found := s.CPU[p]; found {
+					cells = append(cells, withRange(c))
+				} else {
+					cells = append(cells, "")
+				}
+			}
+			w("| %s | %s |\n", s.Contender, strings.Join(cells, " | "))
+		}
+		w("\nCPU is user + system time from `/proc/<pid>/stat` (every thread, and the processes below it) over the measured window, divided by the webhooks accepted in it; peak RSS is `VmHWM` (summed over a server's processes).\n\n")
+	}
+
+	w("## Targets\n\n")
+	for _, line := range append(targets(ok, failed), processorTargets(Summarize(res.Processor))...) {
+		w("- %s\n", line)
+	}
+	w("\n")
+
+	if len(res.Processor) > 0 {
+		w("## The presence processor alone, against Kafka Streams\n\n")
+		w("`benchmarks/processor`: each contender decides the same preloaded `presence.in` on one broker, in interleaved rounds.\n\n")
+		w("| contender | rounds passed | events/s | CPU µs/event (process) | broker CPU µs/event |\n|---|---|---|---|---|\n")
+		for _, s := range Summarize(res.Processor) {
+			verdict := fmt.Sprintf("%d/%d", s.Passed, s.Rounds)
+			if !s.OK() {
+				verdict += " (failed: " + strings.Join(s.Failures, "; ") + ")"
+			}
+			w("| %s | %s | %s | %s | %s |\n", s.Contender, verdict, withRange(s.PerSecond), withRange(s.CPU["process"]), withRange(s.CPU["broker"]))
+		}
+		w("\n")
+	}
+	return b.String()
+}
+
+func latency(s Summary, kind string) string {
+	l, found := s.Latency[kind]
+	if !found || l.P50.N == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%s / %s", num(l.P50.Median), withRange(l.P99))
+}
+
+func rss(s Summary) string {
+	var total int64
+	for _, n := range s.PeakRSS {
+		total += n
+	}
+	return mib(total)
+}
+
+// targets says, for each target of the issue, whether these results
+// meet it.
+func targets(ok, failed []Summary) []string {
+	var out []string
+	find := func(name string) (Summary, bool) {
+		for _, s := range ok {
+			if s.Contender == name {
+				return s, true
+			}
+		}
+		return Summary{}, false
+	}
+	for _, s := range ok {
+		if !strings.HasPrefix(s.Contender, driftguardPrefix) {
+			continue
+		}
+		p99 := s.Latency["decision"].P99.Median
+		met := s.PerSecond.Median >= TargetPerSecond && p99 <= TargetDecisionP99Ms
+		out = append(out, fmt.Sprintf("%s: %s webhooks/s with p99 accept → decision %s ms, against ≥ %d/s with p99 ≤ %d ms: %s",
+			s.Contender, num(s.PerSecond.Median), num(p99), TargetPerSecond, TargetDecisionP99Ms, metOrNot(met)))
+	}
+	for _, pair := range [][2]string{{"driftguard presence", "postgres presence"}, {"driftguard orders", "redis orders"}} {
+		dg, okDG := find(pair[0])
+		peer, okPeer := find(pair[1])
+		switch {
+		case okDG && okPeer && peer.PerSecond.Median > 0:
+			r := dg.PerSecond.Median / peer.PerSecond.Median
+			out = append(out, fmt.Sprintf("%s over %s: %.2f× the webhooks/s, against ≥ %d×: %s", pair[0], pair[1], r,
+				TargetRatioOverPeers, metOrNot(r >= TargetRatioOverPeers)))
+		case slices.ContainsFunc(failed, func(s Summary) bool { return s.Contender == pair[0] || s.Contender == pair[1] }):
+			out = append(out, fmt.Sprintf("%s over %s: not compared, one of them failed the checker", pair[0], pair[1]))
+		default:
+			out = append(out, fmt.Sprintf("%s over %s: not compared, not both ran", pair[0], pair[1]))
+		}
+	}
+	return out
+}
+
+func metOrNot(met bool) string {
+	if met {
+		return "**met**"
+	}
+	return "**not met**"
+}
+
+// processorTargets compares driftguard's presence processor with the
+// Kafka Streams application, median over median, as the issue sets them.
+func processorTargets(sums []Summary) []string {
+	var dg *Summary
+	for i := range sums {
+		if sums[i].Contender == "driftguard" {
+			dg = &sums[i]
+		}
+	}
+	if dg == nil {
+		return nil
+	}
+	var out []string
+	for _, t := range []struct {
+		peer   string
+		target float64
+	}{{"kstreams-alos", 5}, {"kstreams-eos", 3}} {
+		for _, s := range sums {
+			if s.Contender != t.peer {
+				continue
+			}
+			if !dg.OK() || !s.OK() || s.PerSecond.Median <= 0 {
+				out = append(out, fmt.Sprintf("the presence processor over %s: not compared, one of them failed its check", t.peer))
+				continue
+			}
+			r := dg.PerSecond.Median / s.PerSecond.Median
+			out = append(out, fmt.Sprintf("the presence processor over %s: %.2f× the events/s (median over median), against ≥ %.0f×: %s", t.peer, r, t.target,
+				metOrNot(r >= t.target)))
+		}
+	}
+	return out
+}

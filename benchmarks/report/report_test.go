@@ -1,0 +1,56 @@
+package report
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/driftguard/driftguard/benchmarks/model"
+)
+
+func round(name string, n int, perSecond float64, passed bool) model.Round {
+	return model.Round{Contender: name, Round: n, Stream: "presence", PerSecond: perSecond,
+		Latency:     map[string]model.Percentiles{"ack": {P50: 2, P99: 9}, "decision": {P50: 40, P99: 200}},
+		CPUPerEvent: map[string]float64{"ingest": 50, "broker": 150},
+		PeakRSS:     map[string]int64{"ingest": 64 << 20},
+		Verdict:     model.Verdict{Passed: passed, Lost: map[bool]int{true: 0, false: 3}[passed]}}
+}
+
+// A contender that failed a round is listed as failed, with its verdict,
+// and neither ranked nor compared; the others get medians and ranges.
+func TestWrite(t *testing.T) {
+	dir := t.TempDir()
+	res := &Results{Date: "2026-01-02", Command: "go tool task bench", Machine: "2 cores", Rounds: []model.Round{
+		round("driftguard presence", 1, 9000, true), round("postgres presence", 1, 800, true),
+		round("driftguard presence", 2, 11000, true), round("postgres presence", 2, 900, false),
+		round("driftguard presence", 3, 10000, true), round("postgres presence", 3, 700, true),
+	}}
+	path, err := Write(dir, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(b)
+	for _, want := range []string{
+		"| driftguard presence | 3/3 | 10000 (9000–11000) | – |",
+		"- **postgres presence**: 2 of 3 rounds passed; round 2: lost 3",
+		"driftguard presence over postgres presence: not compared, one of them failed the checker",
+		"driftguard presence: 10000 webhooks/s with p99 accept → decision 200 ms, against ≥ 10000/s with p99 ≤ 250 ms: **met**",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the results lack %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "| postgres presence |") {
+		t.Errorf("a failed contender is in the table:\n%s", md)
+	}
+	for _, f := range []string{"2026-01-02.json", "2026-01-02-throughput.png", "2026-01-02-latency.png", "2026-01-02-cpu.png"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
