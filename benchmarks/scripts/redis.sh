@@ -23,35 +23,36 @@ REDIS_PORT="${REDIS_PORT:-16379}"
 REDIS_SETTINGS="${REDIS_SETTINGS:-}"
 READY_TIMEOUT="${REDIS_READY_TIMEOUT:-30}"
 
-# The server lives in /usr/bin on Debian; /usr/sbin is searched too, for a
-# normal user's PATH on other layouts.
-server_bin() {
-  local b
-  for b in /usr/bin/redis-server /usr/sbin/redis-server "$(command -v redis-server || true)"; do
-    [[ -n "$b" && -x "$b" ]] && { echo "$b"; return 0; }
-  done
-  return 1
-}
-
 install() {
-  server_bin >/dev/null && command -v redis-cli >/dev/null && return 0
+  command -v redis-server >/dev/null && command -v redis-cli >/dev/null && return 0
   # On a systemd machine the postinst also starts the system service on
   # 6379; harmless here, since we only use our own port.
   apt_install redis-server
 }
 
-stop() { stop_recorded "127.0.0.1:$REDIS_PORT"; }
+# The config file's path is in the process title (see start), so stop
+# needs nothing but the recorded pid and folder.
+stop() { stop_recorded "@DIR@/redis.conf"; }
 
 start() {
   install
   local bin dir
-  bin="$(server_bin)"
+  bin="$(command -v redis-server)"
   dir="$(new_run_dir "$REDIS_PORT")"
-  # No config file: the built-in defaults, then ours. The address stays in
-  # the process title (redis-server 127.0.0.1:PORT), which `stop` checks
-  # before it signals.
-  local args=(--bind 127.0.0.1 --port "$REDIS_PORT" --dir "$dir"
-    --logfile "$dir/server.log" --daemonize no --protected-mode yes)
+  # The built-in defaults, then ours. The title names the config file,
+  # which `stop` checks before it signals. A throwaway server skips the
+  # snapshot at shutdown: it would be deleted with the folder.
+  cat >"$dir/redis.conf" <<CONF
+bind 127.0.0.1
+port $REDIS_PORT
+dir $dir
+logfile $dir/server.log
+daemonize no
+protected-mode yes
+shutdown-on-sigterm nosave
+proc-title-template "{title} {listen-addr} {config-file}"
+CONF
+  local args=("$dir/redis.conf")
   # shellcheck disable=SC2206 # word splitting is the point: "--name value ..."
   args+=($REDIS_SETTINGS)
 

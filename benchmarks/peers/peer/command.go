@@ -15,8 +15,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/driftguard/driftguard/benchmarks/model"
+	"github.com/driftguard/driftguard/internal/config"
 )
 
 // Store is a peer's database side.
@@ -35,8 +37,12 @@ type Store interface {
 type Program struct {
 	Name   string
 	Stream string
-	// Flags registers the peer's own flags (its database address, limits).
-	Flags func(fs *flag.FlagSet)
+	// Listen is the default of --listen.
+	Listen string
+	// Flags registers the peer's own flags (its database address, limits),
+	// with defaults taken from the stream's catalogue entry where
+	// driftguard has the same setting.
+	Flags func(fs *flag.FlagSet, stream *config.Stream)
 	// Open connects to the store; serve also creates what is missing.
 	Open func(ctx context.Context, edge *Edge, log *slog.Logger) (Store, error)
 }
@@ -64,12 +70,17 @@ func Main(p Program, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, usage, p.Name, p.Stream)
 		fs.PrintDefaults()
 	}
-	listen := fs.String("listen", "127.0.0.1:8081", "address to serve webhooks on")
+	listen := fs.String("listen", p.Listen, "address to serve webhooks on")
+	// Read after parsing, so that usage never prints a secret as a default.
 	envSecrets := "DRIFTGUARD_SECRETS_" + strings.ToUpper(p.Stream)
-	secrets := fs.String("secret", os.Getenv(envSecrets),
-		"comma-separated signing secrets, as driftguard takes them (default $"+envSecrets+")")
+	secrets := fs.String("secret", "", "comma-separated signing secrets, as driftguard takes them (default $"+envSecrets+")")
 	scheme := fs.String("scheme", "", "signature scheme: standard-webhooks, hmac-sha256-hex or github (default: the catalogue's for the stream)")
-	p.Flags(fs)
+	stream, err := CatalogueStream(p.Stream)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", p.Name, err)
+		return 2
+	}
+	p.Flags(fs, stream)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -80,14 +91,16 @@ func Main(p Program, args []string, stdout, stderr io.Writer) int {
 	case fs.NArg() == 1:
 		cmd = fs.Arg(0)
 	}
+	if *secrets == "" {
+		*secrets = os.Getenv(envSecrets)
+	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("peer", p.Name)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	var edge *Edge
 	if cmd == "serve" {
-		var err error
-		if edge, err = NewEdge(p.Stream, *scheme, splitList(*secrets), log); err != nil {
+		if edge, err = NewEdge(stream, *scheme, strings.FieldsFunc(*secrets, isListSeparator), log); err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", p.Name, err)
 			return 2
 		}
@@ -158,12 +171,6 @@ func Serve(ctx context.Context, addr string, mux http.Handler, log *slog.Logger)
 	return err
 }
 
-func splitList(s string) []string {
-	var out []string
-	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			out = append(out, part)
-		}
-	}
-	return out
-}
+// isListSeparator splits a list flag: comma-separated, blanks around the
+// items ignored, as driftguard reads DRIFTGUARD_SECRETS_<STREAM>.
+func isListSeparator(r rune) bool { return r == ',' || unicode.IsSpace(r) }

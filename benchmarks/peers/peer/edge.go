@@ -35,10 +35,10 @@ type Edge struct {
 	log    *slog.Logger
 }
 
-// NewEdge verifies the webhooks of the shipped stream name with secrets,
-// under scheme (empty: the catalogue's scheme for the stream, as
-// driftguard's ingest uses it).
-func NewEdge(name, scheme string, secrets []string, log *slog.Logger) (*Edge, error) {
+// CatalogueStream is the shipped catalogue's entry for the stream name,
+// with every default filled in: the limits and TTLs a peer takes as its
+// defaults are driftguard's.
+func CatalogueStream(name string) (*config.Stream, error) {
 	cfg, err := config.Default()
 	if err != nil {
 		return nil, err
@@ -47,18 +47,25 @@ func NewEdge(name, scheme string, secrets []string, log *slog.Logger) (*Edge, er
 	if s == nil {
 		return nil, fmt.Errorf("the catalogue has no stream %q", name)
 	}
+	return s, nil
+}
+
+// NewEdge verifies the webhooks of stream s with secrets, under scheme
+// (empty: s's own, as driftguard's ingest uses it).
+func NewEdge(s *config.Stream, scheme string, secrets []string, log *slog.Logger) (*Edge, error) {
+	copied := *s
 	if scheme != "" {
-		s.Signature.Scheme = scheme
+		copied.Signature.Scheme = scheme
 	}
-	s.Signature.Secrets = secrets
-	sch, err := ingest.NewScheme(s)
+	copied.Signature.Secrets = secrets
+	sch, err := ingest.NewScheme(&copied)
 	if err != nil {
 		return nil, err
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Edge{stream: s, scheme: sch, log: log}, nil
+	return &Edge{stream: &copied, scheme: sch, log: log}, nil
 }
 
 // Stream is the catalogue entry the edge serves.

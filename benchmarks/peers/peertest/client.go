@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,11 +18,18 @@ import (
 	"github.com/driftguard/driftguard/internal/webhook"
 )
 
-// Secrets the tests sign with, one per scheme family.
+// Secrets the tests sign with, one per scheme family, and others that a
+// peer must refuse.
 const (
-	StandardSecret = "whsec_cGVlci10ZXN0LXNlY3JldC1vZi1hdC1sZWFzdC0yNC1ieXRlcw=="
-	BodySecret     = "peer-test-secret-of-at-least-24-bytes"
+	StandardSecret      = "whsec_cGVlci10ZXN0LXNlY3JldC1vZi1hdC1sZWFzdC0yNC1ieXRlcw=="
+	BodySecret          = "peer-test-secret-of-at-least-24-bytes"
+	OtherStandardSecret = "whsec_b3RoZXItc2VjcmV0LW9mLWF0LWxlYXN0LTI0LWJ5dGVz"
+	OtherBodySecret     = "another-secret-of-at-least-24-bytes"
 )
+
+// keepAlive keeps a connection per concurrent sender, where
+// http.DefaultClient keeps two and would redial for every other request.
+var keepAlive = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 
 // Client signs webhooks under one scheme and POSTs them to a peer.
 type Client struct {
@@ -28,7 +37,8 @@ type Client struct {
 	URL    string
 	Scheme string
 	Secret string
-	HTTP   *http.Client
+	// HTTP defaults to a client that keeps its connections alive.
+	HTTP *http.Client
 }
 
 // Response is a peer's answer.
@@ -103,7 +113,7 @@ func (c *Client) SendRaw(h http.Header, body []byte) (Response, error) {
 	req.Header.Set("Content-Type", "application/json")
 	client := c.HTTP
 	if client == nil {
-		client = http.DefaultClient
+		client = keepAlive
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -121,4 +131,32 @@ func (c *Client) SendRaw(h http.Header, body []byte) (Response, error) {
 		}
 	}
 	return out, nil
+}
+
+// SendAll sends every event, one after the other or each from a goroutine
+// of its own, and returns the first failure: an error, or an answer other
+// than 202. id names an event's delivery.
+func SendAll[E any](c *Client, events []E, id func(E) string, concurrent bool) error {
+	send := func(ev E) error {
+		resp, err := c.Send(id(ev), ev)
+		if err == nil && resp.Status != http.StatusAccepted {
+			err = fmt.Errorf("%s: %d %s", id(ev), resp.Status, resp.Body)
+		}
+		return err
+	}
+	if !concurrent {
+		for _, ev := range events {
+			if err := send(ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(events))
+	for i, ev := range events {
+		wg.Go(func() { errs[i] = send(ev) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

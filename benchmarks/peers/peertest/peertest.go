@@ -36,8 +36,10 @@ type server struct {
 
 	once  sync.Once
 	value string // what the script printed for env
+	pid   string // and for env_PID
 	err   error
 	state string // the script's state folder, for stop
+	port  string // the server's port, as start was told
 }
 
 var (
@@ -50,6 +52,23 @@ func Postgres(t testing.TB) string { t.Helper(); return postgres.get(t) }
 
 // Redis returns a Redis address, host:port.
 func Redis(t testing.TB) string { t.Helper(); return redis.get(t) }
+
+// PostgresPID is the PostgreSQL server's process id, 0 when unknown.
+func PostgresPID(t testing.TB) int { t.Helper(); return postgres.serverPID(t) }
+
+// RedisPID is the Redis server's process id, 0 when unknown.
+func RedisPID(t testing.TB) int { t.Helper(); return redis.serverPID(t) }
+
+func (s *server) serverPID(t testing.TB) int {
+	t.Helper()
+	v := os.Getenv(s.env + "_PID")
+	if os.Getenv(s.env) == "" {
+		s.get(t)
+		v = s.pid
+	}
+	pid, _ := strconv.Atoi(v)
+	return pid
+}
 
 // Main runs the tests, then stops the servers this binary started. Call it
 // from TestMain.
@@ -100,7 +119,8 @@ func (s *server) start() {
 		s.err = err
 		return
 	}
-	out, err := s.run("start", s.portEnv+"="+strconv.Itoa(port))
+	s.port = strconv.Itoa(port)
+	out, err := s.run("start")
 	if err != nil {
 		s.err = err
 		return
@@ -108,6 +128,9 @@ func (s *server) start() {
 	for _, line := range strings.Split(out, "\n") {
 		if v, ok := strings.CutPrefix(line, s.env+"="); ok {
 			s.value = v
+		}
+		if v, ok := strings.CutPrefix(line, s.env+"_PID="); ok {
+			s.pid = v
 		}
 	}
 	if s.value == "" {
@@ -123,14 +146,34 @@ func (s *server) stop() error {
 	if _, err := s.run("stop"); err != nil {
 		return fmt.Errorf("%s stop: %w", s.script, err)
 	}
+	// The script signals only a process whose command line it recognises;
+	// one it failed to recognise would outlive the tests.
+	if pid, _ := strconv.Atoi(s.pid); running(pid) {
+		return fmt.Errorf("%s stop left the server (pid %d) running", s.script, pid)
+	}
 	return nil
 }
 
-// run runs the script with a command, its state in s.state, and returns
-// what it printed; on failure the error carries its messages.
-func (s *server) run(command string, env ...string) (string, error) {
+// running reports whether process pid exists and is not a zombie waiting
+// for its parent to reap it.
+func running(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	end := bytes.LastIndexByte(stat, ')')
+	return end < 0 || !bytes.HasPrefix(bytes.TrimSpace(stat[end+1:]), []byte("Z"))
+}
+
+// run runs the script with a command, its state in s.state and its port
+// s.port, and returns what it printed; on failure the error carries its
+// messages.
+func (s *server) run(command string) (string, error) {
 	cmd := exec.Command("bash", filepath.Join(scriptsDir(), s.script), command)
-	cmd.Env = append(os.Environ(), append(env, "DRIFTGUARD_TEST_STATE="+s.state)...)
+	cmd.Env = append(os.Environ(), "DRIFTGUARD_TEST_STATE="+s.state, s.portEnv+"="+s.port)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

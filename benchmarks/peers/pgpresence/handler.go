@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/driftguard/driftguard/benchmarks/peers/peer"
@@ -9,7 +10,7 @@ import (
 // presenceEvent is the shipped presence payload (DESIGN.md §2); device_id
 // and expires_at are not part of the seed's design and are ignored.
 type presenceEvent struct {
-	EventID        string `json:"event_id"`
+	ID             string `json:"event_id"`
 	UserID         string `json:"user_id"`
 	Presence       string `json:"presence"`
 	SequenceNumber *int64 `json:"sequence_number"`
@@ -21,7 +22,7 @@ type presenceEvent struct {
 const maxSequence = 1<<53 - 1
 
 func (ev *presenceEvent) check(c *peer.Check) {
-	c.ID("/event_id", ev.EventID)
+	c.ID("/event_id", ev.ID)
 	c.ID("/user_id", ev.UserID)
 	switch ev.Presence {
 	case "ONLINE", "BUSY", "AWAY", "OFFLINE":
@@ -44,30 +45,14 @@ func (ev *presenceEvent) check(c *peer.Check) {
 	}
 }
 
-// Handler verifies, parses and applies each webhook before it answers:
-// 202 with the outcome once committed, 503 when PostgreSQL failed (the
+// EventID names the event in the peer's answer.
+func (ev *presenceEvent) EventID() string { return ev.ID }
+
+// Handler applies each webhook in one transaction before it answers: 202
+// with the outcome once committed, 503 when PostgreSQL failed (the
 // transaction then changed nothing, and the retry applies it).
 func (s *Store) Handler(edge *peer.Edge) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, ok := edge.Read(w, r)
-		if !ok {
-			return
-		}
-		var ev presenceEvent
-		if !peer.Decode(w, body, &ev) {
-			return
-		}
-		var c peer.Check
-		if ev.check(&c); c.Failed(w) {
-			return
-		}
-		ctx, cancel := peer.StoreContext(r)
-		defer cancel()
-		outcome, err := s.apply(ctx, &ev)
-		if err != nil {
-			edge.Unavailable(w, err)
-			return
-		}
-		edge.Accept(w, ev.EventID, outcome)
+	return peer.Handler(edge, (*presenceEvent).check, func(ctx context.Context, ev *presenceEvent, _ []byte) (string, error) {
+		return s.apply(ctx, ev)
 	})
 }

@@ -18,6 +18,7 @@ import (
 	"os"
 
 	"github.com/driftguard/driftguard/benchmarks/peers/peer"
+	"github.com/driftguard/driftguard/internal/config"
 )
 
 func main() {
@@ -28,8 +29,9 @@ func program() peer.Program {
 	var opts Options
 	return peer.Program{
 		Name:   "pgpresence",
+		Listen: "127.0.0.1:8081",
 		Stream: "presence",
-		Flags: func(fs *flag.FlagSet) {
+		Flags: func(fs *flag.FlagSet, _ *config.Stream) {
 			fs.StringVar(&opts.DSN, "dsn", os.Getenv("DRIFTGUARD_TEST_POSTGRES"), "PostgreSQL connection string (default $DRIFTGUARD_TEST_POSTGRES, what benchmarks/scripts/postgres.sh start prints)")
 			fs.IntVar(&opts.MaxConns, "max-conns", defaultMaxConns, "connections in the pool")
 			fs.StringVar(&opts.Mode, "mode", ModeStatement, "how a webhook is applied: "+ModeStatement+" (one round trip) or "+ModeTransaction+" (BEGIN, INSERT, upsert, COMMIT)")

@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,7 +27,7 @@ var modes = []string{ModeStatement, ModeTransaction}
 
 // schemaDSN returns a DSN whose tables live in a schema of their own,
 // dropped after the test, on the shared server.
-func schemaDSN(t *testing.T) string {
+func schemaDSN(t testing.TB) string {
 	t.Helper()
 	dsn := peertest.Postgres(t)
 	name := fmt.Sprintf("peer_%d", time.Now().UnixNano())
@@ -74,13 +73,17 @@ func newPeer(t *testing.T, mode, scheme string) (*peertest.Client, *Store) {
 	return serve(t, store, scheme), store
 }
 
-func serve(t *testing.T, store *Store, scheme string) *peertest.Client {
+func serve(t testing.TB, store *Store, scheme string) *peertest.Client {
 	t.Helper()
 	secret := peertest.StandardSecret
 	if scheme != "" && scheme != config.SchemeStandardWebhooks {
 		secret = peertest.BodySecret
 	}
-	edge, err := peer.NewEdge("presence", scheme, []string{secret}, nil)
+	stream, err := peer.CatalogueStream("presence")
+	if err != nil {
+		t.Fatal(err)
+	}
+	edge, err := peer.NewEdge(stream, scheme, []string{secret}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,45 +169,13 @@ func equalPresence(a, b map[string]model.Presence) bool {
 func TestRejectedRequestsChangeNothing(t *testing.T) {
 	c, store := newPeer(t, ModeStatement, "")
 	good, _ := json.Marshal(event("e1", "u1", "ONLINE", 1))
-	signed := func(body []byte) http.Header {
-		h, err := c.Sign("e1", body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h
-	}
-	tampered := bytes.Replace(good, []byte("ONLINE"), []byte("BUSY"), 1)
-	wrongKey := *c
-	wrongKey.Secret = "whsec_" + "b3RoZXItc2VjcmV0LW9mLWF0LWxlYXN0LTI0LWJ5dGVz"
-	wrongHeaders, err := wrongKey.Sign("e1", good)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases := []struct {
-		name   string
-		h      http.Header
-		body   []byte
-		status int
-	}{
-		{"unsigned", http.Header{}, good, http.StatusUnauthorized},
-		{"tampered body", signed(good), tampered, http.StatusUnauthorized},
-		{"other secret", wrongHeaders, good, http.StatusUnauthorized},
-		{"not JSON", signed([]byte(`{"event_id":`)), []byte(`{"event_id":`), http.StatusBadRequest},
-		{"missing fields", signed([]byte(`{"event_id":"e1"}`)), []byte(`{"event_id":"e1"}`), http.StatusUnprocessableEntity},
-		{"wrong type", signed([]byte(`{"event_id":"e1","user_id":"u1","presence":"ONLINE","sequence_number":"1","timestamp":1}`)),
-			[]byte(`{"event_id":"e1","user_id":"u1","presence":"ONLINE","sequence_number":"1","timestamp":1}`), http.StatusUnprocessableEntity},
-		{"unknown presence", signed([]byte(`{"event_id":"e1","user_id":"u1","presence":"ASLEEP","sequence_number":1,"timestamp":1}`)),
-			[]byte(`{"event_id":"e1","user_id":"u1","presence":"ASLEEP","sequence_number":1,"timestamp":1}`), http.StatusUnprocessableEntity},
-	}
-	for _, tc := range cases {
-		resp, err := c.SendRaw(tc.h, tc.body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if resp.Status != tc.status || !strings.Contains(resp.Body, `"status":`) {
-			t.Errorf("%s: got %d %s, want %d with a problem body", tc.name, resp.Status, resp.Body, tc.status)
-		}
-	}
+	c.ExpectRejected(t, append(c.BadSignatures(t, good),
+		c.Signed(t, "not JSON", `{"event_id":`, http.StatusBadRequest),
+		c.Signed(t, "missing fields", `{"event_id":"e1"}`, http.StatusUnprocessableEntity),
+		c.Signed(t, "wrong type", `{"event_id":"e1","user_id":"u1","presence":"ONLINE","sequence_number":"1","timestamp":1}`, http.StatusUnprocessableEntity),
+		c.Signed(t, "unknown presence", `{"event_id":"e1","user_id":"u1","presence":"ASLEEP","sequence_number":1,"timestamp":1}`, http.StatusUnprocessableEntity),
+		c.Signed(t, "negative sequence", `{"event_id":"e1","user_id":"u1","presence":"AWAY","sequence_number":-1,"timestamp":1}`, http.StatusUnprocessableEntity),
+	))
 	get, err := http.Get(c.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +200,7 @@ func TestSeedSignatureScheme(t *testing.T) {
 		t.Fatalf("X-Signature webhook: %d %+v", resp.Status, resp.Accepted)
 	}
 	other := *c
-	other.Secret = "another-secret-of-at-least-24-bytes"
+	other.Secret = peertest.OtherBodySecret
 	if resp := post(t, &other, event("e2", "u1", "BUSY", 5)); resp.Status != http.StatusUnauthorized {
 		t.Fatalf("wrong secret: %d, want 401", resp.Status)
 	}
@@ -293,32 +264,8 @@ func TestAnyOrderEndsAtHighestSequence(t *testing.T) {
 			history = append(history, history[i])
 		}
 		order := rapid.Permutation(history).Draw(rt, "order")
-		c := clients[mode]
-		if rapid.Bool().Draw(rt, "concurrent") {
-			var wg sync.WaitGroup
-			errs := make(chan error, len(order))
-			for _, ev := range order {
-				wg.Go(func() {
-					resp, err := c.Send(ev.EventID, ev)
-					if err == nil && resp.Status != http.StatusAccepted {
-						err = fmt.Errorf("%s: %d %s", ev.EventID, resp.Status, resp.Body)
-					}
-					errs <- err
-				})
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				if err != nil {
-					rt.Fatal(err)
-				}
-			}
-		} else {
-			for _, ev := range order {
-				if resp := post(t, c, ev); resp.Status != http.StatusAccepted {
-					rt.Fatalf("%s: %d %s", ev.EventID, resp.Status, resp.Body)
-				}
-			}
+		if err := peertest.SendAll(clients[mode], order, func(ev presence) string { return ev.EventID }, rapid.Bool().Draw(rt, "concurrent")); err != nil {
+			rt.Fatal(err)
 		}
 		got := map[string]model.Presence{}
 		for user, p := range state(t, stores[mode]).Presence {

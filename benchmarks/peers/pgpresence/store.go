@@ -137,7 +137,7 @@ func (s *Store) State(ctx context.Context) (model.State, error) {
 
 func (s *Store) applyStatement(ctx context.Context, ev *presenceEvent) (string, error) {
 	var claimed, applied bool
-	err := s.pool.QueryRow(ctx, claimAndUpsert, ev.EventID, ev.UserID, ev.Presence, *ev.SequenceNumber, ev.updatedAt()).
+	err := s.pool.QueryRow(ctx, claimAndUpsert, ev.ID, ev.UserID, ev.Presence, *ev.SequenceNumber, ev.updatedAt()).
 		Scan(&claimed, &applied)
 	return outcome(claimed, applied), err
 }
@@ -149,7 +149,7 @@ func (s *Store) applyTransaction(ctx context.Context, ev *presenceEvent) (string
 	}
 	// After a commit this is a no-op.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	tag, err := tx.Exec(ctx, claimEvent, ev.EventID)
+	tag, err := tx.Exec(ctx, claimEvent, ev.ID)
 	if err != nil {
 		return "", err
 	}
