@@ -561,7 +561,7 @@ func readByCommand(t *testing.T) bool {
 func TestDocsEnvironmentVariables(t *testing.T) {
 	// Read by the tests, not by the configuration.
 	known := map[string]bool{testenv.EnvKafka: true, testenv.EnvKafkaPID: true, testenv.EnvClickHouse: true,
-		testenv.EnvRequire: true, envCrashSeed: true, envScreenshots: true}
+		testenv.EnvRequire: true, envCrashSeed: true, envFaultSeed: true, envScreenshots: true}
 	if readByCommand(t) {
 		known["DRIFTGUARD_CONFIG"] = true
 	}

@@ -28,8 +28,9 @@ type ingestRunner struct {
 	t          *testing.T
 	bin        string
 	configFile string
-	addr       string
-	env        []string
+	// addr serves the webhooks, telemetry the metrics.
+	addr, telemetry string
+	env             []string
 }
 
 // newIngestRunner builds the binary and picks a free loopback address;
@@ -41,17 +42,36 @@ func newIngestRunner(t *testing.T, configFile string, brokers []string) *ingestR
 	if err != nil {
 		t.Fatal(err)
 	}
+	addr, telemetry := freeAddr(t), freeAddr(t)
+	env := []string{"DRIFTGUARD_KAFKA_BROKERS=" + strings.Join(brokers, ","), "DRIFTGUARD_HTTP_ADDR=" + addr, "DRIFTGUARD_TELEMETRY_ADDR=" + telemetry}
+	for _, name := range cfg.StreamNames() {
+		env = append(env, "DRIFTGUARD_SECRETS_"+strings.ToUpper(name)+"="+faultSecret)
+	}
+	return &ingestRunner{t: t, bin: buildDriftguard(t), configFile: configFile, addr: addr, telemetry: telemetry, env: env}
+}
+
+// freeAddr is a loopback address nothing listens on, for a process to
+// listen on next.
+func freeAddr(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	env := []string{"DRIFTGUARD_KAFKA_BROKERS=" + strings.Join(brokers, ","), "DRIFTGUARD_HTTP_ADDR=" + addr}
-	for _, name := range cfg.StreamNames() {
-		env = append(env, "DRIFTGUARD_SECRETS_"+strings.ToUpper(name)+"="+faultSecret)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// gauge is the value of an unlabelled gauge the running ingest serves on
+// /metrics.
+func (r *ingestRunner) gauge(name string) float64 {
+	r.t.Helper()
+	families := scrape(r.t, testenv.Context(r.t, 10*time.Second), "http://"+r.telemetry+"/metrics")
+	f := families[name]
+	if f == nil || len(f.Metric) != 1 || f.Metric[0].Gauge == nil {
+		r.t.Fatalf("ingest serves no gauge %s", name)
 	}
-	return &ingestRunner{t: t, bin: buildDriftguard(t), configFile: configFile, addr: addr, env: env}
+	return f.Metric[0].Gauge.GetValue()
 }
 
 // start runs `driftguard ingest` and returns once it answers on its
