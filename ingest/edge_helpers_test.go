@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
@@ -175,6 +176,19 @@ func serveEdge(t testing.TB, brokers []string, stream *config.Stream, opts Optio
 		t.Fatal(err)
 	}
 	return serveHandler(t, h)
+}
+
+// edgeOnFakeBroker serves the presence stream, producing to an embedded
+// broker of its own, which a test may fault; the context ends with the
+// test or after a minute.
+func edgeOnFakeBroker(t *testing.T, opts Options) (*kfake.Cluster, context.Context, *httptest.Server) {
+	t.Helper()
+	cluster := testenv.FakeCluster(t)
+	brokers := cluster.ListenAddrs()
+	ctx := testenv.Context(t, time.Minute)
+	cfg, presence := presenceConfig(t, specSecret)
+	testenv.Topics(t, ctx, cfg, brokers).Close()
+	return cluster, ctx, serveEdge(t, brokers, presence, opts)
 }
 
 // serveHandler serves h's routes until the test ends.

@@ -320,12 +320,8 @@ func TestBrokerWithoutAckIs503(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cluster := testenv.FakeCluster(t)
+			cluster, ctx, edge := edgeOnFakeBroker(t, Options{ProduceTimeout: 300 * time.Millisecond})
 			brokers := cluster.ListenAddrs()
-			ctx := testenv.Context(t, time.Minute)
-			cfg, presence := presenceConfig(t, specSecret)
-			testenv.Topics(t, ctx, cfg, brokers).Close()
-			edge := serveEdge(t, brokers, presence, Options{ProduceTimeout: 300 * time.Millisecond})
 
 			var want []string
 			if tc.warm {

@@ -293,15 +293,11 @@ func TestPerSourceLimit(t *testing.T) {
 
 // Retry-After says what the broker does, not a constant: an embedded broker
 // stops answering produce requests for a few seconds while webhooks keep
-// coming; every 503 carries at least the time since the last ack, so the
-// hints grow with the stall; after it resumes the edge accepts again.
+// coming; every 503 carries at least the time since the stall began (what
+// the oldest record waiting has waited), so the hints grow with the stall;
+// after it resumes the edge accepts again.
 func TestRetryAfterGrowsWithAStalledBroker(t *testing.T) {
-	cluster := testenv.FakeCluster(t)
-	brokers := cluster.ListenAddrs()
-	ctx := testenv.Context(t, time.Minute)
-	cfg, presence := presenceConfig(t, specSecret)
-	testenv.Topics(t, ctx, cfg, brokers).Close()
-	edge := serveEdge(t, brokers, presence, Options{ProduceTimeout: 500 * time.Millisecond})
+	cluster, ctx, edge := edgeOnFakeBroker(t, Options{ProduceTimeout: 500 * time.Millisecond})
 	if r := presenceDelivery(t, "evt-first", 1, 0).send(t, ctx, edge.URL); r.status != http.StatusAccepted {
 		t.Fatalf("before the stall: status %d", r.status)
 	}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
@@ -56,15 +55,8 @@ const (
 // stream's input holds the valid webhooks, each once, and nothing else.
 func TestFaultFloodOfJunk(t *testing.T) {
 	ctx := testenv.Context(t, 3*time.Minute)
-	stream := testenv.UniqueName("flood")
-	configFile := testenv.WriteConfig(t, t.TempDir(), "streams:\n"+presenceStreamYAML(stream))
-	cfg, err := config.Load(configFile, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	brokers := testenv.Kafka(t)
-	testenv.Topics(t, ctx, testenv.OnlyStream(t, cfg.Streams[stream]), brokers).Close()
-	edge := newIngestRunner(t, configFile, brokers)
+	stream, cfg, edge := ingestOnStream(t, ctx, "flood", "")
+	brokers := cfg.Kafka.Brokers
 	proc := edge.start()
 	bodyLimit := cfg.Streams[stream].Limits.MaxBodyBytes
 	budget := cfg.HTTP.MaxInFlightBytes

@@ -4,8 +4,8 @@ package main
 // test can kill, and what Linux says of their memory.
 
 import (
+	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -42,24 +42,12 @@ func newIngestRunner(t *testing.T, configFile string, brokers []string) *ingestR
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, telemetry := freeAddr(t), freeAddr(t)
+	addr, telemetry := freeLoopbackAddr(t), freeLoopbackAddr(t)
 	env := []string{"DRIFTGUARD_KAFKA_BROKERS=" + strings.Join(brokers, ","), "DRIFTGUARD_HTTP_ADDR=" + addr, "DRIFTGUARD_TELEMETRY_ADDR=" + telemetry}
 	for _, name := range cfg.StreamNames() {
 		env = append(env, "DRIFTGUARD_SECRETS_"+strings.ToUpper(name)+"="+faultSecret)
 	}
 	return &ingestRunner{t: t, bin: buildDriftguard(t), configFile: configFile, addr: addr, telemetry: telemetry, env: env}
-}
-
-// freeAddr is a loopback address nothing listens on, for a process to
-// listen on next.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // gauge is the value of an unlabelled gauge the running ingest serves on
@@ -72,6 +60,23 @@ func (r *ingestRunner) gauge(name string) float64 {
 		r.t.Fatalf("ingest serves no gauge %s", name)
 	}
 	return f.Metric[0].Gauge.GetValue()
+}
+
+// ingestOnStream writes a config file of yaml plus a presence stream
+// named after prefix, creates the stream's topics on the real broker and
+// returns the stream's name, the config loaded and a runner of ingest for
+// it.
+func ingestOnStream(t *testing.T, ctx context.Context, prefix, yaml string) (string, *config.Config, *ingestRunner) {
+	t.Helper()
+	stream := testenv.UniqueName(prefix)
+	configFile := testenv.WriteConfig(t, t.TempDir(), yaml+"streams:\n"+presenceStreamYAML(stream))
+	cfg, err := config.Load(configFile, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Kafka.Brokers = testenv.Kafka(t)
+	testenv.Topics(t, ctx, testenv.OnlyStream(t, cfg.Streams[stream]), cfg.Kafka.Brokers).Close()
+	return stream, cfg, newIngestRunner(t, configFile, cfg.Kafka.Brokers)
 }
 
 // start runs `driftguard ingest` and returns once it answers on its

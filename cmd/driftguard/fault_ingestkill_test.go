@@ -4,15 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
@@ -29,20 +26,6 @@ const (
 	ingestPublishers  = 6
 	eventsByPublisher = 400
 )
-
-// faultSeed is the seed of a fault test's random choices, from
-// envFaultSeed when set, logged so that a failure can be replayed.
-func faultSeed(t *testing.T) uint64 {
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv(envFaultSeed); v != "" {
-		var err error
-		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
-			t.Fatalf("%s: %v", envFaultSeed, err)
-		}
-	}
-	t.Logf("seed %d (replay with %s=%d)", seed, envFaultSeed, seed)
-	return seed
-}
 
 // retryWait is a publisher's wait before its n-th retry: 50 ms, doubling
 // to at most a second (Standard Webhooks senders wait longer; the shape is
@@ -63,20 +46,12 @@ func retryWait(n int) time.Duration {
 // (the bound: an attempt writes at most one record), so at most one extra
 // record per attempt a kill cut off or a deadline answered 503.
 func TestFaultIngestKilledWhilePublishersRetry(t *testing.T) {
-	rng := rand.New(rand.NewPCG(faultSeed(t), 16))
+	rng := rand.New(rand.NewPCG(seedOf(t, envFaultSeed), 16))
 	ctx := testenv.Context(t, 4*time.Minute)
-	dir := t.TempDir()
-	stream := testenv.UniqueName("ingestkill")
-	configFile := testenv.WriteConfig(t, dir, "streams:\n"+presenceStreamYAML(stream))
-	cfg, err := config.Load(configFile, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	brokers := testenv.Kafka(t)
-	testenv.Topics(t, ctx, testenv.OnlyStream(t, cfg.Streams[stream]), brokers).Close()
-	process := newProcessRunner(t, dir, configFile, brokers, stream)
+	stream, cfg, edge := ingestOnStream(t, ctx, "ingestkill", "")
+	brokers := cfg.Kafka.Brokers
+	process := newProcessRunner(t, t.TempDir(), edge.configFile, brokers, stream)
 	decider := process.start("ingestkill")
-	edge := newIngestRunner(t, configFile, brokers)
 	ingest := edge.start()
 
 	// The publishers, each delivering its user's events in order.

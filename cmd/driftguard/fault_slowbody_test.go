@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/webhook"
 )
@@ -39,18 +38,9 @@ const (
 // if at all; and a publisher's webhooks are accepted meanwhile.
 func TestFaultSlowBody(t *testing.T) {
 	ctx := testenv.Context(t, 2*time.Minute)
-	stream := testenv.UniqueName("slow")
 	// A budget that admits every slow body: what is measured is what they
 	// hold, not what the budget refuses.
-	configFile := testenv.WriteConfig(t, t.TempDir(), fmt.Sprintf("http: {read_timeout: %s, max_in_flight_bytes: %d}\nstreams:\n%s",
-		slowReadTimeout, 64<<20, presenceStreamYAML(stream)))
-	cfg, err := config.Load(configFile, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	brokers := testenv.Kafka(t)
-	testenv.Topics(t, ctx, testenv.OnlyStream(t, cfg.Streams[stream]), brokers).Close()
-	edge := newIngestRunner(t, configFile, brokers)
+	stream, cfg, edge := ingestOnStream(t, ctx, "slow", fmt.Sprintf("http: {read_timeout: %s, max_in_flight_bytes: %d}\n", slowReadTimeout, 64<<20))
 	proc := edge.start()
 	publisher := &webhook.Publisher{URL: edge.url(stream), Secret: faultSecret}
 	send := func(n int) {
