@@ -280,7 +280,7 @@ func TestBrokerPauseAndResume(t *testing.T) {
 	// below the end offsets read now, exactly once (the producer is
 	// idempotent), at the place its 202 named. Events answered 503 may or
 	// may not have landed: the publisher retries them either way.
-	records := readTopic(t, brokers, topic)
+	records := testenv.ReadTopic(t, brokers, topic)
 	type place struct {
 		partition int32
 		offset    int64

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
@@ -178,6 +178,19 @@ func serveEdge(t testing.TB, brokers []string, stream *config.Stream, opts Optio
 	return serveHandler(t, h)
 }
 
+// edgeOnFakeBroker serves the presence stream, producing to an embedded
+// broker of its own, which a test may fault; the context ends with the
+// test or after a minute.
+func edgeOnFakeBroker(t *testing.T, opts Options) (*kfake.Cluster, context.Context, *httptest.Server) {
+	t.Helper()
+	cluster := testenv.FakeCluster(t)
+	brokers := cluster.ListenAddrs()
+	ctx := testenv.Context(t, time.Minute)
+	cfg, presence := presenceConfig(t, specSecret)
+	testenv.Topics(t, ctx, cfg, brokers).Close()
+	return cluster, ctx, serveEdge(t, brokers, presence, opts)
+}
+
 // serveHandler serves h's routes until the test ends.
 func serveHandler(t testing.TB, h *Handler) *httptest.Server {
 	mux := http.NewServeMux()
@@ -185,54 +198,6 @@ func serveHandler(t testing.TB, h *Handler) *httptest.Server {
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv
-}
-
-// readTopic returns every record of topic from its start up to the end
-// offsets it has when called. Reading to the end offsets, rather than until
-// a quiet period, makes "nothing else was written" a fact, not a guess.
-func readTopic(t testing.TB, brokers []string, topic string) []*kgo.Record {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(brokers...),
-		kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		t.Fatalf("end offsets of %s: %v", topic, err)
-	}
-	pending := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			pending[o.Partition] = o.Offset
-		}
-	})
-	var records []*kgo.Record
-	for len(pending) > 0 {
-		fetches := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("reading %s: partitions not read to their end offsets: %v", topic, pending)
-		}
-		fetches.EachError(func(topic string, p int32, err error) {
-			t.Fatalf("fetching %s/%d: %v", topic, p, err)
-		})
-		fetches.EachRecord(func(r *kgo.Record) {
-			records = append(records, r)
-			if end, ok := pending[r.Partition]; ok && r.Offset+1 >= end {
-				delete(pending, r.Partition)
-			}
-		})
-	}
-	return records
 }
 
 // headerMap flattens record headers; a repeated header fails the test, since

@@ -161,7 +161,7 @@ func TestHandlerStatuses(t *testing.T) {
 
 	// Read after every request has been answered: each 202 came after the
 	// broker's ack, so every accepted record is below the end offsets.
-	records := readTopic(t, brokers, presenceIn)
+	records := testenv.ReadTopic(t, brokers, presenceIn)
 	var gotIDs, wantIDs []string
 	at := map[[2]int64]*kgo.Record{}
 	for _, r := range records {
@@ -320,12 +320,8 @@ func TestBrokerWithoutAckIs503(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cluster := testenv.FakeCluster(t)
+			cluster, ctx, edge := edgeOnFakeBroker(t, Options{ProduceTimeout: 300 * time.Millisecond})
 			brokers := cluster.ListenAddrs()
-			ctx := testenv.Context(t, time.Minute)
-			cfg, presence := presenceConfig(t, specSecret)
-			testenv.Topics(t, ctx, cfg, brokers).Close()
-			edge := serveEdge(t, brokers, presence, Options{ProduceTimeout: 300 * time.Millisecond})
 
 			var want []string
 			if tc.warm {
@@ -342,7 +338,8 @@ func TestBrokerWithoutAckIs503(t *testing.T) {
 			if r.status != http.StatusServiceUnavailable {
 				t.Fatalf("status %d, want 503; body %s", r.status, r.body)
 			}
-			// The produce timeout, 300 ms, in whole seconds rounded up.
+			// Nothing acked for about the produce timeout, 300 ms: the
+			// least Retry-After, a second.
 			if got := r.header.Get("Retry-After"); got != "1" {
 				t.Errorf("Retry-After %q, want 1", got)
 			}
@@ -353,7 +350,7 @@ func TestBrokerWithoutAckIs503(t *testing.T) {
 			}
 			restore()
 			var ids []string
-			for _, rec := range readTopic(t, brokers, presenceIn) {
+			for _, rec := range testenv.ReadTopic(t, brokers, presenceIn) {
 				ids = append(ids, headerMap(t, rec)[record.HeaderEventID])
 			}
 			if !slices.Equal(ids, want) {
@@ -363,13 +360,13 @@ func TestBrokerWithoutAckIs503(t *testing.T) {
 	}
 }
 
-// Retry-After is the produce timeout in whole seconds, rounded up.
-func TestRetryAfterFollowsTheProduceTimeout(t *testing.T) {
+// Retry-After is a wait in whole seconds, rounded up, at least one.
+func TestRetryAfterRoundsUpToWholeSeconds(t *testing.T) {
 	for d, want := range map[time.Duration]string{
-		time.Millisecond: "1", time.Second: "1", 5 * time.Second: "5", 5*time.Second + time.Millisecond: "6", 90 * time.Second: "90",
+		0: "1", time.Millisecond: "1", time.Second: "1", 5 * time.Second: "5", 5*time.Second + time.Millisecond: "6", 90 * time.Second: "90",
 	} {
 		if got := retryAfterSeconds(d); got != want {
-			t.Errorf("produce timeout %s: Retry-After %s, want %s", d, got, want)
+			t.Errorf("wait %s: Retry-After %s, want %s", d, got, want)
 		}
 	}
 }

@@ -7,13 +7,14 @@ package ingest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"time"
 	"unsafe"
@@ -21,10 +22,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/schemacheck"
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/topics"
@@ -40,12 +43,17 @@ type Handler struct {
 	streams   map[string]*edgeStream
 	producer  Producer
 	deadlines *deadlines
-	// retryAfter is the Retry-After of a 503: the produce timeout in whole
-	// seconds, rounded up, the time a broker that did not ack was given.
-	retryAfter string
-	log        *slog.Logger
-	now        func() time.Time
-	metrics    *metrics
+	// budget caps the bytes of bodies held; backlog is what the producer
+	// holds of them, whose oldest record's wait is every Retry-After.
+	budget  *budget
+	backlog *backlog
+	// sources caps each source's requests in flight; nil when off.
+	sources *sourceLimit
+	// maxMessageBytes is the largest record batch Kafka accepts.
+	maxMessageBytes int
+	log             *slog.Logger
+	now             func() time.Time
+	metrics         *metrics
 }
 
 type edgeStream struct {
@@ -84,25 +92,35 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// MaxInFlightBytes caps the bytes of bodies held (http.max_in_flight_bytes).
+	// Default config.InFlightBytesFor the streams.
+	MaxInFlightBytes int64
+	// MaxPerSource caps each source's requests in flight
+	// (http.max_per_source); 0 is off.
+	MaxPerSource int
+	// TrustedProxies are the proxies whose X-Forwarded-For names the source
+	// (http.trusted_proxies).
+	TrustedProxies []netip.Prefix
+	// MaxMessageBytes is the largest record batch the topics accept.
+	// Default record.DefaultMaxMessageBytes.
+	MaxMessageBytes int
 }
 
 // NewHandler builds the edge for the streams. It fails when a stream has no
 // usable secret or schema.
 func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Handler, error) {
 	h := &Handler{
-		streams:  map[string]*edgeStream{},
-		producer: producer,
-		log:      opts.Logger,
-		now:      opts.Now,
-		metrics:  newMetrics(opts.Registerer),
+		streams:         map[string]*edgeStream{},
+		producer:        producer,
+		log:             telemetry.OrDiscard(opts.Logger),
+		now:             opts.Now,
+		maxMessageBytes: cmp.Or(opts.MaxMessageBytes, record.DefaultMaxMessageBytes),
+		backlog:         newBacklog(time.Now),
+		sources:         newSourceLimit(opts.MaxPerSource, opts.TrustedProxies),
 	}
-	produceTimeout := opts.ProduceTimeout
-	if produceTimeout == 0 {
-		produceTimeout = 5 * time.Second
-	}
-	h.deadlines = newDeadlines(produceTimeout)
-	h.retryAfter = retryAfterSeconds(produceTimeout)
-	h.log = telemetry.OrDiscard(h.log)
+	h.deadlines = newDeadlines(cmp.Or(opts.ProduceTimeout, 5*time.Second))
+	h.budget = newBudget(cmp.Or(opts.MaxInFlightBytes, config.InFlightBytesFor(streams)))
+	h.metrics = newMetrics(opts.Registerer, h.budget, h.backlog)
 	if h.now == nil {
 		h.now = time.Now
 	}
@@ -193,16 +211,27 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, s *
 		return h.rejectSignature(w, name, err)
 	}
 	if r.ContentLength > s.cfg.Limits.MaxBodyBytes {
-		return writeProblem(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the body is over %d bytes", s.cfg.Limits.MaxBodyBytes), nil)
+		return tooLarge(w, s)
 	}
-	body, err := readBody(w, r, s.cfg.Limits.MaxBodyBytes)
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return writeProblem(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the body is over %d bytes", s.cfg.Limits.MaxBodyBytes), nil)
+	if h.sources != nil {
+		src, ok := h.sources.enter(r)
+		if !ok {
+			return h.unavailable(w, "source_limit", fmt.Sprintf("this source has %d requests in flight, the most it may", h.sources.max))
 		}
-		return writeProblem(w, http.StatusBadRequest, "read", "the body could not be read", nil)
+		defer h.sources.leave(src)
 	}
+	body, held, err := h.readBody(r, s.cfg.Limits.MaxBodyBytes)
+	if err != nil {
+		return h.refuseBody(w, s, err)
+	}
+	// The body's bytes are given back when the producer is done with its
+	// record, or here when it never gets one.
+	produced := false
+	defer func() {
+		if !produced {
+			h.budget.give(held)
+		}
+	}()
 	deliveryID, err := s.scheme.Verify(r.Header, body)
 	if err != nil {
 		return h.rejectSignature(w, name, err)
@@ -223,27 +252,56 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, s *
 	if problems != nil {
 		return writeProblem(w, http.StatusUnprocessableEntity, "schema", "the payload does not match the stream's schema", problems)
 	}
-	return h.produce(w, s, body, fields, now)
+	if n := record.InputRecordBytes(len(s.nameBytes), len(s.schemeBytes), len(fields.Key), len(fields.EventID), len(fields.Type), len(body)); n > h.maxMessageBytes {
+		return writeProblem(w, http.StatusRequestEntityTooLarge, "too_large",
+			fmt.Sprintf("with its key, event id and type, the event's Kafka record would be %d bytes, over the %d Kafka accepts", n, h.maxMessageBytes), nil)
+	}
+	produced = true
+	return h.produce(w, s, body, held, fields, now)
+}
+
+func tooLarge(w http.ResponseWriter, s *edgeStream) result {
+	return writeProblem(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the body is over %d bytes", s.cfg.Limits.MaxBodyBytes), nil)
+}
+
+// refuseBody answers for a body readBody did not return. One it stopped
+// reading midway closes the connection: the rest of it is not read.
+func (h *Handler) refuseBody(w http.ResponseWriter, s *edgeStream, err error) result {
+	switch {
+	case errors.Is(err, errOverBudget):
+		return h.unavailable(w, "overloaded", "the edge holds as many request bytes as it may; retry later")
+	case errors.Is(err, errOverBudgetWhileReading):
+		w.Header().Set("Connection", "close")
+		return h.unavailable(w, "overloaded", "the edge holds as many request bytes as it may; retry later")
+	case errors.Is(err, errTooLarge):
+		w.Header().Set("Connection", "close")
+		return tooLarge(w, s)
+	case isTimeout(err):
+		res := writeProblem(w, http.StatusBadRequest, "read", "the body did not arrive within the read timeout", nil)
+		res.reason = "read_timeout"
+		return res
+	}
+	return writeProblem(w, http.StatusBadRequest, "read", "the body could not be read", nil)
+}
+
+func isTimeout(err error) bool {
+	var timeout interface{ Timeout() bool }
+	return errors.As(err, &timeout) && timeout.Timeout()
+}
+
+// unavailable answers 503 for reason, with the Retry-After the producer's
+// backlog gives: how long its oldest record has waited for an ack.
+func (h *Handler) unavailable(w http.ResponseWriter, reason, detail string) result {
+	wait := h.backlog.retryAfter()
+	h.metrics.retryAfter.Observe(wait.Seconds())
+	w.Header().Set("Retry-After", retryAfterSeconds(wait))
+	return writeProblem(w, http.StatusServiceUnavailable, reason, detail, nil)
 }
 
 // retryAfterSeconds is d in whole seconds, rounded up, and at least 1:
 // Retry-After counts seconds.
 func retryAfterSeconds(d time.Duration) string {
 	return strconv.FormatInt(max(1, int64((d+time.Second-1)/time.Second)), 10)
-}
-
-// readBody reads a body of at most limit bytes. A body of known length,
-// which the caller has checked against the limit, is read into a buffer of
-// its size, in one allocation.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	if r.ContentLength < 0 {
-		return io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	}
-	body := make([]byte, r.ContentLength)
-	if _, err := io.ReadFull(r.Body, body); err != nil {
-		return nil, err
-	}
-	return body, nil
 }
 
 // isJSON reports whether a Content-Type is application/json, with or
@@ -327,17 +385,24 @@ func schemaProblems(err error) []FieldProblem {
 	return out
 }
 
-func (h *Handler) produce(w http.ResponseWriter, s *edgeStream, body []byte, f envelope.Fields, receivedAt time.Time) result {
+// produce writes the event and answers; the producer gives the body's
+// held bytes back when it is done with the record.
+func (h *Handler) produce(w http.ResponseWriter, s *edgeStream, body []byte, held hold, f envelope.Fields, receivedAt time.Time) result {
 	topic := s.topic
 	ephemeral := s.ephemeral[f.Type]
 	if ephemeral != nil {
 		topic = s.ephemeralTopic
 	}
 	out := newOutgoing(s, topic, body, f, receivedAt)
-	if err := h.produceAndWait(&out.rec); err != nil {
+	if err := h.produceAndWait(&out.rec, held); err != nil {
+		if errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) {
+			// A topic whose max.message.bytes is under Kafka's default:
+			// a retry would be refused again.
+			h.log.Warn("record refused as too large", "stream", s.cfg.Name, "topic", topic, "err", err)
+			return writeProblem(w, http.StatusRequestEntityTooLarge, "too_large", "the event's Kafka record is over what the topic accepts (max.message.bytes)", nil)
+		}
 		h.log.Warn("produce failed", "stream", s.cfg.Name, "err", err)
-		w.Header().Set("Retry-After", h.retryAfter)
-		return writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the event was not durably written; retry later", nil)
+		return h.unavailable(w, "unavailable", "the event was not durably written; retry later")
 	}
 	if ephemeral != nil {
 		ephemeral.Inc()

@@ -13,9 +13,10 @@ type metrics struct {
 	ephemeral      *prometheus.CounterVec
 	inFlight       prometheus.Gauge
 	produceLatency prometheus.Histogram
+	retryAfter     prometheus.Histogram
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, b *budget, bl *backlog) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "driftguard_ingest_requests_total",
@@ -23,7 +24,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"stream", "status"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "driftguard_ingest_rejections_total",
-			Help: "Rejected webhooks by stream and reason (signature_*, json, schema, too_large, unavailable...).",
+			Help: "Rejected webhooks by stream and reason (signature_*, json, schema, too_large, read_timeout, overloaded, source_limit, unavailable...).",
 		}, []string{"stream", "reason"}),
 		ephemeral: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "driftguard_ingest_ephemeral_total",
@@ -38,9 +39,26 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time from produce to the broker's ack (or the deadline).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
+		retryAfter: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "driftguard_ingest_retry_after_seconds",
+			Help:    "The Retry-After of each 503: how long the oldest record the producer holds had waited for its ack (1 to 60).",
+			Buckets: []float64{1, 2, 5, 10, 20, 30, 60},
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.rejections, m.ephemeral, m.inFlight, m.produceLatency)
+		reg.MustRegister(m.requests, m.rejections, m.ephemeral, m.inFlight, m.produceLatency, m.retryAfter,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "driftguard_ingest_in_flight_bytes",
+				Help: "Bytes of request bodies the edge holds, from the start of their read until the producer is done with their records.",
+			}, func() float64 { return float64(b.inUse()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "driftguard_ingest_in_flight_bytes_limit",
+				Help: "http.max_in_flight_bytes: beyond it, requests are answered 503 before their bodies are read.",
+			}, func() float64 { return float64(b.limit) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "driftguard_ingest_producer_pending_bytes",
+				Help: "Bytes of records handed to the producer and not yet acked or failed.",
+			}, func() float64 { return float64(bl.pendingBytes()) }))
 	}
 	return m
 }
@@ -52,6 +70,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 func (m *metrics) acceptedCounter(stream string) prometheus.Counter {
 	m.requests.WithLabelValues(stream, strconv.Itoa(http.StatusServiceUnavailable))
 	m.rejections.WithLabelValues(stream, "unavailable")
+	m.rejections.WithLabelValues(stream, "overloaded")
 	return m.requests.WithLabelValues(stream, strconv.Itoa(http.StatusAccepted))
 }
 

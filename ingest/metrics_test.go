@@ -11,7 +11,8 @@ import (
 )
 
 // Operators alert on rejections by reason: each kind of refusal is counted
-// under its own label, and nothing stays in flight after the replies.
+// under its own label, and nothing stays in flight after the replies:
+// neither requests nor body bytes.
 func TestRejectionsAreCountedByReason(t *testing.T) {
 	h, reg, srv := memoryEdge(t)
 	ctx := testenv.Context(t, time.Minute)
@@ -25,10 +26,11 @@ func TestRejectionsAreCountedByReason(t *testing.T) {
 	valid.with(func(d *delivery) { d.contentType = "text/plain" }).send(t, ctx, srv.URL)
 
 	want := `
-# HELP driftguard_ingest_rejections_total Rejected webhooks by stream and reason (signature_*, json, schema, too_large, unavailable...).
+# HELP driftguard_ingest_rejections_total Rejected webhooks by stream and reason (signature_*, json, schema, too_large, read_timeout, overloaded, source_limit, unavailable...).
 # TYPE driftguard_ingest_rejections_total counter
 driftguard_ingest_rejections_total{reason="content_type",stream="presence"} 1
 driftguard_ingest_rejections_total{reason="json",stream="presence"} 1
+driftguard_ingest_rejections_total{reason="overloaded",stream="presence"} 0
 driftguard_ingest_rejections_total{reason="schema",stream="presence"} 1
 driftguard_ingest_rejections_total{reason="signature_mismatch",stream="presence"} 1
 driftguard_ingest_rejections_total{reason="signature_missing_signature",stream="presence"} 1
@@ -39,6 +41,9 @@ driftguard_ingest_rejections_total{reason="unavailable",stream="presence"} 0
 	}
 	if got := testutil.ToFloat64(h.metrics.inFlight); got != 0 {
 		t.Errorf("%v requests still in flight after every reply", got)
+	}
+	if got := h.budget.inUse(); got != 0 {
+		t.Errorf("%d body bytes still held after every reply", got)
 	}
 	if got := testutil.CollectAndCount(h.metrics.produceLatency); got != 1 {
 		t.Errorf("produce latency has %d series, want 1", got)

@@ -50,18 +50,29 @@ func newOutgoing(s *edgeStream, topic string, body []byte, f envelope.Fields, re
 	return o
 }
 
-// ackWaiter receives one record's ack. Waiters are pooled: a channel and
-// the promise bound to it cost two allocations a request otherwise. One
-// whose wait ended at the deadline is not reused, since its promise may
-// still run.
+// ackWaiter receives one record's ack, and gives back what its body held
+// of the edge's budget when the producer is done with the record, which
+// may be after the request's wait ended at the deadline. Waiters are
+// pooled: a channel and the promise bound to it cost two allocations a
+// request otherwise. One whose wait ended at the deadline is not reused,
+// since its promise may still run.
 type ackWaiter struct {
 	acked   chan error
 	promise func(*kgo.Record, error)
+	// Set for each record, read by its promise: the handler, what the
+	// body holds of its budget and the backlog slot it was sent in.
+	h    *Handler
+	held hold
+	slot int64
 }
 
 var ackWaiters = sync.Pool{New: func() any {
 	w := &ackWaiter{acked: make(chan error, 1)}
-	w.promise = func(_ *kgo.Record, err error) { w.acked <- err }
+	w.promise = func(_ *kgo.Record, err error) {
+		w.h.backlog.done(w.slot, w.held.bytes)
+		w.h.budget.give(w.held)
+		w.acked <- err
+	}
 	return w
 }}
 
@@ -115,10 +126,13 @@ func (d *deadlines) next() (context.Context, time.Time) {
 
 // produceAndWait writes the record and waits for the broker's ack or the
 // deadline, whichever comes first; a nil error means the record, now with
-// its partition and offset, is durable.
-func (h *Handler) produceAndWait(rec *kgo.Record) error {
+// its partition and offset, is durable. The body's held bytes go with the
+// record.
+func (h *Handler) produceAndWait(rec *kgo.Record, held hold) error {
 	ctx, start := h.deadlines.next()
 	w := ackWaiters.Get().(*ackWaiter)
+	w.h, w.held = h, held
+	w.slot = h.backlog.sent(held.bytes)
 	// Wait for the ack or the deadline: franz-go cannot fail a record
 	// whose idempotent produce request is in flight, so waiting for the
 	// promise alone could hang past the deadline when the broker vanishes.
@@ -130,6 +144,7 @@ func (h *Handler) produceAndWait(rec *kgo.Record) error {
 	var err error
 	select {
 	case err = <-w.acked:
+		w.h, w.held = nil, hold{}
 		ackWaiters.Put(w)
 	case <-ctx.Done():
 		err = ctx.Err()

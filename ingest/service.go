@@ -6,11 +6,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/telemetry"
 )
 
@@ -24,6 +26,7 @@ type Service struct {
 	ops     *telemetry.Ops
 	ln      net.Listener
 	opsHere bool
+	now     func() time.Time
 }
 
 // ServiceOptions configure the ingest service. Zero values mean defaults.
@@ -42,12 +45,15 @@ type ServiceOptions struct {
 	// OpsOnListener serves Ops with the webhooks, on one listener (dev,
 	// where everything is on loopback).
 	OpsOnListener bool
+	// Now is the edge's clock (received_at, the signature window); nil
+	// means time.Now. Tests move it to show what days later looks like.
+	Now func() time.Time
 }
 
 // NewService builds the ingest service.
 func NewService(opts ServiceOptions) *Service {
 	s := &Service{cfg: opts.Config, brokers: opts.Config.BrokersOr(opts.Brokers), log: telemetry.OrDiscard(opts.Logger), ops: opts.Ops,
-		ln: opts.Listener, opsHere: opts.OpsOnListener}
+		ln: opts.Listener, opsHere: opts.OpsOnListener, now: opts.Now}
 	if s.ops == nil {
 		s.ops = telemetry.NewOps()
 	}
@@ -62,21 +68,44 @@ var errNotListening = errors.New("the webhook port is not listening yet")
 // Name implements service.Service.
 func (s *Service) Name() string { return "ingest" }
 
+// ProducerOptions are the ingest producer's franz-go options, besides
+// internal/kafka's (acks=all, idempotence, murmur2 placement). No linger:
+// each request waits for its own ack, and records that arrive while a
+// produce request is in flight are batched anyway. The batch limit is the
+// topics' max.message.bytes, so that the producer sends every record the
+// broker would take, and the edge refuses the others first (413). The
+// buffer needs no byte bound of its own: every record's body stays in the
+// edge's in-flight budget until the producer is done with it, so the
+// producer holds no more than http.max_in_flight_bytes of bodies; its
+// record bound (franz-go's 50,000) is reached first only when bodies
+// average under 336 bytes at the default budget, and then a request waits
+// for room within its produce deadline.
+func ProducerOptions() []kgo.Opt {
+	return []kgo.Opt{
+		kgo.ProducerLinger(0),
+		kgo.ProducerBatchMaxBytes(record.ProducerBatchLimit(record.DefaultMaxMessageBytes)),
+	}
+}
+
 // Run serves until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
-	// No linger: each request waits for its own ack, and records that arrive
-	// while a produce request is in flight are batched anyway. The default
-	// buffer (50,000 records) far exceeds concurrent requests, so one slow
-	// partition does not stall the others.
-	cl, err := kafka.NewClient(s.brokers, kgo.ProducerLinger(0))
+	cl, err := kafka.NewClient(s.brokers, ProducerOptions()...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	trusted, err := s.cfg.HTTP.TrustedPrefixes()
+	if err != nil {
+		return err
+	}
 	h, err := NewHandler(s.cfg.StreamList(), cl, Options{
-		ProduceTimeout: s.cfg.Kafka.ProduceTimeout,
-		Logger:         s.log,
-		Registerer:     s.ops.Registry,
+		ProduceTimeout:   s.cfg.Kafka.ProduceTimeout,
+		Logger:           s.log,
+		Registerer:       s.ops.Registry,
+		Now:              s.now,
+		MaxInFlightBytes: s.cfg.HTTP.MaxInFlightBytes,
+		MaxPerSource:     s.cfg.HTTP.MaxPerSource,
+		TrustedProxies:   trusted,
 	})
 	if err != nil {
 		return err
@@ -93,6 +122,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 	s.ops.AddReadiness("kafka", cl.Ping)
-	s.log.Info("ingest listening", "addr", ln.Addr().String(), "streams", s.cfg.StreamNames())
-	return telemetry.ServeListener(ctx, ln, mux, s.log)
+	s.log.Info("ingest listening", "addr", ln.Addr().String(), "streams", s.cfg.StreamNames(),
+		"max_in_flight_bytes", s.cfg.HTTP.MaxInFlightBytes, "max_per_source", s.cfg.HTTP.MaxPerSource)
+	return telemetry.ServeListener(ctx, ln, mux, s.log, telemetry.WithReadTimeout(s.cfg.HTTP.ReadTimeout))
 }

@@ -97,7 +97,7 @@ func TestEveryCatalogueStream(t *testing.T) {
 		})
 	}
 	// Typing never reaches the decided log; it is counted.
-	for _, rec := range readTopic(t, brokers, topics.For("chat").In) {
+	for _, rec := range testenv.ReadTopic(t, brokers, topics.For("chat").In) {
 		if strings.Contains(string(rec.Value), `"typing"`) {
 			t.Fatalf("a typing indicator reached chat.in: %s", rec.Value)
 		}
@@ -113,7 +113,7 @@ func TestEveryCatalogueStream(t *testing.T) {
 // findRecord returns the record at partition/offset of topic.
 func findRecord(t *testing.T, brokers []string, topic string, p int32, offset int64) *kgo.Record {
 	t.Helper()
-	for _, rec := range readTopic(t, brokers, topic) {
+	for _, rec := range testenv.ReadTopic(t, brokers, topic) {
 		if rec.Partition == p && rec.Offset == offset {
 			return rec
 		}

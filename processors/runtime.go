@@ -158,11 +158,12 @@ func NewRuntime(brokers []string, s *config.Stream, opts Options, ropts RuntimeO
 // gives none (more instances than partitions) is ready too.
 func (r *Runtime) Recovered() bool { return r.joined.Load() && r.restoring.Load() == 0 }
 
-// Run consumes, decides and commits until ctx ends, then commits what it
-// decided and leaves the group.
-func (r *Runtime) Run(ctx context.Context) error {
+// ClientOptions are the franz-go options of the runtime's group transact
+// session: internal/kafka's (acks=all, idempotence) and the consumer's
+// (read_committed, stable offsets, the oldest offset for a new group).
+func (r *Runtime) ClientOptions() []kgo.Opt {
 	names := r.h.names
-	opts := kafka.Options(r.brokers, append([]kgo.Opt{
+	return kafka.Options(r.brokers, append([]kgo.Opt{
 		kgo.ConsumerGroup(r.group),
 		// A static member: an instance restarted after a crash gets its
 		// partitions back at once instead of after the session timeout
@@ -186,7 +187,12 @@ func (r *Runtime) Run(ctx context.Context) error {
 		kgo.OnPartitionsRevoked(r.dropped),
 		kgo.OnPartitionsLost(r.dropped),
 	}, r.opts.Client...)...)
-	sess, err := kgo.NewGroupTransactSession(opts...)
+}
+
+// Run consumes, decides and commits until ctx ends, then commits what it
+// decided and leaves the group.
+func (r *Runtime) Run(ctx context.Context) error {
+	sess, err := kgo.NewGroupTransactSession(r.ClientOptions()...)
 	if err != nil {
 		return fmt.Errorf("processor %s: %w", r.h.stream.Name, err)
 	}
@@ -205,7 +211,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 		r.leave()
 	}()
 	adm := kadm.NewClient(sess.Client())
-	w := &watermark{adm: adm, topic: names.In, group: r.group, committed: &r.h.committed}
+	w := &watermark{adm: adm, topic: r.h.names.In, group: r.group, committed: &r.h.committed}
 	lastTick := time.Now()
 	for {
 		if err := sess.Begin(); err != nil {
@@ -559,15 +565,22 @@ func (r *Runtime) restore(ctx context.Context, cl *kgo.Client, p int32) (*ownedP
 	return part, st.MarkRecovered()
 }
 
-// readChangelog applies the committed table records of partition p in
-// [from, end) to st. Transaction markers take offsets too: they are read
-// (and skipped) so that the end is known to be reached.
-func (r *Runtime) readChangelog(ctx context.Context, st storage.Storage, p int32, from, end int64) error {
-	rd, err := kafka.NewClient(r.brokers,
+// ChangelogReaderOptions are the franz-go options of the client that
+// restores table partition p from offset from: committed records only,
+// with the transaction markers that tell where the end is.
+func (r *Runtime) ChangelogReaderOptions(p int32, from int64) []kgo.Opt {
+	return kafka.Options(r.brokers,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{r.table: {p: kgo.NewOffset().At(from)}}),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords())
+}
+
+// readChangelog applies the committed table records of partition p in
+// [from, end) to st. Transaction markers take offsets too: they are read
+// (and skipped) so that the end is known to be reached.
+func (r *Runtime) readChangelog(ctx context.Context, st storage.Storage, p int32, from, end int64) error {
+	rd, err := kgo.NewClient(r.ChangelogReaderOptions(p, from)...)
 	if err != nil {
 		return err
 	}

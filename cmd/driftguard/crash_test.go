@@ -50,14 +50,7 @@ func TestEveryDecisionOnceThroughCrashesAndAZombie(t *testing.T) {
 	ctx := testenv.Context(t, 12*time.Minute)
 	dir := t.TempDir()
 	brokers := testenv.Kafka(t)
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv(envCrashSeed); v != "" {
-		var err error
-		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
-			t.Fatalf("%s: %v", envCrashSeed, err)
-		}
-	}
-	t.Logf("seed %d (replay with %s=%d)", seed, envCrashSeed, seed)
+	seed := seedOf(t, envCrashSeed)
 	rng := rand.New(rand.NewPCG(seed, 4))
 	history := newCrashHistory(rng, crashSizes{presence: 5500, workflow: 5000, chat: 5000, orders: 4500})
 	t.Logf("%d deliveries", len(history.inputs))
@@ -203,6 +196,21 @@ func TestEveryDecisionOnceThroughCrashesAndAZombie(t *testing.T) {
 
 // crashOrphanTTL is how long a child waits for its order in the crash test.
 const crashOrphanTTL = 3 * time.Second
+
+// seedOf is the seed of a test's random choices: from the variable env
+// when set, else new; logged so that a failure can be replayed.
+func seedOf(t *testing.T, env string) uint64 {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv(env); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("%s: %v", env, err)
+		}
+	}
+	t.Logf("seed %d (replay with %s=%d)", seed, env, seed)
+	return seed
+}
 
 // writeCatalogueCopies writes a config file in dir defining each catalogue
 // stream again under its new name with three partitions, changed by tune,

@@ -68,14 +68,8 @@ func TestFaultClusterLeadersKilledAndABrokerStalled(t *testing.T) {
 	}
 	cluster := testenv.KafkaCluster(t)
 	ctx := testenv.Context(t, 15*time.Minute)
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv(envFaultSeed); v != "" {
-		var err error
-		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
-			t.Fatalf("%s: %v", envFaultSeed, err)
-		}
-	}
-	t.Logf("seed %d (replay with %s=%d); %d webhooks or more at %.0f/s, %d leader kills", seed, envFaultSeed, seed, sizes.webhooks, sizes.rate, sizes.kills)
+	seed := seedOf(t, envFaultSeed)
+	t.Logf("%d webhooks or more at %.0f/s, %d leader kills", sizes.webhooks, sizes.rate, sizes.kills)
 	rng := rand.New(rand.NewPCG(seed, 16))
 
 	p := startClusterPipeline(t, ctx, cluster)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -114,13 +115,15 @@ func startDriftguard(tb testing.TB, bin string, args []string, env ...string) *e
 }
 
 // startDriftguardTo is startDriftguard with the standard output going to
-// stdout; the logs, on standard error, still go to the test log.
+// stdout; the logs, on standard error, still go to the test log. Its
+// telemetry listens on a free port and it logs warnings and errors only,
+// unless env says otherwise.
 func startDriftguardTo(tb testing.TB, stdout io.Writer, bin string, args []string, env ...string) *exec.Cmd {
 	tb.Helper()
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(append(os.Environ(), env...),
+	cmd.Env = append(append(os.Environ(),
 		"DRIFTGUARD_TELEMETRY_ADDR=127.0.0.1:0",
-		"DRIFTGUARD_LOG_LEVEL=warn")
+		"DRIFTGUARD_LOG_LEVEL=warn"), env...)
 	cmd.Stdout, cmd.Stderr = stdout, testenv.LogWriter(tb)
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
@@ -176,29 +179,44 @@ func presenceStreamYAML(stream string) string {
 // buildDriftguard returns the binary, built once for all the tests of the
 // run, so a test can kill a real process.
 func buildDriftguard(t testing.TB) string {
+	return buildBinary(t, "github.com/driftguard/driftguard/cmd/driftguard")
+}
+
+// buildBinary returns the binary of the main package pkg, built once for
+// all the tests of the run, without the race detector whatever the tests
+// run with.
+func buildBinary(t testing.TB, pkg string) string {
 	t.Helper()
-	bin, err := driftguardBinary()
+	build, _ := builds.LoadOrStore(pkg, sync.OnceValues(func() (string, error) {
+		dir, err := makeBinDir()
+		if err != nil {
+			return "", err
+		}
+		bin := filepath.Join(dir, path.Base(pkg))
+		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+		}
+		return bin, nil
+	}))
+	bin, err := build.(func() (string, error))()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return bin
 }
 
-// binDir holds the binary for the run; TestMain removes it.
+// binDir holds the binaries for the run; TestMain removes it.
 var binDir string
 
-var driftguardBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "driftguard-e2e-")
-	if err != nil {
-		return "", err
-	}
-	binDir = dir
-	bin := filepath.Join(dir, "driftguard")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/driftguard/driftguard/cmd/driftguard").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
-})
+var (
+	makeBinDir = sync.OnceValues(func() (string, error) {
+		dir, err := os.MkdirTemp("", "driftguard-e2e-")
+		binDir = dir
+		return dir, err
+	})
+	// builds maps a package to the build of its binary.
+	builds sync.Map
+)
 
 func TestMain(m *testing.M) {
 	code := m.Run()

@@ -171,14 +171,9 @@ func (h *sinkHarness) rows() uint64 {
 
 // peakRSS is a process's peak resident memory as Linux reports it.
 func peakRSS(pid int) string {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	_, peak, err := procMemory(pid)
 	if err != nil {
 		return "unknown"
 	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "unknown"
+	return mib(peak)
 }

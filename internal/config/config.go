@@ -59,10 +59,46 @@ type Kafka struct {
 	ProduceTimeout time.Duration `yaml:"produce_timeout"`
 }
 
-// HTTP configures the ingest edge's listener.
+// HTTP configures the ingest edge's listener and its limits.
 type HTTP struct {
 	// Addr of the webhook listener. Default 127.0.0.1:8080.
 	Addr string `yaml:"addr"`
+	// MaxInFlightBytes caps the bytes of request bodies the edge holds at
+	// once, from the start of a body's read until the producer is done
+	// with its record (acked, or failed for good); beyond it a request is
+	// answered 503 with Retry-After before its body is read. Default:
+	// DefaultInFlightBodies bodies at the largest limits.max_body_bytes
+	// (16 MiB with the shipped 256 KiB), which the producer's buffer is
+	// sized to as well.
+	MaxInFlightBytes int64 `yaml:"max_in_flight_bytes"`
+	// MaxPerSource caps the requests one source address (an IPv6 /64) may
+	// have in flight at once; more are answered 503 with Retry-After.
+	// Default 0: off, since publishers send from a few addresses and, behind
+	// a proxy not listed in TrustedProxies, every request has the proxy's.
+	MaxPerSource int `yaml:"max_per_source"`
+	// TrustedProxies are the addresses or CIDR prefixes of proxies whose
+	// X-Forwarded-For is believed: a request from one is attributed to the
+	// right-most address of the header that is not a trusted proxy. Empty
+	// (the default): the header is ignored and the peer address counts.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+	// ReadTimeout bounds reading one request, head and body: a body that
+	// trickles in slower is cut off and its connection closed. Default 30s.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+}
+
+// DefaultInFlightBodies is how many bodies at the largest
+// limits.max_body_bytes http.max_in_flight_bytes holds by default: at
+// 256 KiB a body, 16 MiB, a small share of an edge's memory, yet room for
+// thousands of webhooks of typical size (a few KiB) at once.
+const DefaultInFlightBodies = 64
+
+// InFlightBytesFor is the default http.max_in_flight_bytes for streams.
+func InFlightBytesFor(streams []*Stream) int64 {
+	var largest int64
+	for _, s := range streams {
+		largest = max(largest, s.Limits.MaxBodyBytes)
+	}
+	return DefaultInFlightBodies * largest
 }
 
 // MaxBatchRows is ClickHouse's default max_insert_block_size, the most
@@ -356,6 +392,9 @@ func (c *Config) applyDefaults() {
 	for _, s := range c.Streams {
 		s.applyDefaults()
 	}
+	orDefault(&c.HTTP.ReadTimeout, 30*time.Second)
+	// After the streams: sized from their body limits.
+	orDefault(&c.HTTP.MaxInFlightBytes, InFlightBytesFor(c.StreamList()))
 }
 
 // orDefault sets *field to def when it holds its zero value: in this
@@ -463,6 +502,7 @@ func (c *Config) Validate() error {
 			add(fmt.Sprintf("kafka.brokers[%d]", i), "%q needs host:port", b)
 		}
 	}
+	errs = append(errs, c.HTTP.validate(c.StreamList())...)
 	if !validIdent(c.ClickHouse.Database) {
 		add("clickhouse.database", "%q must be letters, digits and underscores, starting with a letter", c.ClickHouse.Database)
 	}
@@ -549,6 +589,10 @@ kafka:
   produce_timeout: 5s            # ingest answers 503 after this
 http:
   addr: 127.0.0.1:8080           # DRIFTGUARD_HTTP_ADDR
+  # max_in_flight_bytes: 64 bodies at the largest limits.max_body_bytes (16 MiB); 503 beyond it
+  max_per_source: 0              # requests in flight per source address (IPv6: per /64); 0: off
+  trusted_proxies: []            # proxies (addresses or CIDRs) whose X-Forwarded-For is believed
+  read_timeout: 30s              # a request's head and body must arrive within this
 clickhouse:
   addr: 127.0.0.1:9000           # DRIFTGUARD_CLICKHOUSE_ADDR (native protocol)
   database: driftguard           # DRIFTGUARD_CLICKHOUSE_DATABASE

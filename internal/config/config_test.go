@@ -64,6 +64,10 @@ func TestLoadWithoutFileGivesWorkingDefaults(t *testing.T) {
 		{"Kafka.MinInsyncReplicasOrDefault()", cfg.Kafka.MinInsyncReplicasOrDefault(), 1},
 		{"Kafka.ProduceTimeout", cfg.Kafka.ProduceTimeout, 5 * time.Second},
 		{"HTTP.Addr", cfg.HTTP.Addr, "127.0.0.1:8080"},
+		{"HTTP.MaxInFlightBytes (64 bodies at 256 KiB)", cfg.HTTP.MaxInFlightBytes, int64(16 << 20)},
+		{"HTTP.MaxPerSource (off)", cfg.HTTP.MaxPerSource, 0},
+		{"HTTP.TrustedProxies", len(cfg.HTTP.TrustedProxies), 0},
+		{"HTTP.ReadTimeout", cfg.HTTP.ReadTimeout, 30 * time.Second},
 		{"ClickHouse.Addr", cfg.ClickHouse.Addr, "127.0.0.1:9000"},
 		{"ClickHouse.Database", cfg.ClickHouse.Database, "driftguard"},
 		{"ClickHouse.Username", cfg.ClickHouse.Username, "default"},
@@ -210,6 +214,34 @@ func TestLoadRejectsInvalidFileNamingTheConfigPath(t *testing.T) {
 			name: "partitions above the limit",
 			yaml: "streams: {presence: {limits: {partitions: 10001}}}",
 			want: []string{"in streams.presence.limits.partitions:", "got 10001"},
+		},
+		{
+			// Kafka's default max.message.bytes (1048588) less the batch
+			// and record framing, the headers and 4 KiB for the key, id
+			// and type.
+			name: "body limit over what a Kafka record of the stream carries",
+			yaml: "streams: {presence: {limits: {max_body_bytes: 1048576}}}",
+			want: []string{"in streams.presence.limits.max_body_bytes: 1048576 is over 1044319", "presence.in", "max.message.bytes (1048588)"},
+		},
+		{
+			name: "in-flight budget under one body at the limit for large bodies",
+			yaml: "http: {max_in_flight_bytes: 300000}",
+			want: []string{"in http.max_in_flight_bytes:", "limits.max_body_bytes (262144)", "at least 349528"},
+		},
+		{
+			name: "per-source limit below zero",
+			yaml: "http: {max_per_source: -1}",
+			want: []string{"in http.max_per_source:", "got -1"},
+		},
+		{
+			name: "trusted proxy that is no address",
+			yaml: "http: {trusted_proxies: [10.0.0.0/8, proxy.internal]}",
+			want: []string{"in http.trusted_proxies[1]:", `"proxy.internal"`},
+		},
+		{
+			name: "read timeout under a second",
+			yaml: "http: {read_timeout: 100ms}",
+			want: []string{"in http.read_timeout:", "got 100ms"},
 		},
 		{
 			name: "replication factor below one",

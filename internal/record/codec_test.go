@@ -8,8 +8,6 @@ import (
 	"unicode"
 
 	"pgregory.net/rapid"
-
-	"github.com/driftguard/driftguard/internal/testenv"
 )
 
 // The scanner gives what encoding/json gives, or leaves the input to it.
@@ -136,6 +134,19 @@ func fill(t *rapid.T, v any, text *rapid.Generator[string]) {
 	}
 }
 
+// canonicalJSON is data decoded and encoded again by encoding/json, which
+// sorts object keys: two texts of the same JSON value give the same string,
+// and text that is not JSON gives "". (This package's tests cannot use
+// testenv, which imports config, which imports this package.)
+func canonicalJSON(data []byte) string {
+	var v any
+	if json.Unmarshal(data, &v) != nil {
+		return ""
+	}
+	out, _ := json.Marshal(v)
+	return string(out)
+}
+
 // roundTrip encodes a random record with encode, as the processors write
 // it, and decodes it with decode, as the sinks read it: the encoding holds
 // the value encoding/json's encoding holds, the decoder reads what
@@ -155,7 +166,7 @@ func roundTrip[T any](t *rapid.T, encode func([]byte, *T) []byte, decode func([]
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !testenv.SameJSON(data, stdEncoded) {
+	if canonicalJSON(data) != canonicalJSON(stdEncoded) {
 		t.Fatalf("hand-encoded %s\nencoding/json %s", data, stdEncoded)
 	}
 	var want T

@@ -124,6 +124,15 @@ func (o *Ops) Register(mux *http.ServeMux) {
 	})
 }
 
+// ServerOption changes a setting of the server ServeListener runs.
+type ServerOption func(*http.Server)
+
+// WithReadTimeout bounds reading a whole request, head and body, instead
+// of the default 30s (the ingest edge's http.read_timeout).
+func WithReadTimeout(d time.Duration) ServerOption {
+	return func(s *http.Server) { s.ReadTimeout = d }
+}
+
 // Serve runs an HTTP server for handler on addr until ctx is done, with the
 // timeouts every driftguard listener uses.
 func Serve(ctx context.Context, addr string, handler http.Handler, log *slog.Logger) error {
@@ -134,8 +143,9 @@ func Serve(ctx context.Context, addr string, handler http.Handler, log *slog.Log
 	return ServeListener(ctx, ln, handler, log)
 }
 
-// ServeListener is Serve on an open listener (tests use port 0).
-func ServeListener(ctx context.Context, ln net.Listener, handler http.Handler, log *slog.Logger) error {
+// ServeListener is Serve on an open listener (tests use port 0); options
+// change the server's settings.
+func ServeListener(ctx context.Context, ln net.Listener, handler http.Handler, log *slog.Logger, opts ...ServerOption) error {
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -144,6 +154,9 @@ func ServeListener(ctx context.Context, ln net.Listener, handler http.Handler, l
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	for _, opt := range opts {
+		opt(srv)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

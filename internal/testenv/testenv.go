@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -195,6 +196,54 @@ func Topics(t testing.TB, ctx context.Context, cfg *config.Config, brokers []str
 		t.Fatal(err)
 	}
 	return cl
+}
+
+// ReadTopic returns every record of topic from its start up to the end
+// offsets it has when called. Reading to the end offsets, rather than until
+// a quiet period, makes "nothing else was written" a fact, not a guess.
+func ReadTopic(t testing.TB, brokers []string, topic string) []*kgo.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(brokers...),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		t.Fatalf("end offsets of %s: %v", topic, err)
+	}
+	pending := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			pending[o.Partition] = o.Offset
+		}
+	})
+	var records []*kgo.Record
+	for len(pending) > 0 {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("reading %s: partitions not read to their end offsets: %v", topic, pending)
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			t.Fatalf("fetching %s/%d: %v", topic, p, err)
+		})
+		fetches.EachRecord(func(r *kgo.Record) {
+			records = append(records, r)
+			if end, ok := pending[r.Partition]; ok && r.Offset+1 >= end {
+				delete(pending, r.Partition)
+			}
+		})
+	}
+	return records
 }
 
 // Transact writes records in one transaction of cl, a client with a

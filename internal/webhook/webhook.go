@@ -109,6 +109,7 @@ type Publisher struct {
 // Response is what ingest answered.
 type Response struct {
 	Status int
+	Header http.Header
 	Body   []byte
 }
 
@@ -141,5 +142,37 @@ func (p *Publisher) Post(ctx context.Context, id string, body []byte) (Response,
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return Response{Status: resp.StatusCode, Body: data}, err
+	return Response{Status: resp.StatusCode, Header: resp.Header, Body: data}, err
+}
+
+// Attempt is one try of a delivery: ingest's status, or the error of a
+// try that got no answer (0 status).
+type Attempt struct {
+	Status int
+	Err    error
+}
+
+// Deliver posts body as delivery id until ingest accepts it (2xx) or
+// refuses it for good (4xx), as Standard Webhooks senders do: after a 5xx
+// or a try that got no answer (refused, reset, timed out) it tries again
+// with the same id and body, signed anew, after wait(n) for the n-th
+// retry. It returns every attempt, the last one ingest's final word, or
+// ctx's error with the attempts made when ctx ends first.
+func (p *Publisher) Deliver(ctx context.Context, id string, body []byte, wait func(retry int) time.Duration) ([]Attempt, error) {
+	var attempts []Attempt
+	for retry := 0; ; retry++ {
+		resp, err := p.Post(ctx, id, body)
+		if ctx.Err() != nil {
+			return attempts, ctx.Err()
+		}
+		attempts = append(attempts, Attempt{Status: resp.Status, Err: err})
+		if err == nil && resp.Status < 500 {
+			return attempts, nil
+		}
+		select {
+		case <-ctx.Done():
+			return attempts, ctx.Err()
+		case <-time.After(wait(retry + 1)):
+		}
+	}
 }

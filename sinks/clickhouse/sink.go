@@ -112,15 +112,10 @@ func New(opts Options) *Sink {
 // Name implements service.Service.
 func (s *Sink) Name() string { return "sink" }
 
-// Run consumes until ctx is done. It gathers polls into one batch until the
-// batch has batch_rows records or batch_bytes of values, or batch_period
-// has passed since its first record; then it inserts each table's block
-// with one INSERT (in the background, while the next batch gathers) and
-// commits the offsets. A crash never loses a row,
-// because offsets are committed after the insert; and a batch inserted but
-// not committed before a crash is not inserted again, because the sink
-// skips offsets at or below what sink_positions says a table holds.
-func (s *Sink) Run(ctx context.Context) error {
+// ClientOptions are the franz-go options of the sink's consumer:
+// internal/kafka's, the sink's group, read_committed, offsets committed by
+// the sink after each insert, never on their own.
+func (s *Sink) ClientOptions() []kgo.Opt {
 	names := make([]string, 0, len(s.kinds))
 	for topic := range s.kinds {
 		names = append(names, topic)
@@ -129,7 +124,7 @@ func (s *Sink) Run(ctx context.Context) error {
 	// No kgo.WithPools: record.DecodeOutcome reads strings over record values
 	// until they are copied into the columns, which pooled buffers could
 	// overwrite.
-	cl, err := kafka.NewClient(s.brokers,
+	return kafka.Options(s.brokers,
 		kgo.ConsumerGroup(ch.ConsumerGroup),
 		kgo.SessionTimeout(ch.SessionTimeout),
 		kgo.ConsumeTopics(names...),
@@ -148,12 +143,25 @@ func (s *Sink) Run(ctx context.Context) error {
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, lost map[string][]int32) { s.forget(lost) }),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, lost map[string][]int32) { s.forget(lost) }),
 	)
+}
+
+// Run consumes until ctx is done. It gathers polls into one batch until the
+// batch has batch_rows records or batch_bytes of values, or batch_period
+// has passed since its first record; then it inserts each table's block
+// with one INSERT (in the background, while the next batch gathers) and
+// commits the offsets. A crash never loses a row,
+// because offsets are committed after the insert; and a batch inserted but
+// not committed before a crash is not inserted again, because the sink
+// skips offsets at or below what sink_positions says a table holds.
+func (s *Sink) Run(ctx context.Context) error {
+	cl, err := kgo.NewClient(s.ClientOptions()...)
 	if err != nil {
-		return err
+		return fmt.Errorf("kafka client: %w", err)
 	}
 	defer cl.Close()
 	// Close leaves the group, which waits for a rebalance a poll may block.
 	defer cl.AllowRebalance()
+	ch := s.cfg.ClickHouse
 	if s.ops != nil {
 		s.ops.AddReadiness("clickhouse", func(ctx context.Context) error {
 			if s.failing.Load() {
@@ -163,7 +171,7 @@ func (s *Sink) Run(ctx context.Context) error {
 		})
 		s.ops.AddReadiness("kafka", cl.Ping)
 	}
-	s.log.Info("clickhouse sink starting", "database", ch.Database, "topics", len(names),
+	s.log.Info("clickhouse sink starting", "database", ch.Database, "topics", len(s.kinds),
 		"batch_rows", ch.BatchRows, "batch_bytes", ch.BatchBytes, "batch_period", ch.BatchPeriod)
 	w := s.newWriter(func(records []*kgo.Record) {
 		if err := cl.CommitRecords(ctx, records...); err != nil && ctx.Err() == nil {

@@ -102,7 +102,16 @@ func New(opts Options) (*Bridge, error) {
 // reader would never reach the log's end (its last stable offset, which
 // the readers compare their positions with).
 func (b *Bridge) reader(topic string, start map[int32]kgo.Offset, wait time.Duration) (*kgo.Client, error) {
-	return kafka.NewClient(b.brokers, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
+	cl, err := kgo.NewClient(b.ReaderOptions(topic, start, wait)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	return cl, nil
+}
+
+// ReaderOptions are the franz-go options of a reader (see reader).
+func (b *Bridge) ReaderOptions(topic string, start map[int32]kgo.Offset, wait time.Duration) []kgo.Opt {
+	return kafka.Options(b.brokers, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
 		kgo.FetchMaxWait(wait), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
 }
 

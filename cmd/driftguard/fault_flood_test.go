@@ -1,0 +1,176 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/driftguard/driftguard/internal/record"
+	"github.com/driftguard/driftguard/internal/testenv"
+	"github.com/driftguard/driftguard/internal/topics"
+)
+
+// The flood: junk at the body limit for 30 s from 128 connections as fast
+// as they go, half of it unsigned, half signed with a wrong key, and from
+// 256 more connections that send wrongly signed bodies slowly, while a
+// publisher sends valid webhooks 20 a second.
+const (
+	floodFor         = 30 * time.Second
+	floodConnections = 128
+	// Slow junk: wrongly signed bodies at the limit at 32 KiB/s, 8 s
+	// each, so that many are in flight at once: 64 MiB of them, four
+	// times the default budget.
+	floodSlowConnections = 256
+	validEvery           = 50 * time.Millisecond
+)
+
+// The bound on the edge's memory, a property of its caps: what it holds
+// before the flood, plus twice what the caps let it hold live (Go's heap
+// grows to twice what is live before it collects): the in-flight budget
+// and, per connection, its buffers and stack (about 20 KiB, counted at
+// 64); plus a margin for what the runtime has not yet handed back to the
+// system under a flood that allocates hundreds of MB a second. An edge
+// that read every body it was sent would hold the slow junk's 64 MiB of
+// bodies at once, and go over it.
+const (
+	floodConnectionBytes = 64 << 10
+	floodMargin          = 32 << 20
+)
+
+// A real `driftguard ingest`, with the default limits, is flooded with
+// unsigned and wrongly signed requests at the body limit from 384
+// connections for 30 s while valid webhooks are sent 20 a second. The
+// attack and the publisher are processes of their own
+// (internal/testenv/flood, built without the race detector, as the edge
+// is), so that under -race the latencies are still the edge's and the
+// system shares the CPU between the attack and the publisher as between
+// two machines. The edge's peak resident memory (VmHWM) stays under what
+// its caps allow, every valid webhook is accepted with p99 latency under
+// 2 s, the junk is answered 401 or 503, and none of it reaches Kafka: the
+// stream's input holds the valid webhooks, each once, and nothing else.
+func TestFaultFloodOfJunk(t *testing.T) {
+	ctx := testenv.Context(t, 3*time.Minute)
+	stream, cfg, edge := ingestOnStream(t, ctx, "flood", "")
+	brokers := cfg.Kafka.Brokers
+	proc := edge.start()
+	bodyLimit := cfg.Streams[stream].Limits.MaxBodyBytes
+	budget := cfg.HTTP.MaxInFlightBytes
+	flood := buildBinary(t, "github.com/driftguard/driftguard/internal/testenv/flood")
+	// run starts a flood process and returns a function that waits for
+	// its report.
+	run := func(args ...string) func() testenv.FloodReport {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, flood, append([]string{"-url", edge.url(stream), "-secret", faultSecret}, args...)...)
+		cmd.Stderr = testenv.LogWriter(t)
+		var out bytes.Buffer
+		cmd.Stdout = &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return func() testenv.FloodReport {
+			t.Helper()
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("flood %v: %v", args, err)
+			}
+			var r testenv.FloodReport
+			if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+				t.Fatalf("flood %v: %v\n%s", args, err, out.Bytes())
+			}
+			return r
+		}
+	}
+
+	// Warm up with valid webhooks alone, then take the edge's memory.
+	warm := run("-connections", "0", "-for", "2s")()
+	baseline, _, err := procMemory(proc.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var peakSeen atomic.Int64
+	sampling, stopSampling := context.WithCancel(ctx)
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for sampling.Err() == nil {
+			if rss, _, err := procMemory(proc.Process.Pid); err == nil && rss > peakSeen.Load() {
+				peakSeen.Store(rss)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	// The attack and the publisher, each a process of its own.
+	attack := run("-connections", strconv.Itoa(floodConnections), "-slow-connections", strconv.Itoa(floodSlowConnections),
+		"-for", floodFor.String(), "-valid-every", "0", "-body-bytes", strconv.FormatInt(bodyLimit, 10))
+	publish := run("-connections", "0", "-for", floodFor.String(), "-valid-every", validEvery.String(), "-first-id", "100000")
+	r := publish()
+	r.Junk = attack().Junk
+	stopSampling()
+	<-sampled
+	rss, peak, err := procMemory(proc.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	connections := int64(floodConnections + floodSlowConnections)
+	bound := baseline + 2*(budget+connections*floodConnectionBytes) + floodMargin
+	latency := func(level float64) time.Duration {
+		return time.Duration(quantile(r.Valid.Latencies, level) * float64(time.Second)).Round(time.Millisecond)
+	}
+	p99 := latency(0.99)
+	j := r.Junk
+	t.Logf("junk: %d sent: %d unsigned refused before the body, %d wrongly signed refused after it, %d over the budget (503), %d transport errors, %d other",
+		j.Sent, j.Unsigned, j.BodiesRead, j.OverBudget, j.Transport, j.Other)
+	t.Logf("valid: %d accepted, %d refused; latency p50 %s, p99 %s, max %s", len(r.Valid.Accepted), len(r.Valid.Refused), latency(0.5), p99, latency(1))
+	t.Logf("memory: %s before the flood, %s peak (VmHWM; %s seen in samples), %s after; bound %s = before + 2 × (%s budget + %d connections × %s) + %s",
+		mib(baseline), mib(peak), mib(peakSeen.Load()), mib(rss), mib(bound), mib(budget), connections, mib(floodConnectionBytes), mib(floodMargin))
+
+	if peak > bound {
+		t.Errorf("peak resident memory %s is over the bound %s", mib(peak), mib(bound))
+	}
+	for _, refused := range append(warm.Valid.Refused, r.Valid.Refused...) {
+		t.Errorf("a valid webhook was not accepted: %s", refused)
+	}
+	if len(r.Valid.Accepted) < int(floodFor/validEvery)/2 {
+		t.Errorf("only %d valid webhooks were accepted during %s", len(r.Valid.Accepted), floodFor)
+	}
+	if p99 >= 2*time.Second {
+		t.Errorf("valid webhooks were served with p99 latency %s during the flood, want under 2s", p99)
+	}
+	if j.BodiesRead == 0 || j.Unsigned == 0 {
+		t.Errorf("the flood did not reach the edge: %+v", j)
+	}
+	if j.Other > 0 {
+		t.Errorf("%d junk requests were answered neither 401 nor 503: %s", j.Other, j.FirstOther)
+	}
+
+	// Only the valid webhooks are in the input, each once.
+	accepted := append(warm.Valid.Accepted, r.Valid.Accepted...)
+	want := map[string]bool{}
+	for _, id := range accepted {
+		want[id] = true
+	}
+	seen := map[string]int{}
+	for _, rec := range testenv.ReadTopic(t, brokers, topics.For(stream).In) {
+		id := ""
+		for _, h := range rec.Headers {
+			if h.Key == record.HeaderEventID {
+				id = string(h.Value)
+			}
+		}
+		seen[id]++
+		if !want[id] {
+			t.Errorf("%s holds a record that is no accepted webhook: event id %q, %d bytes", topics.For(stream).In, id, len(rec.Value))
+		}
+	}
+	for _, id := range accepted {
+		if seen[id] != 1 {
+			t.Errorf("accepted webhook %s is in the input %d times", id, seen[id])
+		}
+	}
+}

@@ -1,0 +1,144 @@
+package main
+
+// What the edge's fault tests share: real `driftguard ingest` binaries a
+// test can kill, and what Linux says of their memory.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/testenv"
+)
+
+// faultSecret signs the fault tests' webhooks.
+const faultSecret = testSecret
+
+// ingestRunner runs real `driftguard ingest` binaries for the streams of a
+// config file on one address, so that a test can kill one and start the
+// next where publishers already send.
+type ingestRunner struct {
+	t          *testing.T
+	bin        string
+	configFile string
+	// addr serves the webhooks, telemetry the metrics.
+	addr, telemetry string
+	env             []string
+}
+
+// newIngestRunner builds the binary and picks a free loopback address;
+// every stream of the config file, the shipped ones too, is given
+// faultSecret.
+func newIngestRunner(t *testing.T, configFile string, brokers []string) *ingestRunner {
+	t.Helper()
+	cfg, err := config.Load(configFile, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, telemetry := freeLoopbackAddr(t), freeLoopbackAddr(t)
+	env := []string{"DRIFTGUARD_KAFKA_BROKERS=" + strings.Join(brokers, ","), "DRIFTGUARD_HTTP_ADDR=" + addr, "DRIFTGUARD_TELEMETRY_ADDR=" + telemetry}
+	for _, name := range cfg.StreamNames() {
+		env = append(env, "DRIFTGUARD_SECRETS_"+strings.ToUpper(name)+"="+faultSecret)
+	}
+	return &ingestRunner{t: t, bin: buildDriftguard(t), configFile: configFile, addr: addr, telemetry: telemetry, env: env}
+}
+
+// gauge is the value of an unlabelled gauge the running ingest serves on
+// /metrics.
+func (r *ingestRunner) gauge(name string) float64 {
+	r.t.Helper()
+	families := scrape(r.t, testenv.Context(r.t, 10*time.Second), "http://"+r.telemetry+"/metrics")
+	f := families[name]
+	if f == nil || len(f.Metric) != 1 || f.Metric[0].Gauge == nil {
+		r.t.Fatalf("ingest serves no gauge %s", name)
+	}
+	return f.Metric[0].Gauge.GetValue()
+}
+
+// ingestOnStream writes a config file of yaml plus a presence stream
+// named after prefix, creates the stream's topics on the real broker and
+// returns the stream's name, the config loaded and a runner of ingest for
+// it.
+func ingestOnStream(t *testing.T, ctx context.Context, prefix, yaml string) (string, *config.Config, *ingestRunner) {
+	t.Helper()
+	stream := testenv.UniqueName(prefix)
+	configFile := testenv.WriteConfig(t, t.TempDir(), yaml+"streams:\n"+presenceStreamYAML(stream))
+	cfg, err := config.Load(configFile, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Kafka.Brokers = testenv.Kafka(t)
+	testenv.Topics(t, ctx, testenv.OnlyStream(t, cfg.Streams[stream]), cfg.Kafka.Brokers).Close()
+	return stream, cfg, newIngestRunner(t, configFile, cfg.Kafka.Brokers)
+}
+
+// start runs `driftguard ingest` and returns once it answers on its
+// address.
+func (r *ingestRunner) start() *exec.Cmd {
+	r.t.Helper()
+	cmd := startDriftguard(r.t, r.bin, []string{"ingest", "--config", r.configFile}, r.env...)
+	client := &http.Client{Timeout: time.Second}
+	testenv.WaitFor(r.t, testenv.Context(r.t, 30*time.Second), "ingest listening on "+r.addr, func() bool {
+		if exited(cmd.Process.Pid) {
+			r.t.Fatalf("driftguard ingest exited at start (its log is above)")
+		}
+		resp, err := client.Get("http://" + r.addr + "/v1/webhooks/-")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return true
+	})
+	return cmd
+}
+
+// exited reports whether the child pid has ended (a zombie not yet
+// waited for).
+func exited(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// The state follows the command name, in parentheses.
+	rest := stat[strings.LastIndexByte(string(stat), ')')+1:]
+	return len(rest) > 1 && rest[1] == 'Z'
+}
+
+// url is the webhook URL of stream.
+func (r *ingestRunner) url(stream string) string {
+	return "http://" + r.addr + "/v1/webhooks/" + stream
+}
+
+// procMemory is a process's resident memory and its peak so far, in
+// bytes, as Linux reports them (VmRSS, VmHWM).
+func procMemory(pid int) (rss, peak int64, err error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		for prefix, into := range map[string]*int64{"VmRSS:": &rss, "VmHWM:": &peak} {
+			if v, ok := strings.CutPrefix(line, prefix); ok {
+				kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+				if err != nil {
+					return 0, 0, fmt.Errorf("/proc/%d/status: %q: %v", pid, line, err)
+				}
+				*into = kb << 10
+			}
+		}
+	}
+	if rss == 0 || peak == 0 {
+		return 0, 0, fmt.Errorf("/proc/%d/status has no VmRSS or VmHWM", pid)
+	}
+	return rss, peak, nil
+}
+
+// mib formats bytes in MiB.
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

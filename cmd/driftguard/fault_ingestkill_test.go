@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/driftguard/driftguard/internal/record"
+	"github.com/driftguard/driftguard/internal/testenv"
+	"github.com/driftguard/driftguard/internal/topics"
+	"github.com/driftguard/driftguard/internal/webhook"
+)
+
+// The publishers and the kills of TestFaultIngestKilledWhilePublishersRetry.
+const (
+	ingestKills       = 5
+	ingestPublishers  = 6
+	eventsByPublisher = 400
+)
+
+// retryWait is a publisher's wait before its n-th retry: 50 ms, doubling
+// to at most a second (Standard Webhooks senders wait longer; the shape is
+// the same, the test shorter).
+func retryWait(n int) time.Duration {
+	return min(50*time.Millisecond<<min(n-1, 5), time.Second)
+}
+
+// A real `driftguard ingest` is SIGKILLed five times at random points
+// (after a random number of 202s, so with requests in flight, some of them
+// produced and not yet answered) and restarted after a random pause, while
+// six publishers each deliver 400 presence events in order, retrying on
+// 5xx and connection errors with the same event id and body, and a real
+// `driftguard process` decides. Then every event is delivered; every
+// record of `<stream>.in` has exactly one decision (read_committed); every
+// event is applied exactly once, its other records decided duplicate; and
+// each event has at most as many records as its publisher made attempts
+// (the bound: an attempt writes at most one record), so at most one extra
+// record per attempt a kill cut off or a deadline answered 503.
+func TestFaultIngestKilledWhilePublishersRetry(t *testing.T) {
+	rng := rand.New(rand.NewPCG(seedOf(t, envFaultSeed), 16))
+	ctx := testenv.Context(t, 4*time.Minute)
+	stream, cfg, edge := ingestOnStream(t, ctx, "ingestkill", "")
+	brokers := cfg.Kafka.Brokers
+	process := newProcessRunner(t, t.TempDir(), edge.configFile, brokers, stream)
+	decider := process.start("ingestkill")
+	ingest := edge.start()
+
+	// The publishers, each delivering its user's events in order.
+	var accepted atomic.Int64
+	attempts := make([][][]webhook.Attempt, ingestPublishers)
+	publishErr := make(chan error, ingestPublishers)
+	var publishing sync.WaitGroup
+	for p := range ingestPublishers {
+		attempts[p] = make([][]webhook.Attempt, eventsByPublisher)
+		publishing.Add(1)
+		go func() {
+			defer publishing.Done()
+			pub := &webhook.Publisher{URL: edge.url(stream), Secret: faultSecret}
+			for n := range eventsByPublisher {
+				id := fmt.Sprintf("evt-%d-%d", p, n)
+				body := testenv.Presence{EventID: id, User: fmt.Sprintf("user-%d", p), Version: int64(n + 1)}.Body()
+				tries, err := pub.Deliver(ctx, "msg_"+id, body, retryWait)
+				attempts[p][n] = tries
+				if err != nil {
+					publishErr <- fmt.Errorf("%s: %v after %d attempts", id, err, len(tries))
+					return
+				}
+				if last := tries[len(tries)-1]; last.Status != 202 {
+					publishErr <- fmt.Errorf("%s: refused with %d", id, last.Status)
+					return
+				}
+				accepted.Add(1)
+			}
+		}()
+	}
+	total := int64(ingestPublishers * eventsByPublisher)
+	for kill := range ingestKills {
+		target := accepted.Load() + 50 + rng.Int64N(total/(ingestKills+2))
+		testenv.WaitFor(t, ctx, "the kill point", func() bool { return accepted.Load() >= min(target, total) })
+		sigkill(t, ingest)
+		down := time.Duration(rng.IntN(500)) * time.Millisecond
+		t.Logf("kill %d after %d accepted, down %s", kill+1, accepted.Load(), down)
+		time.Sleep(down)
+		ingest = edge.start()
+	}
+	publishing.Wait()
+	close(publishErr)
+	for err := range publishErr {
+		t.Fatal(err)
+	}
+	if accepted.Load() != total {
+		t.Fatalf("%d events delivered, want %d", accepted.Load(), total)
+	}
+
+	// What landed in the input, and its decisions.
+	var inputs []*crashInput
+	records := map[string]int{}
+	for _, rec := range testenv.ReadTopic(t, brokers, topics.For(stream).In) {
+		in := &crashInput{stream: "presence", key: string(rec.Key), partition: rec.Partition, offset: rec.Offset}
+		for _, h := range rec.Headers {
+			if h.Key == record.HeaderEventID {
+				in.eventID = string(h.Value)
+			}
+		}
+		records[in.eventID]++
+		inputs = append(inputs, in)
+	}
+	out := newOutputReader(t, brokers, map[string]string{"presence": stream})
+	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	testenv.Poll(waitCtx, func() bool { out.poll(waitCtx); return out.decidedAll(inputs) })
+	cancel()
+	if err := decider.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = decider.Process.Wait()
+	out.readToEnd(ctx)
+	decisions := out.checkDecisions(inputs)
+
+	applied := map[string]int{}
+	for _, in := range inputs {
+		switch d := decisions[in.pos()]; d.Outcome {
+		case record.Applied:
+			applied[in.eventID]++
+		case record.Duplicate, "":
+		default:
+			t.Errorf("%s at %d/%d decided %s %s, want applied or duplicate", in.eventID, in.partition, in.offset, d.Outcome, d.Reason)
+		}
+	}
+	var extra, unanswered, answered503, cutOff, retried int
+	for p := range ingestPublishers {
+		for n := range eventsByPublisher {
+			id := fmt.Sprintf("evt-%d-%d", p, n)
+			tries := attempts[p][n]
+			if applied[id] != 1 {
+				t.Errorf("%s, delivered after %d attempts, was applied %d times", id, len(tries), applied[id])
+			}
+			if records[id] > len(tries) {
+				t.Errorf("%s has %d records in the input, more than its %d attempts", id, records[id], len(tries))
+			}
+			extra += max(0, records[id]-1)
+			for _, try := range tries[:len(tries)-1] {
+				if try.Err != nil {
+					unanswered++
+				} else {
+					answered503++
+				}
+			}
+			if len(tries) > 1 {
+				retried++
+			}
+			if records[id] > 1 {
+				cutOff++
+			}
+		}
+	}
+	t.Logf("%d events, %d retried after %d attempts without an answer and %d answered 5xx; %d records in the input, %d of them extra, of %d events an attempt of which was written and not answered 202",
+		total, retried, unanswered, answered503, len(inputs), extra, cutOff)
+	if cutOff == 0 {
+		t.Errorf("no attempt was written and left unanswered: the kills caught no request between its produce and its reply, so this proves nothing")
+	}
+}

@@ -1,0 +1,91 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/driftguard/driftguard/internal/record"
+)
+
+// LargeBodyShare is the share of http.max_in_flight_bytes that bodies over
+// SmallBodyBytes(budget) may hold together: the rest is kept for small
+// ones, so that a flood of bodies at the limit cannot crowd out the
+// webhooks of typical size (a few KiB) that make most traffic.
+const (
+	LargeBodyShareNum = 3
+	LargeBodyShareDen = 4
+)
+
+// SmallBodyBytes is the largest body that may use the whole in-flight
+// budget: 1/256 of it (64 KiB of the default 16 MiB).
+func SmallBodyBytes(budget int64) int64 { return budget / 256 }
+
+// LargeBodiesBudget is how many bytes bodies over SmallBodyBytes may hold
+// together.
+func LargeBodiesBudget(budget int64) int64 { return budget / LargeBodyShareDen * LargeBodyShareNum }
+
+// TrustedPrefixes parses http.trusted_proxies: an address stands for
+// itself alone.
+func (h *HTTP) TrustedPrefixes() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for i, s := range h.TrustedProxies {
+		p, err := parsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("http.trusted_proxies[%d]: %q is neither an address nor a CIDR prefix", i, s)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func parsePrefix(s string) (netip.Prefix, error) {
+	s = strings.TrimSpace(s)
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		return p.Masked(), err
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// MaxBodyFor is the largest limits.max_body_bytes a stream's records can
+// carry into a topic of Kafka's default max.message.bytes, beside their
+// key, event id, type and headers.
+func MaxBodyFor(s *Stream) int64 {
+	return int64(record.MaxInputBody(len(s.Name), len(s.Signature.Scheme), record.DefaultMaxMessageBytes))
+}
+
+func (h *HTTP) validate(streams []*Stream) []error {
+	var errs []error
+	add := func(path, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("in %s: %s", path, fmt.Sprintf(format, args...)))
+	}
+	if h.ReadTimeout < time.Second {
+		add("http.read_timeout", "must be at least 1s, got %s", h.ReadTimeout)
+	}
+	if h.MaxPerSource < 0 {
+		add("http.max_per_source", "must be 0 (off) or positive, got %d", h.MaxPerSource)
+	}
+	if _, err := h.TrustedPrefixes(); err != nil {
+		errs = append(errs, fmt.Errorf("in %v", err))
+	}
+	if h.MaxInFlightBytes < 1 {
+		add("http.max_in_flight_bytes", "must be positive, got %d", h.MaxInFlightBytes)
+		return errs
+	}
+	for _, s := range streams {
+		body := s.Limits.MaxBodyBytes
+		if body > SmallBodyBytes(h.MaxInFlightBytes) && body > LargeBodiesBudget(h.MaxInFlightBytes) {
+			add("http.max_in_flight_bytes", "%d leaves bodies over %d bytes %d together, less than one body at streams.%s.limits.max_body_bytes (%d): raise it to at least %d",
+				h.MaxInFlightBytes, SmallBodyBytes(h.MaxInFlightBytes), LargeBodiesBudget(h.MaxInFlightBytes), s.Name, body,
+				LargeBodyShareDen*((body+LargeBodyShareNum-1)/LargeBodyShareNum))
+		}
+	}
+	return errs
+}
