@@ -31,8 +31,8 @@ import (
 	"github.com/driftguard/driftguard/internal/webhook"
 )
 
-// envFaultSeed replays a cluster fault test: set it to the seed a failure
-// logged.
+// envFaultSeed replays a fault test (the cluster's, the ingest kills): set
+// it to the seed a failure logged.
 const envFaultSeed = "DRIFTGUARD_FAULT_SEED"
 
 // clusterFaultSizes are the sizes of one run of the cluster fault test.
