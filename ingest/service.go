@@ -69,9 +69,10 @@ var errNotListening = errors.New("the webhook port is not listening yet")
 func (s *Service) Name() string { return "ingest" }
 
 // ProducerOptions are the ingest producer's franz-go options, besides
-// internal/kafka's (acks=all, idempotence, murmur2 placement). No linger:
-// each request waits for its own ack, and records that arrive while a
-// produce request is in flight are batched anyway. The batch limit is the
+// internal/kafka's (acks=all, idempotence, murmur2 placement), lingering
+// linger (kafka.linger) so that one produce request carries the webhooks
+// of that moment, and records that arrive while one is in flight are
+// batched anyway. The batch limit is the
 // topics' max.message.bytes, so that the producer sends every record the
 // broker would take, and the edge refuses the others first (413). The
 // buffer needs no byte bound of its own: every record's body stays in the
@@ -80,16 +81,16 @@ func (s *Service) Name() string { return "ingest" }
 // record bound (franz-go's 50,000) is reached first only when bodies
 // average under 336 bytes at the default budget, and then a request waits
 // for room within its produce deadline.
-func ProducerOptions() []kgo.Opt {
+func ProducerOptions(linger time.Duration) []kgo.Opt {
 	return []kgo.Opt{
-		kgo.ProducerLinger(0),
+		kgo.ProducerLinger(linger),
 		kgo.ProducerBatchMaxBytes(record.ProducerBatchLimit(record.DefaultMaxMessageBytes)),
 	}
 }
 
 // Run serves until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
-	cl, err := kafka.NewClient(s.brokers, ProducerOptions()...)
+	cl, err := kafka.NewClient(s.brokers, ProducerOptions(s.cfg.Kafka.Linger)...)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package processors
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -92,6 +93,11 @@ type RuntimeOptions struct {
 	CommitEvery time.Duration
 	// TimerTick is how often timers are visited. Default 1s.
 	TimerTick time.Duration
+	// FetchMinBytes and FetchMaxWait: a fetch answers once the broker has
+	// this many bytes of input, or after this long. Zero: franz-go's
+	// (one byte, 5s).
+	FetchMinBytes int
+	FetchMaxWait  time.Duration
 	// Client adds franz-go options (tests inject faults with them).
 	Client []kgo.Opt
 }
@@ -174,6 +180,8 @@ func (r *Runtime) ClientOptions() []kgo.Opt {
 		kgo.TransactionalID(r.opts.TransactionalID),
 		kgo.TransactionTimeout(transactionTimeout),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMinBytes(int32(max(1, min(r.opts.FetchMinBytes, 1<<30)))),
+		kgo.FetchMaxWait(cmp.Or(r.opts.FetchMaxWait, 5*time.Second)),
 		kgo.RequireStableFetchOffsets(),
 		// Rebalances wait between transactions, so the partition
 		// callbacks never meet a transaction's pending table writes.

@@ -106,6 +106,8 @@ func (s *Service) Run(ctx context.Context) error {
 			Storage:         store,
 			CommitEvery:     s.cfg.Processing.CommitInterval,
 			TimerTick:       s.cfg.Processing.TimerTick,
+			FetchMinBytes:   s.cfg.Processing.FetchMinBytes,
+			FetchMaxWait:    s.cfg.Processing.FetchMaxWait,
 		})
 		if err != nil {
 			return fmt.Errorf("processor %s: %w", name, err)

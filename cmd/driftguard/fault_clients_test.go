@@ -60,7 +60,7 @@ func TestFaultClientSettingsOfEveryComponent(t *testing.T) {
 		t.Fatal(err)
 	}
 	clients := []clientUnderTest{
-		{name: "ingest's producer", opts: kafka.Options(brokers, ingest.ProducerOptions()...), produces: true},
+		{name: "ingest's producer", opts: kafka.Options(brokers, ingest.ProducerOptions(time.Millisecond)...), produces: true},
 		{name: "the processor's transact session", opts: runtime.ClientOptions(), produces: true, transactional: true, consumes: true, group: true},
 		{name: "the processor's table restore", opts: runtime.ChangelogReaderOptions(0, 0), consumes: true},
 		{name: "the ClickHouse sink", opts: sink.ClientOptions(), consumes: true, group: true},
@@ -104,7 +104,7 @@ func TestFaultClientSettingsOfEveryComponent(t *testing.T) {
 		cl.Close()
 	}
 
-	producer, err := kgo.NewClient(kafka.Options(brokers, ingest.ProducerOptions()...)...)
+	producer, err := kgo.NewClient(kafka.Options(brokers, ingest.ProducerOptions(time.Millisecond)...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -136,6 +136,7 @@ func (s *Sink) ClientOptions() []kgo.Opt {
 		// No partition moves while a batch is being gathered or inserted.
 		kgo.BlockRebalanceOnPoll(),
 		kgo.FetchMaxWait(min(ch.BatchPeriod, 5*time.Second)),
+		kgo.FetchMinBytes(int32(max(1, min(ch.FetchMinBytes, 1<<30)))),
 		// What franz-go buffers ahead of the batch stays near one batch.
 		kgo.FetchMaxBytes(int32(min(ch.BatchBytes, 1<<30))),
 		// Another replica may have inserted a partition's rows while it was
