@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/ingest"
+	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
@@ -104,13 +105,19 @@ func TestFaultClientSettingsOfEveryComponent(t *testing.T) {
 		cl.Close()
 	}
 
-	producer, err := kgo.NewClient(kafka.Options(brokers, ingest.ProducerOptions(time.Millisecond)...)...)
+	// The configured linger, which every ack waits for, and nothing more.
+	defaults, err := config.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	linger := defaults.Kafka.Linger
+	producer, err := kgo.NewClient(kafka.Options(brokers, ingest.ProducerOptions(linger)...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer producer.Close()
-	if v := producer.OptValue(kgo.ProducerLinger); v != time.Duration(0) {
-		t.Errorf("ingest's producer lingers %v, want 0: each request waits for its own ack", v)
+	if v := producer.OptValue(kgo.ProducerLinger); v != linger {
+		t.Errorf("ingest's producer lingers %v, want kafka.linger (%s)", v, linger)
 	}
 	if v, want := producer.OptValue(kgo.ProducerBatchMaxBytes), record.ProducerBatchLimit(record.DefaultMaxMessageBytes); v != want {
 		t.Errorf("ingest's producer batch limit is %v, want %d: what a topic of Kafka's default max.message.bytes takes", v, want)
