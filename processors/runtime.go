@@ -122,7 +122,8 @@ const (
 type ownedPartition struct {
 	partition int32
 	store     storage.Storage
-	// pending are the table writes of the running transaction, by key.
+	// pending are the table values of the running transaction, by key:
+	// each key's last, written to the changelog once, when it commits.
 	pending map[string]pendingValue
 	// lastChangelog is the offset of the latest table record of the running
 	// transaction, -1 for none; written by produce callbacks.
@@ -131,6 +132,8 @@ type ownedPartition struct {
 	wrote bool
 }
 
+// pendingValue is a key's table value in the running transaction (nil:
+// deleted) and, once the transaction is about to commit, its encoding.
 type pendingValue struct {
 	value *tableValue
 	data  []byte
@@ -227,6 +230,9 @@ func (r *Runtime) Run(ctx context.Context) error {
 		}
 		decideErr := r.gather(ctx, w, &lastTick)
 		stopping := ctx.Err() != nil
+		if decideErr == nil {
+			decideErr = r.writeTables()
+		}
 		fence, fenceErr := r.fence()
 		if fenceErr != nil {
 			r.h.opts.Logger.Warn("a transaction is aborted: it cannot be fenced; its inputs are decided again", "stream", r.h.stream.Name, "err", fenceErr)
@@ -357,6 +363,32 @@ func (r *Runtime) positions() map[int32]kgo.EpochOffset {
 		positions[p] = kgo.EpochOffset{Offset: -1} // the transaction commits it anyway
 	}
 	return positions
+}
+
+// writeTables writes each table value the transaction changed to the
+// changelog, once per key however many of its events it decided: a key's
+// value holds its dedup memory and more, and rewriting it per event was
+// the largest part of the processor's and the broker's work per event.
+// Readers of the changelog see only committed values anyway, the last of
+// each transaction. Before fence, which must see these writes.
+func (r *Runtime) writeTables() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, part := range r.parts {
+		for _, k := range slices.Sorted(maps.Keys(part.pending)) {
+			v := part.pending[k]
+			var data []byte
+			if v.value != nil {
+				var err error
+				if data, err = (entityCodec{}).Encode(v.value); err != nil {
+					return fmt.Errorf("processor %s: encoding the table value of %s: %w", r.h.stream.Name, k, err)
+				}
+			}
+			part.pending[k] = pendingValue{value: v.value, data: data}
+			r.produce(part, &kgo.Record{Topic: r.table, Key: []byte(k), Value: data})
+		}
+	}
+	return nil
 }
 
 // fence is what the transaction's offset commit must add so that it
@@ -641,7 +673,7 @@ func (part *ownedPartition) keys() ([]string, error) {
 		return nil, err
 	}
 	for k, v := range part.pending {
-		if v.data != nil {
+		if v.value != nil {
 			keys = append(keys, k)
 		}
 	}
@@ -653,7 +685,7 @@ func (part *ownedPartition) keys() ([]string, error) {
 func (part *ownedPartition) apply() error {
 	for k, v := range part.pending {
 		var err error
-		if v.data == nil {
+		if v.value == nil {
 			err = part.store.Delete(k)
 		} else {
 			err = part.store.Set(k, v.data)
@@ -756,12 +788,7 @@ func (c *runtimeContext) Value() any {
 
 func (c *runtimeContext) SetValue(value any, _ ...goka.ContextOption) {
 	tv, _ := value.(*tableValue)
-	data, err := entityCodec{}.Encode(tv)
-	if err != nil {
-		c.Fail(fmt.Errorf("encoding the table value of %s: %w", c.key, err))
-	}
-	c.part.pending[c.key] = pendingValue{value: tv, data: data}
-	c.r.produce(c.part, &kgo.Record{Topic: c.r.table, Key: []byte(c.key), Value: data})
+	c.part.pending[c.key] = pendingValue{value: tv}
 }
 
 func (c *runtimeContext) Emit(topic goka.Stream, key string, value any, _ ...goka.ContextOption) {
