@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -29,10 +30,24 @@ type options struct {
 	jar        string
 	java       string
 	javaOpts   string
-	out        string
-	pprof      string
-	timeout    time.Duration
-	smoke      bool
+	// streamsConfig are KEY=VALUE Kafka Streams properties over its
+	// defaults, for experiments.
+	streamsConfig string
+	// storeCaching turns on the Kafka Streams store's record cache.
+	storeCaching bool
+	out          string
+	pprof        string
+	timeout      time.Duration
+	// commitInterval overrides driftguard's processing.commit_interval.
+	commitInterval time.Duration
+	smoke          bool
+}
+
+// shrinkToSmoke makes o the smoke run's: enough events for every outcome
+// and every partition, too few to time.
+func (o *options) shrinkToSmoke() {
+	o.smoke = true
+	o.events, o.warmup, o.rounds, o.users = 2000, 500, 1, 200
 }
 
 func (o *options) validate() error {
@@ -64,11 +79,11 @@ func run(ctx context.Context, o options) (*Results, error) {
 	for _, name := range strings.Split(o.contenders, ",") {
 		switch name {
 		case driftguardName:
-			all = append(all, driftguardContender(brokers, o.pprof))
+			all = append(all, driftguardContender(brokers, o.pprof, o.commitInterval))
 		case ksALOSName:
-			all = append(all, kstreamsContender(name, o.java, o.jar, strings.Fields(o.javaOpts), brokers, "at_least_once"))
+			all = append(all, kstreamsContender(name, o.java, o.jar, strings.Fields(o.javaOpts), strings.Fields(o.streamsConfig), o.storeCaching, brokers, "at_least_once"))
 		case ksEOSName:
-			all = append(all, kstreamsContender(name, o.java, o.jar, strings.Fields(o.javaOpts), brokers, "exactly_once_v2"))
+			all = append(all, kstreamsContender(name, o.java, o.jar, strings.Fields(o.javaOpts), strings.Fields(o.streamsConfig), o.storeCaching, brokers, "exactly_once_v2"))
 		}
 	}
 	if o.pprof != "" {
@@ -98,16 +113,20 @@ func run(ctx context.Context, o options) (*Results, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.commitInterval > 0 {
+		cfg.Processing.CommitInterval = o.commitInterval
+	}
 	res := &Results{
 		Benchmark: "presence-processor", StartedAt: time.Now().UTC(), Smoke: o.smoke,
 		Setup: Setup{
 			Events: o.events, Warmup: o.warmup, Rounds: o.rounds, Mix: mix,
 			Partitions: cfg.Streams["presence"].Limits.Partitions, CommitIntervalMs: cfg.Processing.CommitInterval.Milliseconds(),
-			Contenders: names(all), CPUs: runtime.NumCPU(), Brokers: brokers, BrokerCPU: o.brokerPID > 0,
+			StreamsConfig: strings.Fields(o.streamsConfig), StoreCaching: o.storeCaching, Contenders: names(all), CPUs: runtime.NumCPU(), Brokers: brokers, BrokerCPU: o.brokerPID > 0,
 		},
 		Expected: exp.Outcomes,
 	}
-	id := time.Now().Format("150405")
+	// Unique among benchmarks sharing a broker.
+	id := fmt.Sprintf("%s-%04x", time.Now().Format("150405"), rand.IntN(1<<16))
 	for round := 1; round <= o.rounds; round++ {
 		rd := Round{Round: round}
 		for i := range all {
@@ -239,6 +258,7 @@ func measureOne(ctx context.Context, o options, brokers []string, cl *kgo.Client
 	if err != nil {
 		return fail(err)
 	}
+	r.Load1 = load1()
 	stopped = true
 	if err := ch.stop(time.Minute); err != nil {
 		return fail(fmt.Errorf("%s did not stop cleanly: %w", c.Name, err))
@@ -250,6 +270,9 @@ func measureOne(ctx context.Context, o options, brokers []string, cl *kgo.Client
 	r.StartupSeconds = first.at.Sub(asked).Seconds()
 	r.window(first, last)
 	r.Check = check(ds, at, exp, tl.decided, tl.states)
+	if r.LogBytesPerEvent, err = logBytesPerEvent(ctx, adm, name, len(ds)); err != nil {
+		return fail(fmt.Errorf("the size of the topics: %w", err))
+	}
 	r.OK = r.Check.OK()
 	r.Failure = r.Check.Failure
 	return r

@@ -38,13 +38,16 @@ const (
 // driftguardContender runs driftguard's presence processor (the
 // transactional runtime, through processors.Service as `driftguard
 // process` runs it) in a child process: this binary again, as a worker.
-func driftguardContender(brokers []string, profileDir string) contender {
+func driftguardContender(brokers []string, profileDir string, commitInterval time.Duration) contender {
 	return contender{Name: driftguardName, command: func(warmup, measure, dir string) *exec.Cmd {
 		self, err := os.Executable()
 		if err != nil {
 			self = os.Args[0]
 		}
 		args := []string{workerCommand, "-brokers", strings.Join(brokers, ","), "-warmup", warmup, "-measure", measure, "-data", dir}
+		if commitInterval > 0 {
+			args = append(args, "-commit-interval", commitInterval.String())
+		}
 		if profileDir != "" {
 			args = append(args, "-cpuprofile", filepath.Join(profileDir, measure+".pprof"))
 		}
@@ -54,11 +57,17 @@ func driftguardContender(brokers []string, profileDir string) contender {
 
 // kstreamsContender runs the Kafka Streams application (benchmarks/kstreams)
 // at guarantee: at_least_once or exactly_once_v2.
-func kstreamsContender(name, java, jar string, javaOpts []string, brokers []string, guarantee string) contender {
+func kstreamsContender(name, java, jar string, javaOpts, streamsConfig []string, caching bool, brokers []string, guarantee string) contender {
 	return contender{Name: name, command: func(warmup, measure, dir string) *exec.Cmd {
 		args := append(append([]string{}, javaOpts...), "-jar", jar,
 			"--bootstrap-servers", strings.Join(brokers, ","), "--guarantee", guarantee,
 			"--state-dir", filepath.Join(dir, "kstreams"), "--warmup", warmup, "--measure", measure)
+		if caching {
+			args = append(args, "--caching", "true")
+		}
+		for _, kv := range streamsConfig {
+			args = append(args, "--config", kv)
+		}
 		return exec.Command(java, args...)
 	}}
 }

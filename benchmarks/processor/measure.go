@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -91,13 +90,14 @@ func (t *tail) close() { t.cl.Close() }
 // cpuTime is the user+system CPU time of process pid so far, from
 // /proc/<pid>/stat: every thread's, the JVM's JIT and GC threads included.
 func cpuTime(pid int) (time.Duration, error) {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0, err
 	}
 	// Fields after the command name, which is in parentheses and may hold
 	// spaces: utime and stime are the 14th and 15th fields of the line.
-	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	stat := string(data)
+	fields := strings.Fields(stat[strings.LastIndexByte(stat, ')')+1:])
 	if len(fields) < 13 {
 		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
 	}
@@ -133,4 +133,15 @@ func takeSample(decided, pid, brokerPID int) (sample, error) {
 		}
 	}
 	return s, nil
+}
+
+// load1 is the machine's one-minute load average, 0 where /proc has none:
+// this benchmark's figures mean little on a machine busy with others.
+func load1() float64 {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f, _ := strconv.ParseFloat(strings.Fields(string(data))[0], 64)
+	return f
 }

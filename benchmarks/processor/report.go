@@ -32,10 +32,16 @@ type Setup struct {
 	Rounds           int      `json:"rounds"`
 	Mix              Mix      `json:"mix"`
 	Partitions       int      `json:"partitions"`
-	CommitIntervalMs int64    `json:"commit_interval_ms"`
+	CommitIntervalMs int64    `json:"driftguard_commit_interval_ms"`
 	Contenders       []string `json:"contenders"`
-	CPUs             int      `json:"cpus"`
-	Brokers          []string `json:"brokers"`
+	// StreamsConfig are the properties the Kafka Streams application ran
+	// with over its defaults (-kstreams-config); empty in a benchmark run.
+	StreamsConfig []string `json:"kstreams_config,omitempty"`
+	// StoreCaching is set when the store's record cache was on
+	// (-kstreams-caching).
+	StoreCaching bool     `json:"kstreams_caching,omitempty"`
+	CPUs         int      `json:"cpus"`
+	Brokers      []string `json:"brokers"`
 	// BrokerCPU is set when the broker's CPU time was read (-broker-pid).
 	BrokerCPU bool `json:"broker_cpu"`
 }
@@ -69,7 +75,12 @@ type Run struct {
 	// StartupSeconds is from the switch to the measured stream to its
 	// first visible outcome (joining the group, the first commit).
 	StartupSeconds float64 `json:"startup_s"`
-	Check          Check   `json:"check"`
+	// Load1 is the machine's one-minute load average at the window's end.
+	Load1 float64 `json:"load1"`
+	// LogBytesPerEvent is what the run left on the broker per input event,
+	// by topic: in, outcomes, state, table (the store's changelog).
+	LogBytesPerEvent map[string]float64 `json:"log_bytes_per_event"`
+	Check            Check              `json:"check"`
 }
 
 // window fills the rates of the window from first to last.
@@ -90,8 +101,10 @@ func (r *Run) line() string {
 	if !r.OK {
 		return "FAILED: " + r.Failure
 	}
-	return fmt.Sprintf("%8.0f events/s  %6.1f CPU µs/event  broker %6.1f µs/event  (%d events in %.2fs, start-up %.1fs)",
-		r.EventsPerSec, r.CPUMicrosPerEvent, r.BrokerCPUMicrosPerEvent, r.WindowEvents, r.WindowSeconds, r.StartupSeconds)
+	b := r.LogBytesPerEvent
+	return fmt.Sprintf("%8.0f events/s  %6.1f CPU µs/event  broker %6.1f µs/event  (%d events in %.2fs, start-up %.1fs, load %.1f; bytes/event: in %.0f, outcomes %.0f, state %.0f, table %.0f)",
+		r.EventsPerSec, r.CPUMicrosPerEvent, r.BrokerCPUMicrosPerEvent, r.WindowEvents, r.WindowSeconds, r.StartupSeconds, r.Load1,
+		b["in"], b["outcomes"], b["state"], b["table"])
 }
 
 // Stat is the median and range of one figure over the runs that passed.
@@ -222,6 +235,9 @@ func (res *Results) write(path string) error {
 func (res *Results) Markdown() string {
 	var b strings.Builder
 	s := res.Setup
+	if res.Smoke {
+		b.WriteString("Smoke run: it shows that every contender works; its figures are too short to mean anything.\n\n")
+	}
 	fmt.Fprintf(&b, "Presence processor catch-up: %d events (%d applied, %d duplicate, %d stale) after a %d-event warm-up, %d partitions, %d round(s), %d CPUs\n\n",
 		s.Events, res.Expected[record.Applied], res.Expected[record.Duplicate], res.Expected[record.Stale], s.Warmup, s.Partitions, s.Rounds, s.CPUs)
 	b.WriteString("| contender | events/s, median (range) | CPU µs/event | broker CPU µs/event | check |\n|---|---|---|---|---|\n")

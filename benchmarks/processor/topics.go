@@ -121,3 +121,26 @@ func dropRun(ctx context.Context, adm *kadm.Client, names ...string) error {
 	_, _ = adm.DeleteGroups(ctx, names...)
 	return nil
 }
+
+// logBytesPerEvent is the size on the broker of each of stream name's
+// topics, per input event, by what the topic holds: "in", "outcomes",
+// "state" and "table", the store's changelog (driftguard's `<name>-table`,
+// Kafka Streams' `<name>-presence-changelog`). It shows what each
+// contender makes the broker write.
+func logBytesPerEvent(ctx context.Context, adm *kadm.Client, name string, events int) (map[string]float64, error) {
+	dirs, err := adm.DescribeAllLogDirs(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	n := topics.For(name)
+	kinds := map[string]string{n.In: "in", n.Outcomes: "outcomes", n.State: "state", n.Table: "table", name + "-presence-changelog": "table"}
+	out := map[string]float64{}
+	dirs.Each(func(d kadm.DescribedLogDir) {
+		d.Topics.Each(func(p kadm.DescribedLogDirPartition) {
+			if kind, ok := kinds[p.Topic]; ok {
+				out[kind] += float64(p.Size) / float64(events)
+			}
+		})
+	})
+	return out, nil
+}

@@ -29,6 +29,7 @@ func runWorker(args []string) int {
 	measure := fs.String("measure", "", "stream decided until the line \"stop\"")
 	data := fs.String("data", "", "folder of the table storage")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measured stream's run here")
+	commitInterval := fs.Duration("commit-interval", 0, "processing.commit_interval (0: driftguard's default)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -52,6 +53,9 @@ func runWorker(args []string) int {
 			return false, err
 		}
 		cfg.DataDir = filepath.Join(*data, stream)
+		if *commitInterval > 0 {
+			cfg.Processing.CommitInterval = *commitInterval
+		}
 		svc := processors.NewService(processors.ServiceOptions{Config: cfg, Brokers: strings.Split(*brokers, ","), Logger: log, Ops: telemetry.NewOps()})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()

@@ -18,6 +18,8 @@ import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.Topology;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
+import org.apache.kafka.streams.state.KeyValueStore;
+import org.apache.kafka.streams.state.StoreBuilder;
 import org.apache.kafka.streams.state.Stores;
 
 /**
@@ -30,7 +32,7 @@ import org.apache.kafka.streams.state.Stores;
  * <pre>
  * java -jar presence-kstreams.jar --bootstrap-servers 127.0.0.1:9092 \
  *   --guarantee at_least_once|exactly_once_v2 --state-dir /tmp/ks \
- *   [--warmup NAME] --measure NAME
+ *   [--warmup NAME] --measure NAME [--config KEY=VALUE]... [--caching true]
  * </pre>
  *
  * NAME is a stream as driftguard names its topics: the application reads
@@ -40,7 +42,12 @@ import org.apache.kafka.streams.state.Stores;
  * on the warm-up stream, so that the JIT has compiled the hot paths before
  * the measured run, and switches to the measured stream when it reads the
  * line "measure" on stdin; it stops cleanly on the line "stop" or at the
- * end of stdin, and exits non-zero when Kafka Streams fails.
+ * end of stdin, and exits non-zero when Kafka Streams fails. Each --config
+ * sets one Kafka Streams (or, prefixed, client) property over the defaults,
+ * for experiments beyond the benchmark's contenders, as does --caching true,
+ * which turns on the store's record cache (off by default for a Processor
+ * API store): the store then writes its changelog once per key per commit
+ * instead of once per event.
  */
 public final class PresenceApp {
     private static final String STORE = "presence";
@@ -48,7 +55,8 @@ public final class PresenceApp {
     private PresenceApp() {}
 
     public static void main(String[] args) throws Exception {
-        Map<String, String> flags = parse(args);
+        Properties overrides = new Properties();
+        Map<String, String> flags = parse(args, overrides);
         String bootstrap = required(flags, "bootstrap-servers");
         String guarantee = flags.getOrDefault("guarantee", StreamsConfig.AT_LEAST_ONCE);
         if (!guarantee.equals(StreamsConfig.AT_LEAST_ONCE) && !guarantee.equals(StreamsConfig.EXACTLY_ONCE_V2)) {
@@ -57,10 +65,11 @@ public final class PresenceApp {
         Path stateDir = Path.of(flags.getOrDefault("state-dir", Files.createTempDirectory("presence-kstreams").toString()));
         String measure = required(flags, "measure");
         String warmup = flags.get("warmup");
+        boolean caching = Boolean.parseBoolean(flags.getOrDefault("caching", "false"));
 
         BufferedReader stdin = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         if (warmup != null) {
-            Instance w = Instance.start(warmup, bootstrap, guarantee, stateDir);
+            Instance w = Instance.start(warmup, bootstrap, guarantee, stateDir, overrides, caching);
             System.out.println("warmup " + warmup);
             System.out.flush();
             String line = waitFor(stdin, w, "measure");
@@ -69,7 +78,7 @@ public final class PresenceApp {
                 return;
             }
         }
-        Instance m = Instance.start(measure, bootstrap, guarantee, stateDir);
+        Instance m = Instance.start(measure, bootstrap, guarantee, stateDir, overrides, caching);
         System.out.println("measure " + measure);
         System.out.flush();
         waitFor(stdin, m, "stop");
@@ -85,13 +94,15 @@ public final class PresenceApp {
             this.streams = streams;
         }
 
-        static Instance start(String name, String bootstrap, String guarantee, Path stateDir) {
+        static Instance start(String name, String bootstrap, String guarantee, Path stateDir, Properties overrides,
+                boolean caching) {
             Properties props = new Properties();
+            props.putAll(overrides);
             props.put(StreamsConfig.APPLICATION_ID_CONFIG, name);
             props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
             props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, guarantee);
             props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.toString());
-            Instance in = new Instance(new KafkaStreams(topology(name), props));
+            Instance in = new Instance(new KafkaStreams(topology(name, caching), props));
             in.streams.setUncaughtExceptionHandler(e -> {
                 System.err.println("kafka streams failed: " + e);
                 in.failed.countDown();
@@ -112,12 +123,13 @@ public final class PresenceApp {
         }
     }
 
-    static Topology topology(String name) {
+    static Topology topology(String name, boolean caching) {
         Topology t = new Topology();
         t.addSource("in", new ByteArrayDeserializer(), new ByteArrayDeserializer(), name + ".in");
         t.addProcessor("decide", () -> new PresenceProcessor(name, STORE), "in");
-        t.addStateStore(Stores.keyValueStoreBuilder(Stores.persistentKeyValueStore(STORE), Serdes.String(), PresenceState.serde()),
-                "decide");
+        StoreBuilder<KeyValueStore<String, PresenceState>> store =
+                Stores.keyValueStoreBuilder(Stores.persistentKeyValueStore(STORE), Serdes.String(), PresenceState.serde());
+        t.addStateStore(caching ? store.withCachingEnabled() : store, "decide");
         t.addSink(PresenceProcessor.OUTCOMES, name + ".outcomes", new ByteArraySerializer(), new ByteArraySerializer(), "decide");
         t.addSink(PresenceProcessor.STATE, name + ".state", new ByteArraySerializer(), new ByteArraySerializer(), "decide");
         t.addSink(PresenceProcessor.DLQ, name + ".dlq", new ByteArraySerializer(), new ByteArraySerializer(), "decide");
@@ -153,7 +165,7 @@ public final class PresenceApp {
         }
     }
 
-    private static Map<String, String> parse(String[] args) {
+    private static Map<String, String> parse(String[] args, Properties overrides) {
         Map<String, String> flags = new HashMap<>();
         for (int i = 0; i < args.length; i++) {
             String a = args[i];
@@ -172,6 +184,14 @@ public final class PresenceApp {
                 usage("--" + name + " needs a value");
                 return flags;
             }
+            if (name.equals("config")) {
+                int kv = value.indexOf('=');
+                if (kv <= 0) {
+                    usage("--config takes KEY=VALUE, not " + value);
+                }
+                overrides.put(value.substring(0, kv), value.substring(kv + 1));
+                continue;
+            }
             flags.put(name, value);
         }
         return flags;
@@ -188,7 +208,8 @@ public final class PresenceApp {
     private static void usage(String problem) {
         System.err.println("presence-kstreams: " + problem);
         System.err.println("usage: java -jar presence-kstreams.jar --bootstrap-servers HOST:PORT"
-                + " [--guarantee at_least_once|exactly_once_v2] [--state-dir DIR] [--warmup NAME] --measure NAME");
+                + " [--guarantee at_least_once|exactly_once_v2] [--state-dir DIR] [--warmup NAME] --measure NAME"
+                + " [--config KEY=VALUE]... [--caching true]");
         System.exit(2);
     }
 }
