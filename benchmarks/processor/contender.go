@@ -49,7 +49,8 @@ func driftguardContender(brokers []string, profileDir string, commitInterval tim
 			args = append(args, "-commit-interval", commitInterval.String())
 		}
 		if profileDir != "" {
-			args = append(args, "-cpuprofile", filepath.Join(profileDir, measure+".pprof"))
+			args = append(args, "-cpuprofile", filepath.Join(profileDir, measure+".cpu.pprof"),
+				"-blockprofile", filepath.Join(profileDir, measure+".block.pprof"))
 		}
 		return exec.Command(self, args...)
 	}}

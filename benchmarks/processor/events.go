@@ -15,22 +15,22 @@ import (
 // one, as publishers do.
 type Mix struct {
 	// Events is how many deliveries the input holds.
-	Events int
+	Events int `json:"events"`
 	// Users is how many members publish; their activity is Zipf-skewed.
-	Users int
+	Users int `json:"users"`
 	// Duplicates is the share of events delivered once more under the
 	// same event id (a publisher's retry), some deliveries later.
-	Duplicates float64
+	Duplicates float64 `json:"duplicates"`
 	// Resends is the share of events sent again under a new event id
 	// (a publisher that lost track): stale when they arrive.
-	Resends float64
+	Resends float64 `json:"resends"`
 	// Window is the permutation window: a delivery may overtake up to
 	// Window-1 deliveries sent before it.
-	Window int
+	Window int `json:"window"`
 	// RetryAfter bounds how many deliveries later a retry or resend comes.
-	RetryAfter int
+	RetryAfter int `json:"retry_after"`
 	// Seed makes the mix reproducible.
-	Seed uint64
+	Seed uint64 `json:"seed"`
 }
 
 // DefaultMix is the mix of a full run.

@@ -40,7 +40,7 @@ func main() {
 	flag.StringVar(&o.streamsConfig, "kstreams-config", "", "Kafka Streams properties over its defaults, KEY=VALUE space-separated (an experiment: the contenders the targets name run with the defaults)")
 	flag.BoolVar(&o.storeCaching, "kstreams-caching", false, "turn on the Kafka Streams store's record cache (an experiment: off by default for a Processor API store)")
 	flag.StringVar(&o.out, "out", "", "write the results as JSON to this file")
-	flag.StringVar(&o.pprof, "pprof", "", "write a CPU profile of each driftguard run's measured phase into this folder")
+	flag.StringVar(&o.pprof, "pprof", "", "write a CPU profile and a profile of the waits (block) of each driftguard run's measured phase into this folder")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "longest a contender may take for its warm-up or its measured events")
 	flag.DurationVar(&o.commitInterval, "commit-interval", 0, "driftguard's processing.commit_interval (default: driftguard's, 100ms); Kafka Streams keeps its own default")
 	flag.BoolVar(&o.smoke, "smoke", false, "a short run that only checks that every contender works: 2,000 events, 1 round, no warm-up to speak of")

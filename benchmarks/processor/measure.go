@@ -119,12 +119,16 @@ type sample struct {
 	decided int
 	cpu     time.Duration // the contender's
 	broker  time.Duration // the broker's, 0 without -broker-pid
+	reader  time.Duration // this process's: the reader timing the run
 }
 
 func takeSample(decided, pid, brokerPID int) (sample, error) {
 	s := sample{at: time.Now(), decided: decided}
 	var err error
 	if s.cpu, err = cpuTime(pid); err != nil {
+		return s, err
+	}
+	if s.reader, err = cpuTime(os.Getpid()); err != nil {
 		return s, err
 	}
 	if brokerPID > 0 {

@@ -72,6 +72,9 @@ type Run struct {
 	// thread), and the broker's when its pid was given.
 	CPUMicrosPerEvent       float64 `json:"cpu_us_per_event"`
 	BrokerCPUMicrosPerEvent float64 `json:"broker_cpu_us_per_event,omitempty"`
+	// ReaderCPUMicrosPerEvent is the benchmark's own, reading the
+	// outcomes and states as they arrive, on the same cores.
+	ReaderCPUMicrosPerEvent float64 `json:"reader_cpu_us_per_event"`
 	// StartupSeconds is from the switch to the measured stream to its
 	// first visible outcome (joining the group, the first commit).
 	StartupSeconds float64 `json:"startup_s"`
@@ -95,6 +98,7 @@ func (r *Run) window(first, last sample) {
 	r.EventsPerSec = n / r.WindowSeconds
 	r.CPUMicrosPerEvent = float64((last.cpu - first.cpu).Microseconds()) / n
 	r.BrokerCPUMicrosPerEvent = float64((last.broker - first.broker).Microseconds()) / n
+	r.ReaderCPUMicrosPerEvent = float64((last.reader - first.reader).Microseconds()) / n
 }
 
 func (r *Run) line() string {
@@ -102,8 +106,8 @@ func (r *Run) line() string {
 		return "FAILED: " + r.Failure
 	}
 	b := r.LogBytesPerEvent
-	return fmt.Sprintf("%8.0f events/s  %6.1f CPU µs/event  broker %6.1f µs/event  (%d events in %.2fs, start-up %.1fs, load %.1f; bytes/event: in %.0f, outcomes %.0f, state %.0f, table %.0f)",
-		r.EventsPerSec, r.CPUMicrosPerEvent, r.BrokerCPUMicrosPerEvent, r.WindowEvents, r.WindowSeconds, r.StartupSeconds, r.Load1,
+	return fmt.Sprintf("%8.0f events/s  %6.1f CPU µs/event  broker %6.1f µs/event  reader %4.1f µs/event  (%d events in %.2fs, start-up %.1fs, load %.1f; bytes/event: in %.0f, outcomes %.0f, state %.0f, table %.0f)",
+		r.EventsPerSec, r.CPUMicrosPerEvent, r.BrokerCPUMicrosPerEvent, r.ReaderCPUMicrosPerEvent, r.WindowEvents, r.WindowSeconds, r.StartupSeconds, r.Load1,
 		b["in"], b["outcomes"], b["state"], b["table"])
 }
 
@@ -180,6 +184,10 @@ func (res *Results) summarize() {
 			s.BrokerCPUMicros = statOf(broker)
 		}
 		res.Summary = append(res.Summary, s)
+	}
+	if res.Smoke {
+		// Too short to time: no ratio, and no target judged.
+		return
 	}
 	for _, peer := range []string{ksALOSName, ksEOSName} {
 		var rate, cpu []float64

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 
@@ -29,6 +30,7 @@ func runWorker(args []string) int {
 	measure := fs.String("measure", "", "stream decided until the line \"stop\"")
 	data := fs.String("data", "", "folder of the table storage")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measured stream's run here")
+	blockProfile := fs.String("blockprofile", "", "write a profile of where the measured run's goroutines waited here")
 	commitInterval := fs.Duration("commit-interval", 0, "processing.commit_interval (0: driftguard's default)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -100,9 +102,31 @@ func runWorker(args []string) int {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if *blockProfile != "" {
+		// Every wait of 10 µs or more, on average: the decide loop's
+		// waits for its polls and its commits are what it shows.
+		runtime.SetBlockProfileRate(10_000)
+		defer func() {
+			if err := writeProfile("block", *blockProfile); err != nil {
+				fmt.Fprintln(os.Stderr, workerCommand+":", err)
+			}
+		}()
+	}
 	fmt.Println("measure " + *measure)
 	if _, err := run(*measure, "stop"); err != nil {
 		return fail(err)
 	}
 	return 0
+}
+
+func writeProfile(name, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
