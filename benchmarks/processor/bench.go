@@ -81,9 +81,9 @@ func run(ctx context.Context, o options) (*Results, error) {
 		case driftguardName:
 			all = append(all, driftguardContender(brokers, o.pprof, o.commitInterval))
 		case ksALOSName:
-			all = append(all, kstreamsContender(name, o.java, o.jar, strings.Fields(o.javaOpts), strings.Fields(o.streamsConfig), o.storeCaching, brokers, "at_least_once"))
+			all = append(all, kstreamsContender(name, "at_least_once", o, brokers))
 		case ksEOSName:
-			all = append(all, kstreamsContender(name, o.java, o.jar, strings.Fields(o.javaOpts), strings.Fields(o.streamsConfig), o.storeCaching, brokers, "exactly_once_v2"))
+			all = append(all, kstreamsContender(name, "exactly_once_v2", o, brokers))
 		}
 	}
 	if o.pprof != "" {
@@ -121,7 +121,8 @@ func run(ctx context.Context, o options) (*Results, error) {
 		Setup: Setup{
 			Events: o.events, Warmup: o.warmup, Rounds: o.rounds, Mix: mix,
 			Partitions: cfg.Streams["presence"].Limits.Partitions, CommitIntervalMs: cfg.Processing.CommitInterval.Milliseconds(),
-			StreamsConfig: strings.Fields(o.streamsConfig), StoreCaching: o.storeCaching, Contenders: names(all), CPUs: runtime.NumCPU(), Brokers: brokers, BrokerCPU: o.brokerPID > 0,
+			StreamsConfig: strings.Fields(o.streamsConfig), StoreCaching: o.storeCaching,
+			Contenders: names(all), CPUs: runtime.NumCPU(), Brokers: brokers, BrokerCPU: o.brokerPID > 0,
 		},
 		Expected: exp.Outcomes,
 	}

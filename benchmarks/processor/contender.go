@@ -57,19 +57,19 @@ func driftguardContender(brokers []string, profileDir string, commitInterval tim
 }
 
 // kstreamsContender runs the Kafka Streams application (benchmarks/kstreams)
-// at guarantee: at_least_once or exactly_once_v2.
-func kstreamsContender(name, java, jar string, javaOpts, streamsConfig []string, caching bool, brokers []string, guarantee string) contender {
+// at guarantee, at_least_once or exactly_once_v2, as o says to start it.
+func kstreamsContender(name, guarantee string, o options, brokers []string) contender {
 	return contender{Name: name, command: func(warmup, measure, dir string) *exec.Cmd {
-		args := append(append([]string{}, javaOpts...), "-jar", jar,
+		args := append(strings.Fields(o.javaOpts), "-jar", o.jar,
 			"--bootstrap-servers", strings.Join(brokers, ","), "--guarantee", guarantee,
 			"--state-dir", filepath.Join(dir, "kstreams"), "--warmup", warmup, "--measure", measure)
-		if caching {
+		if o.storeCaching {
 			args = append(args, "--caching", "true")
 		}
-		for _, kv := range streamsConfig {
+		for _, kv := range strings.Fields(o.streamsConfig) {
 			args = append(args, "--config", kv)
 		}
-		return exec.Command(java, args...)
+		return exec.Command(o.java, args...)
 	}}
 }
 
