@@ -1,12 +1,10 @@
 package processors
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/procstat"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
 )
@@ -117,27 +116,15 @@ func produceBenchEvents(b *testing.B, ctx context.Context, brokers []string, s *
 // DRIFTGUARD_TEST_KAFKA_PID so far, from /proc; 0 where there is none
 // (another OS, no broker pid).
 func brokerCPU(b *testing.B) time.Duration {
-	pid := os.Getenv(testenv.EnvKafkaPID)
-	if pid == "" {
-		return 0
-	}
-	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	pid, err := strconv.Atoi(os.Getenv(testenv.EnvKafkaPID))
 	if err != nil {
 		return 0
 	}
-	// Fields after the command name, which is in parentheses and may hold
-	// spaces: state is the 3rd field, utime and stime the 14th and 15th.
-	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-	var ticks int64
-	for _, f := range fields[11:13] {
-		n, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			b.Fatalf("/proc/%s/stat: %v", pid, err)
-		}
-		ticks += n
+	cpu, err := procstat.CPU(pid)
+	if err != nil {
+		return 0
 	}
-	// The kernel reports in USER_HZ, 100 on every Linux Go supports.
-	return time.Duration(ticks) * 10 * time.Millisecond
+	return cpu
 }
 
 // rawConsume reads the whole topic with a bare franz-go consumer.

@@ -331,8 +331,8 @@ func (r *Runtime) decideFetched(fetches kgo.Fetches) error {
 // revocation franz-go did not report (its session reports one revocation
 // per transaction) is no longer in the group's offsets at all.
 func (r *Runtime) visitTimers(ctx context.Context, w *watermark) error {
-	positions := r.positions()
 	return r.h.timerTick(ctx, w, func(safeMs int64) error {
+		positions := r.positions()
 		for _, p := range slices.Sorted(maps.Keys(r.parts)) {
 			if _, known := positions[p]; !known {
 				continue
@@ -375,8 +375,7 @@ func (r *Runtime) writeTables() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, part := range r.parts {
-		for _, k := range slices.Sorted(maps.Keys(part.pending)) {
-			v := part.pending[k]
+		for k, v := range part.pending {
 			var data []byte
 			if v.value != nil {
 				var err error

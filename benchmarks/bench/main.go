@@ -33,8 +33,8 @@ import (
 	"time"
 
 	"github.com/driftguard/driftguard/benchmarks/model"
-	"github.com/driftguard/driftguard/benchmarks/procstat"
 	"github.com/driftguard/driftguard/benchmarks/report"
+	"github.com/driftguard/driftguard/internal/procstat"
 )
 
 func main() {
@@ -422,15 +422,11 @@ func machine() string {
 // loadAverage is the machine's 1-minute load average: on a shared
 // machine, what the contenders competed with.
 func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
+	load, ok := procstat.Load1()
+	if !ok {
 		return "unknown"
 	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return "unknown"
-	}
-	return f[0]
+	return strconv.FormatFloat(load, 'f', 2, 64)
 }
 
 // rewrite writes a results file's Markdown and plots again from its JSON.

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/procstat"
 )
 
 // options are the command's flags.
@@ -259,7 +260,7 @@ func measureOne(ctx context.Context, o options, brokers []string, cl *kgo.Client
 	if err != nil {
 		return fail(err)
 	}
-	r.Load1 = load1()
+	r.Load1, _ = procstat.Load1()
 	stopped = true
 	if err := ch.stop(time.Minute); err != nil {
 		return fail(fmt.Errorf("%s did not stop cleanly: %w", c.Name, err))

@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/procstat"
 	"github.com/driftguard/driftguard/internal/topics"
 )
 
@@ -87,32 +86,6 @@ func (t *tail) drain(ctx context.Context, idle time.Duration) error {
 
 func (t *tail) close() { t.cl.Close() }
 
-// cpuTime is the user+system CPU time of process pid so far, from
-// /proc/<pid>/stat: every thread's, the JVM's JIT and GC threads included.
-func cpuTime(pid int) (time.Duration, error) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	// Fields after the command name, which is in parentheses and may hold
-	// spaces: utime and stime are the 14th and 15th fields of the line.
-	stat := string(data)
-	fields := strings.Fields(stat[strings.LastIndexByte(stat, ')')+1:])
-	if len(fields) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
-	}
-	var ticks int64
-	for _, f := range fields[11:13] {
-		n, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-		}
-		ticks += n
-	}
-	// The kernel reports in USER_HZ, 100 on every Linux Go supports.
-	return time.Duration(ticks) * 10 * time.Millisecond, nil
-}
-
 // sample is one reading of the clocks that a measured window spans.
 type sample struct {
 	at      time.Time
@@ -125,27 +98,16 @@ type sample struct {
 func takeSample(decided, pid, brokerPID int) (sample, error) {
 	s := sample{at: time.Now(), decided: decided}
 	var err error
-	if s.cpu, err = cpuTime(pid); err != nil {
+	if s.cpu, err = procstat.CPU(pid); err != nil {
 		return s, err
 	}
-	if s.reader, err = cpuTime(os.Getpid()); err != nil {
+	if s.reader, err = procstat.CPU(os.Getpid()); err != nil {
 		return s, err
 	}
 	if brokerPID > 0 {
-		if s.broker, err = cpuTime(brokerPID); err != nil {
+		if s.broker, err = procstat.CPU(brokerPID); err != nil {
 			return s, fmt.Errorf("the broker's CPU time: %w", err)
 		}
 	}
 	return s, nil
-}
-
-// load1 is the machine's one-minute load average, 0 where /proc has none:
-// this benchmark's figures mean little on a machine busy with others.
-func load1() float64 {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return 0
-	}
-	f, _ := strconv.ParseFloat(strings.Fields(string(data))[0], 64)
-	return f
 }

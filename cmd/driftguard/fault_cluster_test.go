@@ -8,7 +8,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/procstat"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
@@ -160,7 +160,7 @@ func TestFaultClusterLeadersKilledAndABrokerStalled(t *testing.T) {
 	stallReport(t, pub, stalled, stallLed, stoppedAt)
 
 	for name, cmd := range map[string]*exec.Cmd{"ingest": p.ingest, "process": p.process, "sink": p.sink} {
-		if !alive(cmd) {
+		if !procstat.Running(cmd.Process.Pid) {
 			t.Errorf("driftguard %s (pid %d) exited during the faults: it must ride them out", name, cmd.Process.Pid)
 		}
 	}
@@ -337,19 +337,6 @@ func (p *clusterPipeline) checkClickHouse(ctx context.Context) {
 	if rows != want || ids != want {
 		p.t.Errorf("events has %d rows for %d decision ids; %d committed outcome records", rows, ids, want)
 	}
-}
-
-// alive reports whether the child process still runs: an exited child the
-// test has not waited for is a zombie, which signal 0 cannot tell.
-func alive(cmd *exec.Cmd) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
-	if err != nil {
-		return false
-	}
-	// pid (comm) state ...: the state follows the last parenthesis.
-	s := string(stat)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
 }
 
 // faultAdmin asks the cluster's live brokers about leaders and ISRs. Each

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/driftguard/driftguard/internal/procstat"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
@@ -87,7 +88,7 @@ func TestFaultFloodOfJunk(t *testing.T) {
 
 	// Warm up with valid webhooks alone, then take the edge's memory.
 	warm := run("-connections", "0", "-for", "2s")()
-	baseline, _, err := procMemory(proc.Process.Pid)
+	baseline, _, err := procstat.Memory(proc.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func TestFaultFloodOfJunk(t *testing.T) {
 	go func() {
 		defer close(sampled)
 		for sampling.Err() == nil {
-			if rss, _, err := procMemory(proc.Process.Pid); err == nil && rss > peakSeen.Load() {
+			if rss, _, err := procstat.Memory(proc.Process.Pid); err == nil && rss > peakSeen.Load() {
 				peakSeen.Store(rss)
 			}
 			time.Sleep(200 * time.Millisecond)
@@ -112,7 +113,7 @@ func TestFaultFloodOfJunk(t *testing.T) {
 	r.Junk = attack().Junk
 	stopSampling()
 	<-sampled
-	rss, peak, err := procMemory(proc.Process.Pid)
+	rss, peak, err := procstat.Memory(proc.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}

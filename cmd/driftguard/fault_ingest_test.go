@@ -7,14 +7,13 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/procstat"
 	"github.com/driftguard/driftguard/internal/testenv"
 )
 
@@ -86,7 +85,7 @@ func (r *ingestRunner) start() *exec.Cmd {
 	cmd := startDriftguard(r.t, r.bin, []string{"ingest", "--config", r.configFile}, r.env...)
 	client := &http.Client{Timeout: time.Second}
 	testenv.WaitFor(r.t, testenv.Context(r.t, 30*time.Second), "ingest listening on "+r.addr, func() bool {
-		if exited(cmd.Process.Pid) {
+		if !procstat.Running(cmd.Process.Pid) {
 			r.t.Fatalf("driftguard ingest exited at start (its log is above)")
 		}
 		resp, err := client.Get("http://" + r.addr + "/v1/webhooks/-")
@@ -99,45 +98,9 @@ func (r *ingestRunner) start() *exec.Cmd {
 	return cmd
 }
 
-// exited reports whether the child pid has ended (a zombie not yet
-// waited for).
-func exited(pid int) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	// The state follows the command name, in parentheses.
-	rest := stat[strings.LastIndexByte(string(stat), ')')+1:]
-	return len(rest) > 1 && rest[1] == 'Z'
-}
-
 // url is the webhook URL of stream.
 func (r *ingestRunner) url(stream string) string {
 	return "http://" + r.addr + "/v1/webhooks/" + stream
-}
-
-// procMemory is a process's resident memory and its peak so far, in
-// bytes, as Linux reports them (VmRSS, VmHWM).
-func procMemory(pid int) (rss, peak int64, err error) {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		for prefix, into := range map[string]*int64{"VmRSS:": &rss, "VmHWM:": &peak} {
-			if v, ok := strings.CutPrefix(line, prefix); ok {
-				kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-				if err != nil {
-					return 0, 0, fmt.Errorf("/proc/%d/status: %q: %v", pid, line, err)
-				}
-				*into = kb << 10
-			}
-		}
-	}
-	if rss == 0 || peak == 0 {
-		return 0, 0, fmt.Errorf("/proc/%d/status has no VmRSS or VmHWM", pid)
-	}
-	return rss, peak, nil
 }
 
 // mib formats bytes in MiB.

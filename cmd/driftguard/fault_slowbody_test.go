@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/driftguard/driftguard/internal/procstat"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/webhook"
 )
@@ -54,7 +55,7 @@ func TestFaultSlowBody(t *testing.T) {
 	for n := range 20 {
 		send(n)
 	}
-	before, _, err := procMemory(proc.Process.Pid)
+	before, _, err := procstat.Memory(proc.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func TestFaultSlowBody(t *testing.T) {
 	// Most of the read timeout into the trickle: every connection has sent
 	// its headers and a few bytes, and is held.
 	time.Sleep(slowReadTimeout * 3 / 5)
-	held, _, err := procMemory(proc.Process.Pid)
+	held, _, err := procstat.Memory(proc.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/procstat"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
@@ -171,7 +172,7 @@ func (h *sinkHarness) rows() uint64 {
 
 // peakRSS is a process's peak resident memory as Linux reports it.
 func peakRSS(pid int) string {
-	_, peak, err := procMemory(pid)
+	_, peak, err := procstat.Memory(pid)
 	if err != nil {
 		return "unknown"
 	}

@@ -18,6 +18,7 @@ const clockTick = 10 * time.Millisecond
 
 // stat is what this package reads of /proc/<pid>/stat.
 type stat struct {
+	state                byte
 	ppid                 int
 	self, reapedChildren time.Duration
 }
@@ -45,7 +46,7 @@ func readStat(pid int) (stat, error) {
 			return stat{}, fmt.Errorf("/proc/%d/stat: field %d: %w", pid, f+3, err)
 		}
 	}
-	return stat{ppid: int(n[0]), self: time.Duration(n[1]+n[2]) * clockTick, reapedChildren: time.Duration(n[3]+n[4]) * clockTick}, nil
+	return stat{state: fields[0][0], ppid: int(n[0]), self: time.Duration(n[1]+n[2]) * clockTick, reapedChildren: time.Duration(n[3]+n[4]) * clockTick}, nil
 }
 
 // CPU returns the user plus system time pid has used, its threads
@@ -115,20 +116,41 @@ func TreePeakRSS(pid int) (int64, error) {
 
 // PeakRSS returns pid's peak resident set size (VmHWM), in bytes.
 func PeakRSS(pid int) (int64, error) {
+	_, peak, err := Memory(pid)
+	return peak, err
+}
+
+// Memory returns pid's resident set size now and at its peak (VmRSS and
+// VmHWM), in bytes, from one reading of /proc/<pid>/status.
+func Memory(pid int) (rss, peak int64, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	found := 0
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("/proc/%d/status: VmHWM %q", pid, rest)
+		for prefix, into := range map[string]*int64{"VmRSS:": &rss, "VmHWM:": &peak} {
+			if rest, ok := strings.CutPrefix(line, prefix); ok {
+				kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+				if err != nil {
+					return 0, 0, fmt.Errorf("/proc/%d/status: %s %q", pid, prefix, rest)
+				}
+				*into = kb << 10
+				found++
 			}
-			return kb << 10, nil
 		}
 	}
-	return 0, fmt.Errorf("/proc/%d/status: no VmHWM", pid)
+	if found < 2 {
+		return 0, 0, fmt.Errorf("/proc/%d/status has no VmRSS or VmHWM", pid)
+	}
+	return rss, peak, nil
+}
+
+// Running reports whether process pid exists and has not ended: an exited
+// child nobody has waited for is a zombie, which signal 0 cannot tell.
+func Running(pid int) bool {
+	st, err := readStat(pid)
+	return err == nil && st.state != 'Z' && st.state != 'X'
 }
 
 // Sample is the CPU time of several processes at one instant.
@@ -159,4 +181,19 @@ func PerEvent(before, after Sample, n int) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// Load1 is the machine's one-minute load average, ok false where /proc has
+// none: a benchmark's figures mean little on a machine busy with others.
+func Load1() (load float64, ok bool) {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, false
+	}
+	load, err = strconv.ParseFloat(f[0], 64)
+	return load, err == nil
 }
