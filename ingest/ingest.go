@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"mime"
+	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -49,6 +50,8 @@ type Handler struct {
 	backlog *backlog
 	// sources caps each source's requests in flight; nil when off.
 	sources *sourceLimit
+	// connections caps the listener's open connections (Listener).
+	connections *connectionLimit
 	// maxMessageBytes is the largest record batch Kafka accepts.
 	maxMessageBytes int
 	log             *slog.Logger
@@ -98,6 +101,9 @@ type Options struct {
 	// MaxPerSource caps each source's requests in flight
 	// (http.max_per_source); 0 is off.
 	MaxPerSource int
+	// MaxConnections caps the open connections of the listeners Listener
+	// wraps (http.max_connections); 0 means config.DefaultMaxConnections.
+	MaxConnections int
 	// TrustedProxies are the proxies whose X-Forwarded-For names the source
 	// (http.trusted_proxies).
 	TrustedProxies []netip.Prefix
@@ -120,7 +126,8 @@ func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Han
 	}
 	h.deadlines = newDeadlines(cmp.Or(opts.ProduceTimeout, 5*time.Second))
 	h.budget = newBudget(cmp.Or(opts.MaxInFlightBytes, config.InFlightBytesFor(streams)))
-	h.metrics = newMetrics(opts.Registerer, h.budget, h.backlog)
+	h.connections = newConnectionLimit(cmp.Or(opts.MaxConnections, config.DefaultMaxConnections))
+	h.metrics = newMetrics(opts.Registerer, h.budget, h.backlog, h.connections)
 	if h.now == nil {
 		h.now = time.Now
 	}
@@ -165,6 +172,12 @@ func compileSchema(s *config.Stream, eventType string) (*jsonschema.Schema, erro
 	}
 	return c.Compile(url)
 }
+
+// Listener is ln holding at most Options.MaxConnections connections open,
+// counted by the handler's metrics. Serve the handler on it: the cap is
+// what bounds the edge's memory when a flood reconnects as fast as it is
+// refused.
+func (h *Handler) Listener(ln net.Listener) net.Listener { return h.connections.listen(ln) }
 
 // Register adds the webhook route to mux.
 func (h *Handler) Register(mux *http.ServeMux) {

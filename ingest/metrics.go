@@ -16,7 +16,7 @@ type metrics struct {
 	retryAfter     prometheus.Histogram
 }
 
-func newMetrics(reg prometheus.Registerer, b *budget, bl *backlog) *metrics {
+func newMetrics(reg prometheus.Registerer, b *budget, bl *backlog, conns *connectionLimit) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "driftguard_ingest_requests_total",
@@ -58,7 +58,15 @@ func newMetrics(reg prometheus.Registerer, b *budget, bl *backlog) *metrics {
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "driftguard_ingest_producer_pending_bytes",
 				Help: "Bytes of records handed to the producer and not yet acked or failed.",
-			}, func() float64 { return float64(bl.pendingBytes()) }))
+			}, func() float64 { return float64(bl.pendingBytes()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "driftguard_ingest_connections",
+				Help: "Open connections of the webhook listener, those closing included.",
+			}, func() float64 { return float64(conns.openConnections()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "driftguard_ingest_connections_limit",
+				Help: "http.max_connections: at it, new connections wait in the accept queue.",
+			}, func() float64 { return float64(conns.max()) }))
 	}
 	return m
 }

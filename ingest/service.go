@@ -107,6 +107,7 @@ func (s *Service) Run(ctx context.Context) error {
 		MaxInFlightBytes: s.cfg.HTTP.MaxInFlightBytes,
 		MaxPerSource:     s.cfg.HTTP.MaxPerSource,
 		TrustedProxies:   trusted,
+		MaxConnections:   s.cfg.HTTP.MaxConnections,
 	})
 	if err != nil {
 		return err
@@ -124,6 +125,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.ops.AddReadiness("kafka", cl.Ping)
 	s.log.Info("ingest listening", "addr", ln.Addr().String(), "streams", s.cfg.StreamNames(),
-		"max_in_flight_bytes", s.cfg.HTTP.MaxInFlightBytes, "max_per_source", s.cfg.HTTP.MaxPerSource)
-	return telemetry.ServeListener(ctx, ln, mux, s.log, telemetry.WithReadTimeout(s.cfg.HTTP.ReadTimeout))
+		"max_in_flight_bytes", s.cfg.HTTP.MaxInFlightBytes, "max_per_source", s.cfg.HTTP.MaxPerSource,
+		"max_connections", s.cfg.HTTP.MaxConnections)
+	return telemetry.ServeListener(ctx, h.Listener(ln), mux, s.log, telemetry.WithReadTimeout(s.cfg.HTTP.ReadTimeout))
 }

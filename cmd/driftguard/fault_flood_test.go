@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"os/exec"
 	"strconv"
 	"sync/atomic"
@@ -14,6 +15,8 @@ import (
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // The flood: junk at the body limit for 30 s from 128 connections as fast
@@ -33,13 +36,18 @@ const (
 // The bound on the edge's memory, a property of its caps: what it holds
 // before the flood, plus twice what the caps let it hold live (Go's heap
 // grows to twice what is live before it collects): the in-flight budget
-// and, per connection, its buffers and stack (about 20 KiB, counted at
-// 64); plus a margin for what the runtime has not yet handed back to the
-// system under a flood that allocates hundreds of MB a second. An edge
-// that read every body it was sent would hold the slow junk's 64 MiB of
-// bodies at once, and go over it.
+// and, per connection up to http.max_connections, its buffers, structures
+// and stack (about 20 KiB with the flood's small heads, counted at 32);
+// plus a margin for what the runtime has not yet handed back to the
+// system under a flood that allocates hundreds of MB a second. Every
+// refused request closes its connection, and net/http keeps a closed
+// connection for half a second after its answer: without the connection
+// cap the flood, reconnecting as fast as it is refused, has the edge hold
+// about 5,000 of them and go over the bound (170–180 MiB). An edge that
+// read every body it was sent would hold the slow junk's 64 MiB of bodies
+// at once, and go over it too.
 const (
-	floodConnectionBytes = 64 << 10
+	floodConnectionBytes = 32 << 10
 	floodMargin          = 32 << 20
 )
 
@@ -93,7 +101,7 @@ func TestFaultFloodOfJunk(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var peakSeen atomic.Int64
+	var peakSeen, peakConnections atomic.Int64
 	sampling, stopSampling := context.WithCancel(ctx)
 	sampled := make(chan struct{})
 	go func() {
@@ -101,6 +109,9 @@ func TestFaultFloodOfJunk(t *testing.T) {
 		for sampling.Err() == nil {
 			if rss, _, err := procstat.Memory(proc.Process.Pid); err == nil && rss > peakSeen.Load() {
 				peakSeen.Store(rss)
+			}
+			if n, ok := servedGauge(edge.telemetry, "driftguard_ingest_connections"); ok && int64(n) > peakConnections.Load() {
+				peakConnections.Store(int64(n))
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
@@ -118,7 +129,7 @@ func TestFaultFloodOfJunk(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	connections := int64(floodConnections + floodSlowConnections)
+	connections := int64(cfg.HTTP.MaxConnections)
 	bound := baseline + 2*(budget+connections*floodConnectionBytes) + floodMargin
 	latency := func(level float64) time.Duration {
 		return time.Duration(quantile(r.Valid.Latencies, level) * float64(time.Second)).Round(time.Millisecond)
@@ -128,8 +139,9 @@ func TestFaultFloodOfJunk(t *testing.T) {
 	t.Logf("junk: %d sent: %d unsigned refused before the body, %d wrongly signed refused after it, %d over the budget (503), %d transport errors, %d other",
 		j.Sent, j.Unsigned, j.BodiesRead, j.OverBudget, j.Transport, j.Other)
 	t.Logf("valid: %d accepted, %d refused; latency p50 %s, p99 %s, max %s", len(r.Valid.Accepted), len(r.Valid.Refused), latency(0.5), p99, latency(1))
-	t.Logf("memory: %s before the flood, %s peak (VmHWM; %s seen in samples), %s after; bound %s = before + 2 × (%s budget + %d connections × %s) + %s",
-		mib(baseline), mib(peak), mib(peakSeen.Load()), mib(rss), mib(bound), mib(budget), connections, mib(floodConnectionBytes), mib(floodMargin))
+	t.Logf("connections: at most %d open in the samples, of %d allowed", peakConnections.Load(), connections)
+	t.Logf("memory: %s before the flood, %s peak (VmHWM; %s seen in samples), %s after; bound %s = before + 2 × (%s budget + %d connections at most × %d KiB) + %s",
+		mib(baseline), mib(peak), mib(peakSeen.Load()), mib(rss), mib(bound), mib(budget), connections, floodConnectionBytes>>10, mib(floodMargin))
 
 	if peak > bound {
 		t.Errorf("peak resident memory %s is over the bound %s", mib(peak), mib(bound))
@@ -174,4 +186,20 @@ func TestFaultFloodOfJunk(t *testing.T) {
 			t.Errorf("accepted webhook %s is in the input %d times", id, seen[id])
 		}
 	}
+}
+
+// servedGauge is the value of an unlabelled gauge served on the telemetry
+// address, read without failing the test (from a sampling goroutine).
+func servedGauge(telemetry, name string) (float64, bool) {
+	resp, err := http.Get("http://" + telemetry + "/metrics")
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if f := families[name]; err == nil && f != nil && len(f.Metric) == 1 && f.Metric[0].Gauge != nil {
+		return f.Metric[0].Gauge.GetValue(), true
+	}
+	return 0, false
 }

@@ -182,17 +182,30 @@ func TestTopicsCheckReportsWeakTopicsOnTheCluster(t *testing.T) {
 	alter(names.In, "min.insync.replicas", &one)
 	alter(names.Table, "unclean.leader.election.enable", &yes)
 
-	var stdout bytes.Buffer
-	err = runTopics(ctx, &environment{cfg: cfg, stdout: &stdout, stderr: &bytes.Buffer{}}, false)
-	if !errors.Is(err, topics.ErrWeak) {
-		t.Fatalf("topics --check = %v, want an error wrapping ErrWeak", err)
-	}
-	for _, want := range []string{
+	wants := []string{
 		"topic " + names.In + " has min.insync.replicas=1 but kafka.min_insync_replicas is 2",
 		"--entity-name " + names.In + " --add-config min.insync.replicas=2",
 		"topic " + names.Table + " has unclean.leader.election.enable=true",
 		"topic " + names.State + " has 2 replicas of a partition but kafka.replication_factor is 3",
-	} {
+	}
+	// A broker answers a topic's configs from its copy of the cluster's
+	// metadata, which takes the alterations a moment after the
+	// controller: the check is run until it has seen both, as an operator
+	// would see them a moment after weakening the topics.
+	var stdout bytes.Buffer
+	check := func() error {
+		stdout.Reset()
+		return runTopics(ctx, &environment{cfg: cfg, stdout: &stdout, stderr: &bytes.Buffer{}}, false)
+	}
+	err = check()
+	for deadline := time.Now().Add(30 * time.Second); err != nil && !containsAll(err.Error(), wants) && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+		err = check()
+	}
+	if !errors.Is(err, topics.ErrWeak) {
+		t.Fatalf("topics --check = %v, want an error wrapping ErrWeak", err)
+	}
+	for _, want := range wants {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the error does not say %q:\n%v", want, err)
 		}
@@ -249,4 +262,14 @@ func deleteAtEnd(t *testing.T, adm *kadm.Client, specs []topics.Spec) {
 		defer cancel()
 		_, _ = adm.DeleteTopics(ctx, names...)
 	})
+}
+
+// containsAll says whether s contains every one of subs.
+func containsAll(s string, subs []string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
 }

@@ -90,7 +90,17 @@ type HTTP struct {
 	// ReadTimeout bounds reading one request, head and body: a body that
 	// trickles in slower is cut off and its connection closed. Default 30s.
 	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// MaxConnections caps the webhook listener's open connections, those
+	// closing included; at the cap, new ones wait in the accept queue.
+	// With MaxInFlightBytes it bounds the edge's memory under a flood.
+	// Default DefaultMaxConnections.
+	MaxConnections int `yaml:"max_connections"`
 }
+
+// DefaultMaxConnections is http.max_connections by default: far more than
+// the publishers and load balancers in front of one edge keep open, and
+// at about 32 KiB a connection, 32 MiB.
+const DefaultMaxConnections = 1024
 
 // DefaultInFlightBodies is how many bodies at the largest
 // limits.max_body_bytes http.max_in_flight_bytes holds by default: at
@@ -414,6 +424,7 @@ func (c *Config) applyDefaults() {
 		s.applyDefaults()
 	}
 	orDefault(&c.HTTP.ReadTimeout, 30*time.Second)
+	orDefault(&c.HTTP.MaxConnections, DefaultMaxConnections)
 	// After the streams: sized from their body limits.
 	orDefault(&c.HTTP.MaxInFlightBytes, InFlightBytesFor(c.StreamList()))
 }
@@ -627,6 +638,7 @@ http:
   max_per_source: 0              # requests in flight per source address (IPv6: per /64); 0: off
   trusted_proxies: []            # proxies (addresses or CIDRs) whose X-Forwarded-For is believed
   read_timeout: 30s              # a request's head and body must arrive within this
+  max_connections: 1024          # open connections; more wait in the accept queue
 clickhouse:
   addr: 127.0.0.1:9000           # DRIFTGUARD_CLICKHOUSE_ADDR (native protocol)
   database: driftguard           # DRIFTGUARD_CLICKHOUSE_DATABASE

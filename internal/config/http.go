@@ -72,6 +72,9 @@ func (h *HTTP) validate(streams []*Stream) []error {
 	if h.MaxPerSource < 0 {
 		add("http.max_per_source", "must be 0 (off) or positive, got %d", h.MaxPerSource)
 	}
+	if h.MaxConnections < 1 {
+		add("http.max_connections", "must be positive, got %d", h.MaxConnections)
+	}
 	if _, err := h.TrustedPrefixes(); err != nil {
 		errs = append(errs, fmt.Errorf("in %v", err))
 	}
