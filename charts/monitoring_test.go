@@ -16,6 +16,8 @@ var metricFamilies = map[string]bool{
 	"driftguard_ingest_rejections_total":            true,
 	"driftguard_ingest_produce_seconds":             true,
 	"driftguard_ingest_in_flight_requests":          true,
+	"driftguard_ingest_connections":                 true,
+	"driftguard_ingest_connections_limit":           true,
 	"driftguard_processor_decisions_total":          true,
 	"driftguard_processor_gaps_current":             true,
 	"driftguard_processor_buffered_events_current":  true,
@@ -182,6 +184,7 @@ func TestPrometheusRule(t *testing.T) {
 		"driftguard_processor_consumer_lag", "driftguard_sink_consumer_lag", "driftguard_sink_rows_total",
 		"driftguard_processor_decisions_total", "driftguard_quarantine_events_current",
 		"driftguard_quarantine_events_expired_total", "driftguard_sink_retries_total", "driftguard_ingest_requests_total",
+		"driftguard_ingest_connections",
 	} {
 		if !covered[f] {
 			t.Errorf("no alert on %s", f)
