@@ -183,7 +183,7 @@ func (r *Runtime) ClientOptions() []kgo.Opt {
 		kgo.TransactionalID(r.opts.TransactionalID),
 		kgo.TransactionTimeout(transactionTimeout),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMinBytes(int32(max(1, min(r.opts.FetchMinBytes, 1<<30)))),
+		kafka.FetchMinBytes(r.opts.FetchMinBytes),
 		kgo.FetchMaxWait(cmp.Or(r.opts.FetchMaxWait, 5*time.Second)),
 		kgo.RequireStableFetchOffsets(),
 		// Rebalances wait between transactions, so the partition
@@ -619,7 +619,7 @@ func (r *Runtime) ChangelogReaderOptions(p int32, from int64) []kgo.Opt {
 // [from, end) to st. Transaction markers take offsets too: they are read
 // (and skipped) so that the end is known to be reached.
 func (r *Runtime) readChangelog(ctx context.Context, st storage.Storage, p int32, from, end int64) error {
-	rd, err := kgo.NewClient(r.ChangelogReaderOptions(p, from)...)
+	rd, err := kafka.New(r.ChangelogReaderOptions(p, from))
 	if err != nil {
 		return err
 	}

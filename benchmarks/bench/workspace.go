@@ -28,7 +28,7 @@ type Workspace struct {
 	Log *slog.Logger
 	// Bin are the built binaries by name.
 	Bin map[string]string
-	// Java and Maven are the commands the Kafka Streams comparison needs.
+	// n counts the folders next has made.
 	n int
 }
 

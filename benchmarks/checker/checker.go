@@ -51,11 +51,10 @@ type Timing struct {
 	DecidedAtMs  int64
 	// First is true for the first decision of its input record (a
 	// buffered or quarantined event is decided again when it applies).
-	First           bool
-	OutcomePart     int32
-	OutcomeOffset   int64
-	HasRow          bool
-	RowReceivedAtMs int64
+	First         bool
+	OutcomePart   int32
+	OutcomeOffset int64
+	HasRow        bool
 }
 
 // maxNotes bounds the findings spelled out per kind and stream.

@@ -34,6 +34,7 @@ import (
 	"github.com/driftguard/driftguard/benchmarks/stats"
 	"github.com/driftguard/driftguard/benchmarks/workload"
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/webhook"
 )
 
 func main() {
@@ -128,9 +129,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	sign, err := newSigner(*scheme, *secret)
+	sign, err := webhook.NewSigner(*scheme, *secret)
 	if err != nil {
-		return err
+		return fmt.Errorf("--secret for %s: %w", *scheme, err)
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err

@@ -3,64 +3,29 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/hex"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/driftguard/driftguard/benchmarks/model"
 	"github.com/driftguard/driftguard/benchmarks/workload"
-	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/webhook"
 )
-
-// signer sets the signature headers of one delivery, the way ingest
-// checks them for the stream's scheme.
-type signer struct {
-	scheme string
-	key    *webhook.Key
-}
-
-func newSigner(scheme, secret string) (*signer, error) {
-	key, err := config.SecretKey(scheme, secret)
-	if err != nil {
-		return nil, fmt.Errorf("--secret for %s: %w", scheme, err)
-	}
-	return &signer{scheme: scheme, key: webhook.NewKey(key)}, nil
-}
-
-func (s *signer) sign(h http.Header, id string, body []byte, now time.Time) {
-	switch s.scheme {
-	case config.SchemeStandardWebhooks:
-		ts := strconv.FormatInt(now.Unix(), 10)
-		h["Webhook-Id"] = []string{id}
-		h["Webhook-Timestamp"] = []string{ts}
-		h["Webhook-Signature"] = []string{"v1," + base64.StdEncoding.EncodeToString(s.key.SignStandard(nil, id, ts, body))}
-	case config.SchemeHMACSHA256Hex:
-		h["X-Signature"] = []string{hex.EncodeToString(s.key.Sign(nil, body))}
-	case config.SchemeGitHub:
-		h["X-Github-Delivery"] = []string{id}
-		h["X-Hub-Signature-256"] = []string{"sha256=" + hex.EncodeToString(s.key.Sign(nil, body))}
-	}
-}
 
 // sender posts webhooks to one contender and retries what it did not take
 // for a reason that may pass: a 5xx, a 429, no answer.
 type sender struct {
 	base     string
 	client   *http.Client
-	sign     *signer
+	sign     *webhook.Signer
 	attempts int
 	giveUp   time.Duration
 }
 
-func newSender(base string, connections int, timeout time.Duration, sign *signer, attempts int, giveUp time.Duration) *sender {
+func newSender(base string, connections int, timeout time.Duration, sign *webhook.Signer, attempts int, giveUp time.Duration) *sender {
 	tr := &http.Transport{
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -108,7 +73,7 @@ func (s *sender) post(ctx context.Context, url string, it workload.Item) int {
 		return 0
 	}
 	req.Header["Content-Type"] = []string{"application/json"}
-	s.sign.sign(req.Header, it.EventID, it.Body, time.Now())
+	s.sign.Sign(req.Header, it.EventID, it.Body, time.Now())
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return 0

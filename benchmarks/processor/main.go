@@ -20,6 +20,8 @@ import (
 	"os/signal"
 	"strings"
 	"time"
+
+	"github.com/driftguard/driftguard/benchmarks/model"
 )
 
 func main() {
@@ -59,7 +61,7 @@ func main() {
 	if res != nil {
 		fmt.Print(res.Markdown())
 		if o.out != "" {
-			if werr := res.write(o.out); werr != nil && err == nil {
+			if werr := model.WriteJSON(o.out, res); werr != nil && err == nil {
 				err = werr
 			}
 		}

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
-	"slices"
 	"strings"
 	"time"
 
+	"github.com/driftguard/driftguard/benchmarks/stats"
 	"github.com/driftguard/driftguard/internal/record"
 )
 
@@ -112,24 +110,14 @@ func (r *Run) line() string {
 }
 
 // Stat is the median and range of one figure over the runs that passed.
-type Stat struct {
-	Median float64 `json:"median"`
-	Min    float64 `json:"min"`
-	Max    float64 `json:"max"`
-	N      int     `json:"n"`
-}
+type Stat = stats.Summary
 
+// statOf is xs's Stat, zeros (not NaNs) when no run passed.
 func statOf(xs []float64) Stat {
 	if len(xs) == 0 {
 		return Stat{}
 	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	m := s[len(s)/2]
-	if len(s)%2 == 0 {
-		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return Stat{Median: m, Min: s[0], Max: s[len(s)-1], N: len(s)}
+	return stats.Summarize(xs)
 }
 
 // Summary is one contender over every round.
@@ -229,14 +217,6 @@ func (res *Results) AllPassed() bool {
 		}
 	}
 	return true
-}
-
-func (res *Results) write(path string) error {
-	data, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(data, '\n'), 0o644)
 }
 
 // Markdown is the results as tables: per contender, then the ratios.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
@@ -130,22 +131,49 @@ func scrape(t *testing.T, ctx context.Context, url string) map[string]*dto.Metri
 	t.Helper()
 	var body []byte
 	testenv.WaitFor(t, ctx, url, func() bool {
-		resp, err := http.Get(url)
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		var buf bytes.Buffer
-		_, err = buf.ReadFrom(resp.Body)
-		body = buf.Bytes()
-		return err == nil && resp.StatusCode == http.StatusOK
+		var err error
+		body, err = readMetrics(url)
+		return err == nil
 	})
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	families, err := parseMetrics(body)
 	if err != nil {
 		t.Fatalf("%s: %v", url, err)
 	}
 	return families
+}
+
+// readMetrics is one read of a /metrics endpoint; an answer other than 200
+// is an error.
+func readMetrics(url string) ([]byte, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s answered %s", url, resp.Status)
+	}
+	return buf.Bytes(), nil
+}
+
+// parseMetrics reads metric families in Prometheus's text format.
+func parseMetrics(body []byte) (map[string]*dto.MetricFamily, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	return parser.TextToMetricFamilies(bytes.NewReader(body))
+}
+
+// gaugeValue is the value of the unlabelled gauge name among families;
+// false when there is no such gauge.
+func gaugeValue(families map[string]*dto.MetricFamily, name string) (float64, bool) {
+	f := families[name]
+	if f == nil || len(f.Metric) != 1 || f.Metric[0].Gauge == nil {
+		return 0, false
+	}
+	return f.Metric[0].Gauge.GetValue(), true
 }
 
 // dashboardExprs are the PromQL expressions of every dashboard the chart

@@ -23,7 +23,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/driftguard/driftguard/internal/config"
-	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/procstat"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
@@ -76,7 +75,7 @@ func TestFaultClusterLeadersKilledAndABrokerStalled(t *testing.T) {
 	f := &faultAdmin{t: t, cluster: cluster, cl: p.cl}
 	lagMs := f.brokerConfig(ctx, "replica.lag.time.max.ms")
 	t.Logf("replica.lag.time.max.ms=%d", lagMs)
-	f.waitInSync(ctx, 0)
+	f.waitInSync(ctx)
 
 	pub := newFaultPublisher(p.webhooks, rand.New(rand.NewPCG(seed, 17)))
 	var faultsDone atomic.Bool
@@ -103,7 +102,7 @@ func TestFaultClusterLeadersKilledAndABrokerStalled(t *testing.T) {
 		time.Sleep(down)
 		cluster.Restart(t, leader)
 		restarted := time.Now()
-		f.waitInSync(ctx, 0)
+		f.waitInSync(ctx)
 		k.inSync = time.Since(restarted)
 		t.Logf("kill %d: node %d, leader of %s/%d (and of %s partitions %v), down %s; back in every ISR %s after its restart",
 			i+1, leader, topic, partition, p.names.In, k.led, down.Round(time.Millisecond), k.inSync.Round(time.Millisecond))
@@ -123,7 +122,7 @@ func TestFaultClusterLeadersKilledAndABrokerStalled(t *testing.T) {
 	time.Sleep(time.Until(stoppedAt.Add(stall)))
 	cluster.Resume(t, stalled)
 	resumed := time.Now()
-	f.waitInSync(ctx, 0)
+	f.waitInSync(ctx)
 	inSyncAfterCont := time.Since(resumed)
 	t.Logf("stall: node %d (leader of %s partitions %v) stopped for %s; out of an ISR %s after SIGSTOP (%v); every ISR whole %s after SIGCONT",
 		stalled, p.names.In, stallLed, stall.Round(time.Millisecond), shrunk.Round(time.Millisecond), shrunk > 0, inSyncAfterCont.Round(time.Millisecond))
@@ -142,7 +141,7 @@ func TestFaultClusterLeadersKilledAndABrokerStalled(t *testing.T) {
 		t.Errorf("only %d of at least %d webhooks accepted", len(accepted), sizes.webhooks)
 	}
 
-	ins := p.readInput(ctx)
+	ins := presenceInputs(t, p.cfg.Kafka.Brokers, p.names.In)
 	p.checkAccepted(accepted, ins)
 	// Waited for with a deadline of its own, so that an input never
 	// decided is named below rather than timing the test out.
@@ -189,85 +188,27 @@ func startClusterPipeline(t *testing.T, ctx context.Context, cluster *testenv.Cl
 	configFile := testenv.WriteConfig(t, dir, "kafka:\n  replication_factor: 3\n"+
 		fmt.Sprintf("clickhouse:\n  consumer_group: %s-sink\n  session_timeout: 6s\n  batch_period: 200ms\nstreams:\n", stream)+
 		presenceStreamYAML(stream))
-	cfg, err := config.Load(configFile, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Only this stream: the shipped ones are the other tests'.
-	cfg.Streams = map[string]*config.Stream{stream: cfg.Streams[stream]}
 	brokers := cluster.Brokers
-	cfg.Kafka.Brokers = brokers
-	cfg.ClickHouse.Addr = testenv.ClickHouse(t)
-	cfg.ClickHouse.Database = testenv.UniqueName("dg_fault")
-	p := &clusterPipeline{t: t, cfg: cfg, names: topics.For(stream), partitions: cfg.Streams[stream].Limits.Partitions}
-	p.conn, p.cl = prepare(t, ctx, cfg, brokers)
-	t.Cleanup(func() {
-		// Leave the cluster with only what it had.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		var names []string
-		for _, spec := range topics.Specs(cfg.Streams[stream]) {
-			names = append(names, spec.Name)
-		}
-		_, _ = kadm.NewClient(p.cl).DeleteTopics(ctx, names...)
-		p.cl.Close()
-	})
+	cfg, conn, cl := loadOn(t, ctx, configFile, "fault", brokers, stream)
+	p := &clusterPipeline{t: t, cfg: cfg, names: topics.For(stream), partitions: cfg.Streams[stream].Limits.Partitions, conn: conn, cl: cl}
+	// Leave the cluster with only what it had.
+	deleteAtEnd(t, kadm.NewClient(cl), topics.Specs(cfg.Streams[stream]))
 	p.out = newOutputReader(t, brokers, map[string]string{"presence": stream})
 
-	bin := buildDriftguard(t)
-	addr := freeLoopbackAddr(t)
+	edge := newIngestRunner(t, configFile, brokers)
 	env := []string{"DRIFTGUARD_KAFKA_BROKERS=" + strings.Join(brokers, ","), "DRIFTGUARD_CLICKHOUSE_ADDR=" + cfg.ClickHouse.Addr,
 		"DRIFTGUARD_CLICKHOUSE_DATABASE=" + cfg.ClickHouse.Database}
-	// Ingest wants a secret for every stream, the shipped ones too.
-	ingestEnv := append(env, "DRIFTGUARD_HTTP_ADDR="+addr, "DRIFTGUARD_SECRETS_"+strings.ToUpper(stream)+"="+demoSecret)
-	for _, shipped := range []string{"PRESENCE", "WORKFLOW", "CHAT", "ORDERS"} {
-		ingestEnv = append(ingestEnv, "DRIFTGUARD_SECRETS_"+shipped+"="+demoSecret)
-	}
-	p.ingest = startDriftguard(t, bin, []string{"ingest", "--config", configFile}, ingestEnv...)
+	p.ingest = edge.start()
 	p.process = newProcessRunner(t, dir, configFile, brokers, stream).start("fault")
-	p.sink = startDriftguard(t, bin, []string{"sink", "--config", configFile}, env...)
-	p.webhooks = &webhook.Publisher{URL: "http://" + addr + "/v1/webhooks/" + stream, Secret: demoSecret,
+	p.sink = startDriftguard(t, edge.bin, []string{"sink", "--config", configFile}, env...)
+	p.webhooks = &webhook.Publisher{URL: edge.url(stream), Secret: faultSecret,
 		Client: &http.Client{Timeout: 15 * time.Second}}
 	testenv.WaitFor(t, ctx, "ingest accepting webhooks", func() bool {
 		resp, err := p.webhooks.Post(ctx, "warm-up", testenv.Presence{EventID: "warm-up", User: "warm-up", Version: 1}.Body())
 		return err == nil && resp.Status == http.StatusAccepted
 	})
 	return p
-}
-
-// readInput returns every record of <stream>.in as a delivery of the
-// presence stream, in log order per partition.
-func (p *clusterPipeline) readInput(ctx context.Context) []*crashInput {
-	p.t.Helper()
-	ends, err := kadm.NewClient(p.cl).ListEndOffsets(ctx, p.names.In)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	cl, err := kafka.NewClient(p.cfg.Kafka.Brokers, kgo.ConsumeTopics(p.names.In), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	defer cl.Close()
-	next := map[int32]int64{}
-	var ins []*crashInput
-	testenv.WaitFor(p.t, ctx, p.names.In+" read to its end", func() bool {
-		pollCtx, cancel := context.WithTimeout(ctx, time.Second)
-		cl.PollFetches(pollCtx).EachRecord(func(r *kgo.Record) {
-			next[r.Partition] = r.Offset + 1
-			in := &crashInput{stream: "presence", key: string(r.Key), partition: r.Partition, offset: r.Offset}
-			for _, h := range r.Headers {
-				if h.Key == record.HeaderEventID {
-					in.eventID = string(h.Value)
-				}
-			}
-			ins = append(ins, in)
-		})
-		cancel()
-		done := true
-		ends.Each(func(o kadm.ListedOffset) { done = done && next[o.Partition] >= o.Offset })
-		return done
-	})
-	return ins
 }
 
 // checkAccepted: every 202 named the partition and offset where its event
@@ -366,11 +307,11 @@ func (f *faultAdmin) metadata(ctx context.Context, avoid int32) (*kmsg.MetadataR
 	return nil, errors.Join(errs...)
 }
 
-func (f *faultAdmin) mustMetadata(ctx context.Context, avoid int32) *kmsg.MetadataResponse {
+func (f *faultAdmin) mustMetadata(ctx context.Context) *kmsg.MetadataResponse {
 	f.t.Helper()
 	var resp *kmsg.MetadataResponse
 	var err error
-	if !testenv.Poll(ctx, func() bool { resp, err = f.metadata(ctx, avoid); return err == nil }) {
+	if !testenv.Poll(ctx, func() bool { resp, err = f.metadata(ctx, 0); return err == nil }) {
 		f.t.Fatalf("no broker answers metadata: %v", err)
 	}
 	return resp
@@ -379,7 +320,7 @@ func (f *faultAdmin) mustMetadata(ctx context.Context, avoid int32) *kmsg.Metada
 // leader is the node leading topic's partition now.
 func (f *faultAdmin) leader(ctx context.Context, topic string, partition int32) int32 {
 	f.t.Helper()
-	for _, tp := range f.mustMetadata(ctx, 0).Topics {
+	for _, tp := range f.mustMetadata(ctx).Topics {
 		if tp.Topic != nil && *tp.Topic == topic {
 			for _, pt := range tp.Partitions {
 				if pt.Partition == partition {
@@ -396,7 +337,7 @@ func (f *faultAdmin) leader(ctx context.Context, topic string, partition int32) 
 func (f *faultAdmin) ledBy(ctx context.Context, topic string, node int32) []int32 {
 	f.t.Helper()
 	var led []int32
-	for _, tp := range f.mustMetadata(ctx, 0).Topics {
+	for _, tp := range f.mustMetadata(ctx).Topics {
 		if tp.Topic != nil && *tp.Topic == topic {
 			for _, pt := range tp.Partitions {
 				if pt.Leader == node {
@@ -410,16 +351,15 @@ func (f *faultAdmin) ledBy(ctx context.Context, topic string, node int32) []int3
 }
 
 // waitInSync waits until every partition of every topic (the internal
-// transaction and offset topics too) has all its replicas in sync, asking
-// only other nodes than avoid, so that the next fault never takes a
-// partition below min.insync.replicas.
-func (f *faultAdmin) waitInSync(ctx context.Context, avoid int32) {
+// transaction and offset topics too) has all its replicas in sync, so
+// that the next fault never takes a partition below min.insync.replicas.
+func (f *faultAdmin) waitInSync(ctx context.Context) {
 	f.t.Helper()
 	var lagging []string
 	waitCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	if !testenv.Poll(waitCtx, func() bool {
-		resp, err := f.metadata(waitCtx, avoid)
+		resp, err := f.metadata(waitCtx, 0)
 		if err != nil {
 			return false
 		}

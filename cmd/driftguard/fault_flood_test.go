@@ -4,19 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net/http"
-	"os/exec"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/driftguard/driftguard/internal/procstat"
-	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // The flood: junk at the body limit for 30 s from 128 connections as fast
@@ -74,13 +69,8 @@ func TestFaultFloodOfJunk(t *testing.T) {
 	// its report.
 	run := func(args ...string) func() testenv.FloodReport {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, flood, append([]string{"-url", edge.url(stream), "-secret", faultSecret}, args...)...)
-		cmd.Stderr = testenv.LogWriter(t)
 		var out bytes.Buffer
-		cmd.Stdout = &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		cmd := startDriftguardTo(t, &out, flood, append([]string{"-url", edge.url(stream), "-secret", faultSecret}, args...))
 		return func() testenv.FloodReport {
 			t.Helper()
 			if err := cmd.Wait(); err != nil {
@@ -170,12 +160,7 @@ func TestFaultFloodOfJunk(t *testing.T) {
 	}
 	seen := map[string]int{}
 	for _, rec := range testenv.ReadTopic(t, brokers, topics.For(stream).In) {
-		id := ""
-		for _, h := range rec.Headers {
-			if h.Key == record.HeaderEventID {
-				id = string(h.Value)
-			}
-		}
+		id := eventIDOf(rec)
 		seen[id]++
 		if !want[id] {
 			t.Errorf("%s holds a record that is no accepted webhook: event id %q, %d bytes", topics.For(stream).In, id, len(rec.Value))
@@ -191,15 +176,13 @@ func TestFaultFloodOfJunk(t *testing.T) {
 // servedGauge is the value of an unlabelled gauge served on the telemetry
 // address, read without failing the test (from a sampling goroutine).
 func servedGauge(telemetry, name string) (float64, bool) {
-	resp, err := http.Get("http://" + telemetry + "/metrics")
+	body, err := readMetrics("http://" + telemetry + "/metrics")
 	if err != nil {
 		return 0, false
 	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if f := families[name]; err == nil && f != nil && len(f.Metric) == 1 && f.Metric[0].Gauge != nil {
-		return f.Metric[0].Gauge.GetValue(), true
+	families, err := parseMetrics(body)
+	if err != nil {
+		return 0, false
 	}
-	return 0, false
+	return gaugeValue(families, name)
 }

@@ -14,7 +14,9 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/procstat"
+	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // faultSecret signs the fault tests' webhooks.
@@ -53,12 +55,11 @@ func newIngestRunner(t *testing.T, configFile string, brokers []string) *ingestR
 // /metrics.
 func (r *ingestRunner) gauge(name string) float64 {
 	r.t.Helper()
-	families := scrape(r.t, testenv.Context(r.t, 10*time.Second), "http://"+r.telemetry+"/metrics")
-	f := families[name]
-	if f == nil || len(f.Metric) != 1 || f.Metric[0].Gauge == nil {
+	v, ok := gaugeValue(scrape(r.t, testenv.Context(r.t, 10*time.Second), "http://"+r.telemetry+"/metrics"), name)
+	if !ok {
 		r.t.Fatalf("ingest serves no gauge %s", name)
 	}
-	return f.Metric[0].Gauge.GetValue()
+	return v
 }
 
 // ingestOnStream writes a config file of yaml plus a presence stream
@@ -105,3 +106,26 @@ func (r *ingestRunner) url(stream string) string {
 
 // mib formats bytes in MiB.
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// presenceInputs reads topic (a presence stream's <stream>.in) to its end
+// offsets, every record as a delivery of the presence stream, in log
+// order per partition.
+func presenceInputs(t *testing.T, brokers []string, topic string) []*crashInput {
+	t.Helper()
+	var ins []*crashInput
+	for _, rec := range testenv.ReadTopic(t, brokers, topic) {
+		ins = append(ins, &crashInput{stream: "presence", key: string(rec.Key), partition: rec.Partition, offset: rec.Offset, eventID: eventIDOf(rec)})
+	}
+	return ins
+}
+
+// eventIDOf is the event id header ingest gives a record.
+func eventIDOf(rec *kgo.Record) string {
+	id := ""
+	for _, h := range rec.Headers {
+		if h.Key == record.HeaderEventID {
+			id = string(h.Value)
+		}
+	}
+	return id
+}

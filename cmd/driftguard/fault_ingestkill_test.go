@@ -115,17 +115,10 @@ func TestFaultIngestKilledWhilePublishersRetry(t *testing.T) {
 	}
 
 	// What landed in the input, and its decisions.
-	var inputs []*crashInput
+	inputs := presenceInputs(t, brokers, topics.For(stream).In)
 	records := map[string]int{}
-	for _, rec := range testenv.ReadTopic(t, brokers, topics.For(stream).In) {
-		in := &crashInput{stream: "presence", key: string(rec.Key), partition: rec.Partition, offset: rec.Offset}
-		for _, h := range rec.Headers {
-			if h.Key == record.HeaderEventID {
-				in.eventID = string(h.Value)
-			}
-		}
+	for _, in := range inputs {
 		records[in.eventID]++
-		inputs = append(inputs, in)
 	}
 	out := newOutputReader(t, brokers, map[string]string{"presence": stream})
 	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)

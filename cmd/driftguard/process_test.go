@@ -76,6 +76,12 @@ func newProcessHarness(t *testing.T, ctx context.Context, prefix, stream, yaml s
 // and returns a client of the broker closed at the end.
 func loadOnServices(tb testing.TB, ctx context.Context, configFile, prefix string, only ...string) (*config.Config, driver.Conn, *kgo.Client) {
 	tb.Helper()
+	return loadOn(tb, ctx, configFile, prefix, testenv.Kafka(tb), only...)
+}
+
+// loadOn is loadOnServices on the Kafka cluster of brokers.
+func loadOn(tb testing.TB, ctx context.Context, configFile, prefix string, brokers []string, only ...string) (*config.Config, driver.Conn, *kgo.Client) {
+	tb.Helper()
 	cfg, err := config.Load(configFile, nil)
 	if err != nil {
 		tb.Fatal(err)
@@ -87,7 +93,7 @@ func loadOnServices(tb testing.TB, ctx context.Context, configFile, prefix strin
 		}
 		cfg.Streams = kept
 	}
-	cfg.Kafka.Brokers = testenv.Kafka(tb)
+	cfg.Kafka.Brokers = brokers
 	cfg.ClickHouse.Addr = testenv.ClickHouse(tb)
 	cfg.ClickHouse.Database = testenv.UniqueName("dg_" + prefix)
 	conn, cl := prepare(tb, ctx, cfg, cfg.Kafka.Brokers)

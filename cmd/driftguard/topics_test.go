@@ -210,11 +210,7 @@ func TestTopicsCheckReportsWeakTopicsOnTheCluster(t *testing.T) {
 			t.Errorf("the error does not say %q:\n%v", want, err)
 		}
 	}
-	rows := map[string][]string{}
-	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n")[1:] {
-		f := strings.Fields(line)
-		rows[f[0]] = f[1:]
-	}
+	rows := topicTable(t, stdout.String())
 	for topic, want := range map[string]string{
 		names.In: "3 1 weak", names.Table: "3 2 weak", names.State: "2 2 weak", names.Outcomes: "3 2 ok", names.DLQ: "3 2 ok",
 	} {

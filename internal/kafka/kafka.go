@@ -18,7 +18,13 @@ import (
 // NewClient returns a franz-go client for brokers with driftguard's
 // defaults; opts add consumer settings or override.
 func NewClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
-	cl, err := kgo.NewClient(Options(brokers, opts...)...)
+	return New(Options(brokers, opts...))
+}
+
+// New builds a client of opts, a component's whole option list built on
+// Options (one that tests read back as well).
+func New(opts []kgo.Opt) (*kgo.Client, error) {
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
@@ -55,3 +61,8 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, cfg *config.Config, creat
 func Durability(cfg *config.Config) topics.Durability {
 	return topics.Durability{ReplicationFactor: cfg.Kafka.ReplicationFactor, MinInsyncReplicas: cfg.Kafka.MinInsyncReplicasOrDefault()}
 }
+
+// FetchMinBytes is kgo.FetchMinBytes of n bytes (processing.fetch_min_bytes,
+// clickhouse.fetch_min_bytes), held to the int32 Kafka carries: at least
+// 1, at most 1 GiB.
+func FetchMinBytes(n int) kgo.Opt { return kgo.FetchMinBytes(int32(max(1, min(n, 1<<30)))) }

@@ -61,41 +61,60 @@ func CPU(pid int) (time.Duration, error) {
 // their parent's cutime and cstime). A server made of processes, such as
 // PostgreSQL's postmaster and its backends, is charged whole.
 func TreeCPU(pid int) (time.Duration, error) {
-	root, err := readStat(pid)
-	if err != nil {
-		return 0, err
-	}
-	total := root.self + root.reapedChildren
-	for _, child := range Descendants(pid) {
-		if st, err := readStat(child); err == nil {
-			total += st.self + st.reapedChildren
-		}
-	}
-	return total, nil
+	return readTable().treeCPU(pid)
 }
 
 // Descendants returns the processes below pid, alive now.
 func Descendants(pid int) []int {
+	return readTable().descendants(pid)
+}
+
+// table is every process's stat, read in one pass over /proc, and who
+// is whose parent.
+type table struct {
+	stats    map[int]stat
+	children map[int][]int
+}
+
+func readTable() table {
+	t := table{stats: map[int]stat{}, children: map[int][]int{}}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return nil
+		return t
 	}
-	children := map[int][]int{}
 	for _, e := range entries {
 		p, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
 		if st, err := readStat(p); err == nil {
-			children[st.ppid] = append(children[st.ppid], p)
+			t.stats[p] = st
+			t.children[st.ppid] = append(t.children[st.ppid], p)
 		}
 	}
+	return t
+}
+
+func (t table) descendants(pid int) []int {
 	var out []int
-	for queue := children[pid]; len(queue) > 0; queue = queue[1:] {
+	for queue := t.children[pid]; len(queue) > 0; queue = queue[1:] {
 		out = append(out, queue[0])
-		queue = append(queue, children[queue[0]]...)
+		queue = append(queue, t.children[queue[0]]...)
 	}
 	return out
+}
+
+func (t table) treeCPU(pid int) (time.Duration, error) {
+	root, ok := t.stats[pid]
+	if !ok {
+		return 0, fmt.Errorf("/proc/%d/stat: no such process", pid)
+	}
+	total := root.self + root.reapedChildren
+	for _, child := range t.descendants(pid) {
+		st := t.stats[child]
+		total += st.self + st.reapedChildren
+	}
+	return total, nil
 }
 
 // TreePeakRSS returns the sum of the peak resident sizes of pid and the
@@ -129,15 +148,17 @@ func Memory(pid int) (rss, peak int64, err error) {
 	}
 	found := 0
 	for _, line := range strings.Split(string(b), "\n") {
-		for prefix, into := range map[string]*int64{"VmRSS:": &rss, "VmHWM:": &peak} {
-			if rest, ok := strings.CutPrefix(line, prefix); ok {
-				kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-				if err != nil {
-					return 0, 0, fmt.Errorf("/proc/%d/status: %s %q", pid, prefix, rest)
-				}
-				*into = kb << 10
-				found++
+		into, prefix := &rss, "VmRSS:"
+		if strings.HasPrefix(line, "VmHWM:") {
+			into, prefix = &peak, "VmHWM:"
+		}
+		if rest, ok := strings.CutPrefix(line, prefix); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				return 0, 0, fmt.Errorf("/proc/%d/status: %s %q", pid, prefix, rest)
 			}
+			*into = kb << 10
+			found++
 		}
 	}
 	if found < 2 {
@@ -157,11 +178,13 @@ func Running(pid int) bool {
 type Sample map[string]time.Duration
 
 // Take samples the CPU time of each named process and the processes
-// below it (TreeCPU); one that is gone is left out.
+// below it (TreeCPU), from one reading of /proc; one that is gone is left
+// out.
 func Take(pids map[string]int) Sample {
 	s := Sample{}
+	t := readTable()
 	for name, pid := range pids {
-		if d, err := TreeCPU(pid); err == nil {
+		if d, err := t.treeCPU(pid); err == nil {
 			s[name] = d
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/driftguard/driftguard/internal/procstat"
 )
 
 // Environment variables of the three-broker cluster the fault tests run
@@ -120,8 +122,8 @@ func (c *Cluster) Kill(t testing.TB, node int32) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("killing node %d (pid %d): %v", node, pid, err)
 	}
-	// Not a child of the test: polled until the kernel has reaped it.
-	for syscall.Kill(pid, 0) == nil {
+	// Not a child of the test: polled until it has exited.
+	for procstat.Running(pid) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
@@ -189,7 +191,7 @@ func (c *Cluster) heal(t testing.TB) {
 		if stopped {
 			_ = syscall.Kill(pid, syscall.SIGCONT)
 		}
-		if syscall.Kill(pid, 0) != nil {
+		if !procstat.Running(pid) {
 			errs = append(errs, c.restart(node))
 		}
 	}

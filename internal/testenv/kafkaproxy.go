@@ -531,10 +531,9 @@ func (p *KafkaProxy) rewrite(req request, frame []byte) ([]byte, error) {
 	resp.SetVersion(req.version)
 	header := frame[:8] // size and correlation id
 	body := frame[8:]
-	// The ApiVersions answer's header is never flexible, so that a client
-	// can read it before it knows the broker's versions; none of the
-	// rewritten answers is ApiVersions, but the rule is the protocol's.
-	if resp.IsFlexible() && kmsg.Key(req.key) != kmsg.ApiVersions {
+	// A flexible answer's header has tagged fields after the correlation
+	// id (ApiVersions' never does, but it is not rewritten).
+	if resp.IsFlexible() {
 		rest, err := skipTags(body)
 		if err != nil {
 			return nil, fmt.Errorf("%s v%d response header: %w", kmsg.NameForKey(req.key), req.version, err)

@@ -158,15 +158,8 @@ func Ensure(ctx context.Context, adm *kadm.Client, streams []*config.Stream, d D
 	for _, s := range streams {
 		specs = append(specs, Specs(s)...)
 	}
-	unclean, err := brokerKnows(ctx, adm, configUnclean)
-	if err != nil {
-		return nil, err
-	}
 	for i := range specs {
 		specs[i].Configs[configMinInsync] = strconv.Itoa(d.MinInsyncReplicas)
-		if unclean {
-			specs[i].Configs[configUnclean] = "false"
-		}
 	}
 	names := make([]string, len(specs))
 	for i, s := range specs {
@@ -197,7 +190,15 @@ func Ensure(ctx context.Context, adm *kadm.Client, streams []*config.Stream, d D
 	// Listed again only when topics were created: the first listing holds
 	// every topic that existed.
 	if create && len(missing) > 0 {
+		// Asked of the broker only when there is a topic to create with it.
+		unclean, err := brokerKnows(ctx, adm, configUnclean)
+		if err != nil {
+			return nil, err
+		}
 		for _, spec := range missing {
+			if unclean {
+				spec.Configs[configUnclean] = "false"
+			}
 			configs := map[string]*string{}
 			for k, v := range spec.Configs {
 				configs[k] = &v
@@ -338,22 +339,31 @@ func check(ctx context.Context, adm *kadm.Client, specs []Spec, details kadm.Top
 // while a broker says a topic is unknown: on a cluster, the broker asked
 // may not have learnt yet of a topic that another's metadata lists.
 func describeConfigs(ctx context.Context, adm *kadm.Client, names []string) (kadm.ResourceConfigs, error) {
+	return askUntil(ctx, func() (kadm.ResourceConfigs, error) { return adm.DescribeTopicConfigs(ctx, names...) },
+		func(configs kadm.ResourceConfigs) bool {
+			for _, rc := range configs {
+				if errors.Is(rc.Err, kerr.UnknownTopicOrPartition) {
+					return false
+				}
+			}
+			return true
+		})
+}
+
+// askUntil asks again every 50ms until the answer is done, for at most 10s
+// (brokers learn of topics a moment after the controller), and returns
+// the last answer; an error ends it at once.
+func askUntil[T any](ctx context.Context, ask func() (T, error), done func(T) bool) (T, error) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		configs, err := adm.DescribeTopicConfigs(ctx, names...)
-		if err != nil {
-			return nil, err
-		}
-		unknown := false
-		for _, rc := range configs {
-			unknown = unknown || errors.Is(rc.Err, kerr.UnknownTopicOrPartition)
-		}
-		if !unknown || time.Now().After(deadline) {
-			return configs, nil
+		answer, err := ask()
+		if err != nil || done(answer) || time.Now().After(deadline) {
+			return answer, err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			var zero T
+			return zero, ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -386,25 +396,13 @@ func listUncached(ctx context.Context, adm *kadm.Client, names []string) (kadm.T
 // waitVisible lists until every topic is in the broker's metadata, which
 // trails CreateTopics by a moment, or gives up after a while.
 func waitVisible(ctx context.Context, adm *kadm.Client, names []string) (kadm.TopicDetails, error) {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		details, err := listUncached(ctx, adm, names)
-		if err != nil {
-			return nil, err
-		}
-		visible := true
-		for _, name := range names {
-			if d, ok := details[name]; !ok || d.Err != nil || len(d.Partitions) == 0 {
-				visible = false
+	return askUntil(ctx, func() (kadm.TopicDetails, error) { return listUncached(ctx, adm, names) },
+		func(details kadm.TopicDetails) bool {
+			for _, name := range names {
+				if d, ok := details[name]; !ok || d.Err != nil || len(d.Partitions) == 0 {
+					return false
+				}
 			}
-		}
-		if visible || time.Now().After(deadline) {
-			return details, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+			return true
+		})
 }

@@ -10,6 +10,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"hash"
 	"io"
@@ -95,6 +96,45 @@ func SignatureHeader(secret, id, timestamp string, body []byte) (string, error) 
 	return "v1," + base64.StdEncoding.EncodeToString(Sign(key, id, timestamp, body)), nil
 }
 
+// Signer signs deliveries under one scheme with one secret, the way
+// ingest checks them; the secret is decoded once.
+type Signer struct {
+	scheme string
+	key    *Key
+}
+
+// NewSigner is a Signer for scheme ("" is standard-webhooks) and secret.
+func NewSigner(scheme, secret string) (*Signer, error) {
+	switch scheme {
+	case "":
+		scheme = config.SchemeStandardWebhooks
+	case config.SchemeStandardWebhooks, config.SchemeHMACSHA256Hex, config.SchemeGitHub:
+	default:
+		return nil, fmt.Errorf("no signer for scheme %q", scheme)
+	}
+	key, err := config.SecretKey(scheme, secret)
+	if err != nil {
+		return nil, err
+	}
+	return &Signer{scheme: scheme, key: NewKey(key)}, nil
+}
+
+// Sign sets h's signature headers of delivery id of body, sent at now.
+func (s *Signer) Sign(h http.Header, id string, body []byte, now time.Time) {
+	switch s.scheme {
+	case config.SchemeStandardWebhooks:
+		ts := strconv.FormatInt(now.Unix(), 10)
+		h["Webhook-Id"] = []string{id}
+		h["Webhook-Timestamp"] = []string{ts}
+		h["Webhook-Signature"] = []string{"v1," + base64.StdEncoding.EncodeToString(s.key.SignStandard(nil, id, ts, body))}
+	case config.SchemeHMACSHA256Hex:
+		h["X-Signature"] = []string{hex.EncodeToString(s.key.Sign(nil, body))}
+	case config.SchemeGitHub:
+		h["X-Github-Delivery"] = []string{id}
+		h["X-Hub-Signature-256"] = []string{"sha256=" + hex.EncodeToString(s.key.Sign(nil, body))}
+	}
+}
+
 // Publisher signs and POSTs webhooks to one stream's URL.
 type Publisher struct {
 	// URL is http://host:port/v1/webhooks/{stream}.
@@ -109,7 +149,6 @@ type Publisher struct {
 // Response is what ingest answered.
 type Response struct {
 	Status int
-	Header http.Header
 	Body   []byte
 }
 
@@ -123,8 +162,7 @@ func (p *Publisher) Post(ctx context.Context, id string, body []byte) (Response,
 	if client == nil {
 		client = &http.Client{Timeout: 10 * time.Second}
 	}
-	ts := strconv.FormatInt(now().Unix(), 10)
-	sig, err := SignatureHeader(p.Secret, id, ts, body)
+	signer, err := NewSigner(config.SchemeStandardWebhooks, p.Secret)
 	if err != nil {
 		return Response{}, err
 	}
@@ -133,16 +171,14 @@ func (p *Publisher) Post(ctx context.Context, id string, body []byte) (Response,
 		return Response{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("webhook-id", id)
-	req.Header.Set("webhook-timestamp", ts)
-	req.Header.Set("webhook-signature", sig)
+	signer.Sign(req.Header, id, body, now())
 	resp, err := client.Do(req)
 	if err != nil {
 		return Response{}, fmt.Errorf("POST %s: %w", p.URL, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return Response{Status: resp.StatusCode, Header: resp.Header, Body: data}, err
+	return Response{Status: resp.StatusCode, Body: data}, err
 }
 
 // Attempt is one try of a delivery: ingest's status, or the error of a

@@ -136,7 +136,7 @@ func (s *Sink) ClientOptions() []kgo.Opt {
 		// No partition moves while a batch is being gathered or inserted.
 		kgo.BlockRebalanceOnPoll(),
 		kgo.FetchMaxWait(min(ch.BatchPeriod, 5*time.Second)),
-		kgo.FetchMinBytes(int32(max(1, min(ch.FetchMinBytes, 1<<30)))),
+		kafka.FetchMinBytes(ch.FetchMinBytes),
 		// What franz-go buffers ahead of the batch stays near one batch.
 		kgo.FetchMaxBytes(int32(min(ch.BatchBytes, 1<<30))),
 		// Another replica may have inserted a partition's rows while it was
@@ -155,9 +155,9 @@ func (s *Sink) ClientOptions() []kgo.Opt {
 // not committed before a crash is not inserted again, because the sink
 // skips offsets at or below what sink_positions says a table holds.
 func (s *Sink) Run(ctx context.Context) error {
-	cl, err := kgo.NewClient(s.ClientOptions()...)
+	cl, err := kafka.New(s.ClientOptions())
 	if err != nil {
-		return fmt.Errorf("kafka client: %w", err)
+		return err
 	}
 	defer cl.Close()
 	// Close leaves the group, which waits for a rebalance a poll may block.

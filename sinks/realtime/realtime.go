@@ -102,11 +102,7 @@ func New(opts Options) (*Bridge, error) {
 // reader would never reach the log's end (its last stable offset, which
 // the readers compare their positions with).
 func (b *Bridge) reader(topic string, start map[int32]kgo.Offset, wait time.Duration) (*kgo.Client, error) {
-	cl, err := kgo.NewClient(b.ReaderOptions(topic, start, wait)...)
-	if err != nil {
-		return nil, fmt.Errorf("kafka client: %w", err)
-	}
-	return cl, nil
+	return kafka.New(b.ReaderOptions(topic, start, wait))
 }
 
 // ReaderOptions are the franz-go options of a reader (see reader).

@@ -26,6 +26,7 @@ import (
 	"github.com/driftguard/driftguard/ingest"
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/problem"
+	"github.com/driftguard/driftguard/internal/record"
 )
 
 // Edge reads and verifies the webhooks of one stream.
@@ -192,11 +193,11 @@ type Accepted struct {
 
 // Outcomes a peer decides, named as driftguard's processors name them.
 const (
-	OutcomeApplied     = "applied"
-	OutcomeDuplicate   = "duplicate"
-	OutcomeStale       = "stale"
-	OutcomeQuarantined = "quarantined"
-	OutcomeRejected    = "rejected"
+	OutcomeApplied     = string(record.Applied)
+	OutcomeDuplicate   = string(record.Duplicate)
+	OutcomeStale       = string(record.Stale)
+	OutcomeQuarantined = string(record.Quarantined)
+	OutcomeRejected    = string(record.Rejected)
 )
 
 // Accept answers 202 with the outcome of the event.

@@ -2,13 +2,12 @@ package peertest
 
 import (
 	"bytes"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +25,37 @@ const (
 	OtherStandardSecret = "whsec_b3RoZXItc2VjcmV0LW9mLWF0LWxlYXN0LTI0LWJ5dGVz"
 	OtherBodySecret     = "another-secret-of-at-least-24-bytes"
 )
+
+// Edge is a peer's edge for the catalogue stream, under scheme ("" the
+// stream's own), with the test secret of that scheme's family, and a
+// client that signs for it (its URL unset: see Serve).
+func Edge(tb testing.TB, stream, scheme string) (*peer.Edge, *Client) {
+	tb.Helper()
+	secret := StandardSecret
+	if scheme != "" && scheme != config.SchemeStandardWebhooks {
+		secret = BodySecret
+	}
+	s, err := peer.CatalogueStream(stream)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	edge, err := peer.NewEdge(s, scheme, []string{secret}, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return edge, &Client{Scheme: edge.Stream().Signature.Scheme, Secret: secret}
+}
+
+// Serve serves handler behind edge on a test server until the test's end,
+// and returns a client of it signing as c does.
+func Serve(tb testing.TB, edge *peer.Edge, handler http.Handler, c *Client) *Client {
+	tb.Helper()
+	srv := httptest.NewServer(peer.Mux(edge, handler))
+	tb.Cleanup(srv.Close)
+	served := *c
+	served.URL = srv.URL + edge.Path()
+	return &served
+}
 
 // keepAlive keeps a connection per concurrent sender, where
 // http.DefaultClient keeps two and would redial for every other request.
@@ -74,32 +104,12 @@ func (c *Client) Send(id string, v any) (Response, error) {
 
 // Sign returns the headers that sign body under the client's scheme.
 func (c *Client) Sign(id string, body []byte) (http.Header, error) {
-	h := http.Header{}
-	switch c.Scheme {
-	case config.SchemeStandardWebhooks, "":
-		ts := strconv.FormatInt(time.Now().Unix(), 10)
-		sig, err := webhook.SignatureHeader(c.Secret, id, ts, body)
-		if err != nil {
-			return nil, err
-		}
-		h.Set("webhook-id", id)
-		h.Set("webhook-timestamp", ts)
-		h.Set("webhook-signature", sig)
-	case config.SchemeHMACSHA256Hex, config.SchemeGitHub:
-		key, err := config.SecretKey(c.Scheme, c.Secret)
-		if err != nil {
-			return nil, err
-		}
-		sum := hex.EncodeToString(webhook.NewKey(key).Sign(nil, body))
-		if c.Scheme == config.SchemeGitHub {
-			h.Set("X-Hub-Signature-256", "sha256="+sum)
-			h.Set("X-GitHub-Delivery", id)
-		} else {
-			h.Set("X-Signature", sum)
-		}
-	default:
-		return nil, fmt.Errorf("no signer for scheme %q", c.Scheme)
+	s, err := webhook.NewSigner(c.Scheme, c.Secret)
+	if err != nil {
+		return nil, err
 	}
+	h := http.Header{}
+	s.Sign(h, id, body, time.Now())
 	return h, nil
 }
 
@@ -133,17 +143,21 @@ func (c *Client) SendRaw(h http.Header, body []byte) (Response, error) {
 	return out, nil
 }
 
+// SendAccepted sends event as delivery id, and fails unless it is
+// answered 202.
+func (c *Client) SendAccepted(id string, event any) error {
+	resp, err := c.Send(id, event)
+	if err == nil && resp.Status != http.StatusAccepted {
+		err = fmt.Errorf("%s: %d %s", id, resp.Status, resp.Body)
+	}
+	return err
+}
+
 // SendAll sends every event, one after the other or each from a goroutine
 // of its own, and returns the first failure: an error, or an answer other
 // than 202. id names an event's delivery.
 func SendAll[E any](c *Client, events []E, id func(E) string, concurrent bool) error {
-	send := func(ev E) error {
-		resp, err := c.Send(id(ev), ev)
-		if err == nil && resp.Status != http.StatusAccepted {
-			err = fmt.Errorf("%s: %d %s", id(ev), resp.Status, resp.Body)
-		}
-		return err
-	}
+	send := func(ev E) error { return c.SendAccepted(id(ev), ev) }
 	if !concurrent {
 		for _, ev := range events {
 			if err := send(ev); err != nil {

@@ -21,6 +21,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/driftguard/driftguard/internal/procstat"
 )
 
 // Environment variables naming the servers, as the scripts print them.
@@ -148,24 +150,10 @@ func (s *server) stop() error {
 	}
 	// The script signals only a process whose command line it recognises;
 	// one it failed to recognise would outlive the tests.
-	if pid, _ := strconv.Atoi(s.pid); running(pid) {
+	if pid, _ := strconv.Atoi(s.pid); procstat.Running(pid) {
 		return fmt.Errorf("%s stop left the server (pid %d) running", s.script, pid)
 	}
 	return nil
-}
-
-// running reports whether process pid exists and is not a zombie waiting
-// for its parent to reap it.
-func running(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	end := bytes.LastIndexByte(stat, ')')
-	return end < 0 || !bytes.HasPrefix(bytes.TrimSpace(stat[end+1:]), []byte("Z"))
 }
 
 // run runs the script with a command, its state in s.state and its port

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"testing"
 
 	"github.com/driftguard/driftguard/benchmarks/peers/peer"
@@ -30,11 +29,7 @@ func BenchmarkWebhook(b *testing.B) {
 			c := serve(b, store, "")
 			peertest.Measure(b, peertest.PostgresPID(b), func(n int64) error {
 				ev := event(fmt.Sprintf("bench-%d", n), fmt.Sprintf("user-%d", n%1000), "ONLINE", n)
-				resp, err := c.Send(ev.EventID, ev)
-				if err == nil && resp.Status != http.StatusAccepted {
-					err = fmt.Errorf("%s: %d %s", ev.EventID, resp.Status, resp.Body)
-				}
-				return err
+				return c.SendAccepted(ev.EventID, ev)
 			})
 		})
 	}

@@ -25,15 +25,7 @@ func FuzzPayload(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	stream, err := peer.CatalogueStream("presence")
-	if err != nil {
-		f.Fatal(err)
-	}
-	edge, err := peer.NewEdge(stream, "", []string{peertest.StandardSecret}, nil)
-	if err != nil {
-		f.Fatal(err)
-	}
-	c := &peertest.Client{Scheme: stream.Signature.Scheme, Secret: peertest.StandardSecret}
+	edge, c := peertest.Edge(f, "presence", "")
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var applied *presenceEvent
 		h := peer.Handler(edge, (*presenceEvent).check, func(_ context.Context, ev *presenceEvent, _ []byte) (string, error) {

@@ -75,21 +75,8 @@ func newPeer(t *testing.T, mode, scheme string) (*peertest.Client, *Store) {
 
 func serve(t testing.TB, store *Store, scheme string) *peertest.Client {
 	t.Helper()
-	secret := peertest.StandardSecret
-	if scheme != "" && scheme != config.SchemeStandardWebhooks {
-		secret = peertest.BodySecret
-	}
-	stream, err := peer.CatalogueStream("presence")
-	if err != nil {
-		t.Fatal(err)
-	}
-	edge, err := peer.NewEdge(stream, scheme, []string{secret}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(peer.Mux(edge, store.Handler(edge)))
-	t.Cleanup(srv.Close)
-	return &peertest.Client{URL: srv.URL + edge.Path(), Scheme: edge.Stream().Signature.Scheme, Secret: secret}
+	edge, c := peertest.Edge(t, "presence", scheme)
+	return peertest.Serve(t, edge, store.Handler(edge), c)
 }
 
 type presence struct {

@@ -26,15 +26,7 @@ func FuzzPayload(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	stream, err := peer.CatalogueStream("orders")
-	if err != nil {
-		f.Fatal(err)
-	}
-	edge, err := peer.NewEdge(stream, "", []string{peertest.StandardSecret}, nil)
-	if err != nil {
-		f.Fatal(err)
-	}
-	c := &peertest.Client{Scheme: stream.Signature.Scheme, Secret: peertest.StandardSecret}
+	edge, c := peertest.Edge(f, "orders", "")
 	store := newStore(nil, Options{}, nil)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var applied *orderEvent

@@ -53,17 +53,8 @@ func newPeer(t testing.TB, opts Options) (*peertest.Client, *Store) {
 
 func serve(t testing.TB, store *Store) *peertest.Client {
 	t.Helper()
-	stream, err := peer.CatalogueStream("orders")
-	if err != nil {
-		t.Fatal(err)
-	}
-	edge, err := peer.NewEdge(stream, "", []string{peertest.StandardSecret}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(peer.Mux(edge, store.Handler(edge)))
-	t.Cleanup(srv.Close)
-	return &peertest.Client{URL: srv.URL + edge.Path(), Scheme: edge.Stream().Signature.Scheme, Secret: peertest.StandardSecret}
+	edge, c := peertest.Edge(t, "orders", "")
+	return peertest.Serve(t, edge, store.Handler(edge), c)
 }
 
 type order struct {
