@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
@@ -139,9 +141,24 @@ func TestKafkaProxyKeepsClientsBehindIt(t *testing.T) {
 				t.Errorf("metadata names broker %d at %s:%d, not at the proxy %v", b.NodeID, b.Host, b.Port, p.Addrs())
 			}
 		}
+		// A new broker makes its group and transaction topics on the
+		// first look-up, and answers COORDINATOR_NOT_AVAILABLE until then.
+		find := func(lookup func(context.Context, ...string) kadm.FindCoordinatorResponses, name string) kadm.FindCoordinatorResponses {
+			var resps kadm.FindCoordinatorResponses
+			Poll(ctx, func() bool {
+				resps = lookup(ctx, name)
+				for _, c := range resps {
+					if errors.Is(c.Err, kerr.CoordinatorNotAvailable) {
+						return false
+					}
+				}
+				return true
+			})
+			return resps
+		}
 		for what, resps := range map[string]kadm.FindCoordinatorResponses{
-			"group": adm.FindGroupCoordinators(ctx, UniqueName("proxy_group")),
-			"txn":   adm.FindTxnCoordinators(ctx, UniqueName("proxy_txn")),
+			"group": find(adm.FindGroupCoordinators, UniqueName("proxy_group")),
+			"txn":   find(adm.FindTxnCoordinators, UniqueName("proxy_txn")),
 		} {
 			for _, c := range resps {
 				if c.Err != nil || !front(c.Host, c.Port) {
