@@ -246,6 +246,9 @@ func Load(path string, environ []string) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A default sized from the streams is sized again from the streams
+	// loaded, unless the file sets it.
+	c.HTTP.MaxInFlightBytes = 0
 	if path != "" {
 		data, err := os.ReadFile(path)
 		if err != nil {

@@ -709,3 +709,17 @@ func ExampleLoad() {
 	// [kafka-1:9092 kafka-2:9092]
 	// [chat orders presence workflow] latest /user_id 6
 }
+
+// http.max_in_flight_bytes defaults to DefaultInFlightBodies bodies at the
+// largest limits.max_body_bytes of the streams the file loads, not of the
+// shipped catalogue alone; a value in the file wins.
+func TestLoadSizesTheInFlightBudgetFromTheLoadedStreams(t *testing.T) {
+	large := mustLoad(t, testenv.WriteConfig(t, "", "streams:\n  presence:\n    limits:\n      max_body_bytes: 600000\n"), nil)
+	if got, want := large.HTTP.MaxInFlightBytes, int64(config.DefaultInFlightBodies*600000); got != want {
+		t.Errorf("max_in_flight_bytes with a 600000-byte body limit = %d, want %d", got, want)
+	}
+	set := mustLoad(t, testenv.WriteConfig(t, "", "http: {max_in_flight_bytes: 50000000}\nstreams:\n  presence:\n    limits:\n      max_body_bytes: 600000\n"), nil)
+	if got := set.HTTP.MaxInFlightBytes; got != 50000000 {
+		t.Errorf("max_in_flight_bytes set in the file = %d, want 50000000", got)
+	}
+}
