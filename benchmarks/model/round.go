@@ -1,5 +1,11 @@
 package model
 
+import (
+	"encoding/json"
+
+	"github.com/driftguard/driftguard/benchmarks/stats"
+)
+
 // Round is one measured run of one contender, as the benchmark runner
 // records it in the results' JSON (the Kafka Streams comparison's runs
 // are read into it too).
@@ -43,6 +49,28 @@ type Percentiles struct {
 	P50 float64 `json:"p50"`
 	P99 float64 `json:"p99"`
 	Max float64 `json:"max"`
+}
+
+// percentilesJSON is Percentiles as JSON holds them.
+type percentilesJSON struct {
+	P50 *float64 `json:"p50"`
+	P99 *float64 `json:"p99"`
+	Max *float64 `json:"max"`
+}
+
+// MarshalJSON writes percentiles of no values (NaN) as null.
+func (p Percentiles) MarshalJSON() ([]byte, error) {
+	return json.Marshal(percentilesJSON{stats.NullForNaN(p.P50), stats.NullForNaN(p.P99), stats.NullForNaN(p.Max)})
+}
+
+// UnmarshalJSON reads null percentiles as NaN.
+func (p *Percentiles) UnmarshalJSON(b []byte) error {
+	var j percentilesJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*p = Percentiles{P50: stats.NaNForNull(j.P50), P99: stats.NaNForNull(j.P99), Max: stats.NaNForNull(j.Max)}
+	return nil
 }
 
 // Verdict is the checker's finding on one run.

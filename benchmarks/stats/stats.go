@@ -3,6 +3,7 @@
 package stats
 
 import (
+	"encoding/json"
 	"math"
 	"slices"
 )
@@ -41,4 +42,48 @@ func Summarize(values []float64) Summary {
 		m = (v[len(v)/2-1] + v[len(v)/2]) / 2
 	}
 	return Summary{Median: m, Min: v[0], Max: v[len(v)-1], N: len(v)}
+}
+
+// A figure that was not measured is NaN here (Percentile of no values,
+// Summarize of none) and null in JSON, which has no NaN: encoding/json
+// refuses to write one, and a results file with a round that measured
+// nothing of one latency would not be written at all.
+
+// NullForNaN is v, or nil for NaN.
+func NullForNaN(v float64) *float64 {
+	if math.IsNaN(v) {
+		return nil
+	}
+	return &v
+}
+
+// NaNForNull is *p, or NaN for nil.
+func NaNForNull(p *float64) float64 {
+	if p == nil {
+		return math.NaN()
+	}
+	return *p
+}
+
+// summaryJSON is Summary as JSON holds it.
+type summaryJSON struct {
+	Median *float64 `json:"median"`
+	Min    *float64 `json:"min"`
+	Max    *float64 `json:"max"`
+	N      int      `json:"n"`
+}
+
+// MarshalJSON writes NaN figures as null.
+func (s Summary) MarshalJSON() ([]byte, error) {
+	return json.Marshal(summaryJSON{NullForNaN(s.Median), NullForNaN(s.Min), NullForNaN(s.Max), s.N})
+}
+
+// UnmarshalJSON reads null figures as NaN.
+func (s *Summary) UnmarshalJSON(b []byte) error {
+	var j summaryJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*s = Summary{Median: NaNForNull(j.Median), Min: NaNForNull(j.Min), Max: NaNForNull(j.Max), N: j.N}
+	return nil
 }

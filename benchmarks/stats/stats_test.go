@@ -1,6 +1,7 @@
 package stats
 
 import (
+	"encoding/json"
 	"math"
 	"testing"
 )
@@ -24,5 +25,28 @@ func TestSummarize(t *testing.T) {
 	}
 	if s := Summarize([]float64{4, 1, 9}); s.Median != 4 {
 		t.Errorf("odd count: %+v", s)
+	}
+}
+
+// A summary of nothing is written to JSON with null figures (JSON has no
+// NaN) and read back as NaNs; a measured one is unchanged.
+func TestSummaryJSONHoldsNotMeasuredAsNull(t *testing.T) {
+	b, err := json.Marshal(Summarize(nil))
+	if err != nil {
+		t.Fatalf("a summary of nothing cannot be written: %v", err)
+	}
+	if string(b) != `{"median":null,"min":null,"max":null,"n":0}` {
+		t.Errorf("written as %s", b)
+	}
+	var back Summary
+	if err := json.Unmarshal(b, &back); err != nil || !math.IsNaN(back.Median) || !math.IsNaN(back.Min) || !math.IsNaN(back.Max) {
+		t.Errorf("read back as %+v, %v; want NaNs", back, err)
+	}
+	measured := Summarize([]float64{1, 2, 3})
+	if b, err = json.Marshal(measured); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &back); err != nil || back != measured {
+		t.Errorf("%+v read back as %+v, %v", measured, back, err)
 	}
 }
