@@ -26,6 +26,7 @@ var metricFamilies = map[string]bool{
 	"driftguard_quarantine_events_reconciled_total": true,
 	"driftguard_quarantine_events_expired_total":    true,
 	"driftguard_processor_consumer_lag":             true,
+	"driftguard_processor_session_restarts_total":   true,
 	"driftguard_sink_consumer_lag":                  true,
 	"driftguard_sink_rows_total":                    true,
 	"driftguard_sink_batches_total":                 true,
@@ -184,7 +185,7 @@ func TestPrometheusRule(t *testing.T) {
 		"driftguard_processor_consumer_lag", "driftguard_sink_consumer_lag", "driftguard_sink_rows_total",
 		"driftguard_processor_decisions_total", "driftguard_quarantine_events_current",
 		"driftguard_quarantine_events_expired_total", "driftguard_sink_retries_total", "driftguard_ingest_requests_total",
-		"driftguard_ingest_connections",
+		"driftguard_ingest_connections", "driftguard_processor_session_restarts_total",
 	} {
 		if !covered[f] {
 			t.Errorf("no alert on %s", f)

@@ -49,6 +49,9 @@ type Metrics struct {
 	quarantined                 *prometheus.GaugeVec
 	// What one timer visit counts, and the input lag the timer loop reads.
 	gaps, buffered, lag *prometheus.GaugeVec
+	// sessionRestarts counts Kafka sessions of the runtime begun anew
+	// after one failed.
+	sessionRestarts *prometheus.CounterVec
 }
 
 // NewMetrics registers the processor metrics on reg.
@@ -65,6 +68,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		stored:     counter("driftguard_quarantine_events_stored_total", "Children quarantined to wait for their parent.", "stream"),
 		reconciled: counter("driftguard_quarantine_events_reconciled_total", "Quarantined children applied when their parent arrived.", "stream"),
 		expired:    counter("driftguard_quarantine_events_expired_total", "Quarantined children whose parent never came (sent to the DLQ).", "stream"),
+		sessionRestarts: counter("driftguard_processor_session_restarts_total",
+			"Kafka sessions (transactional producer and group member) begun anew after one failed; the inputs of the transaction open then are decided again.", "stream"),
 	}
 	gauge := func(name, help string) *prometheus.GaugeVec {
 		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"stream"})
@@ -89,7 +94,7 @@ func (m *Metrics) serve(stream string) {
 	for _, outcome := range record.Results {
 		m.decisions.WithLabelValues(stream, string(outcome))
 	}
-	for _, v := range []*prometheus.CounterVec{m.evicted, m.stored, m.reconciled, m.expired} {
+	for _, v := range []*prometheus.CounterVec{m.evicted, m.stored, m.reconciled, m.expired, m.sessionRestarts} {
 		v.WithLabelValues(stream)
 	}
 	for _, v := range []*prometheus.GaugeVec{m.quarantined, m.gaps, m.buffered, m.lag} {

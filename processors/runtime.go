@@ -66,7 +66,7 @@ type Runtime struct {
 	mu    sync.Mutex
 	parts map[int32]*ownedPartition
 	sess  *kgo.GroupTransactSession
-	// failed is a callback's error, which stops the loop.
+	// failed is a callback's error, which ends the session.
 	failed error
 	// restoring counts partitions being restored; joined is set once the
 	// group assigned this instance its first partitions (or none).
@@ -115,6 +115,11 @@ const (
 	// stableOffsetsBackoff is how often an assignment asks again whether a
 	// previous owner's transaction has ended.
 	stableOffsetsBackoff = 100 * time.Millisecond
+	// sessionBackoffMin and sessionBackoffMax bound the wait before a new
+	// Kafka session after one failed: doubling while sessions fail without
+	// committing, so an outage is not hammered.
+	sessionBackoffMin = 500 * time.Millisecond
+	sessionBackoffMax = 30 * time.Second
 )
 
 // ownedPartition is a partition of the input this instance holds, with its
@@ -202,31 +207,106 @@ func (r *Runtime) ClientOptions() []kgo.Opt {
 
 // Run consumes, decides and commits until ctx ends, then commits what it
 // decided and leaves the group.
+//
+// A Kafka session that fails is closed and a new one begun, with the same
+// transactional id and instance id, after a backoff: a transaction the
+// broker would not end (a coordinator that moved while a broker stalled
+// can refuse it with INVALID_TXN_STATE and fail the producer id for good),
+// a producer id it no longer accepts, a table restore cut by a broker
+// outage. The new producer id fences whatever the old one left open, the
+// group gives the static member its partitions back, and the inputs of
+// the transaction that did not commit are decided again. Only what a new
+// session cannot mend ends Run: an authorization the cluster refuses, a
+// first session that cannot start, a failure while deciding.
 func (r *Runtime) Run(ctx context.Context) error {
+	began := false
+	defer func() {
+		if began {
+			r.leave()
+		}
+	}()
+	backoff := sessionBackoffMin
+	for first := true; ; first = false {
+		committed, err := r.session(ctx, first, &began)
+		var lost *lostSession
+		if ctx.Err() != nil || !errors.As(err, &lost) {
+			return err
+		}
+		if committed {
+			backoff = sessionBackoffMin
+		}
+		if m := r.h.opts.Metrics; m != nil {
+			m.sessionRestarts.WithLabelValues(r.h.stream.Name).Inc()
+		}
+		r.h.opts.Logger.Warn("the Kafka session failed; a new one begins, and what its open transaction decided is decided again",
+			"stream", r.h.stream.Name, "err", lost.err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, sessionBackoffMax)
+	}
+}
+
+// lostSession is an error of the Kafka session that a new session mends.
+type lostSession struct{ err error }
+
+func (e *lostSession) Error() string { return e.err.Error() }
+func (e *lostSession) Unwrap() error { return e.err }
+
+// sessionLost marks err, an error of the Kafka session, as mended by a new
+// one, unless the cluster refused an authorization, which no new session
+// gets.
+func sessionLost(err error) error {
+	for _, refused := range []error{kerr.TransactionalIDAuthorizationFailed, kerr.GroupAuthorizationFailed,
+		kerr.TopicAuthorizationFailed, kerr.ClusterAuthorizationFailed} {
+		if errors.Is(err, refused) {
+			return err
+		}
+	}
+	return &lostSession{err}
+}
+
+// session runs one Kafka session until ctx ends or it fails, and reports
+// whether it committed a transaction; it sets began once its producer id
+// is loaded (the group may know the instance from then on). A first
+// session that cannot load its producer id fails Run: the cluster is
+// unreachable or refuses it.
+func (r *Runtime) session(ctx context.Context, first bool, began *bool) (committed bool, err error) {
+	r.mu.Lock()
+	r.failed = nil
+	r.mu.Unlock()
+	r.produceErr.Store(nil)
+	r.joined.Store(false)
 	sess, err := kgo.NewGroupTransactSession(r.ClientOptions()...)
 	if err != nil {
-		return fmt.Errorf("processor %s: %w", r.h.stream.Name, err)
+		return false, fmt.Errorf("processor %s: %w", r.h.stream.Name, err)
 	}
 	r.sess = sess
-	// Loading the producer id fences a predecessor with this transactional
-	// id (this instance before a crash) now: its open transaction aborts,
-	// so the group's offsets are stable when the partitions are assigned.
-	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
-		sess.Close()
-		return fmt.Errorf("processor %s: initializing the transactional producer: %w", r.h.stream.Name, err)
-	}
 	defer func() {
 		sess.AllowRebalance()
 		sess.Close()
 		r.closeAll()
-		r.leave()
 	}()
+	// Loading the producer id fences a predecessor with this transactional
+	// id (this instance before a crash, or its failed session) now: its
+	// open transaction aborts, so the group's offsets are stable when the
+	// partitions are assigned.
+	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
+		err = fmt.Errorf("processor %s: initializing the transactional producer: %w", r.h.stream.Name, err)
+		if first {
+			return false, err
+		}
+		return false, sessionLost(err)
+	}
+	*began = true
 	adm := kadm.NewClient(sess.Client())
 	w := &watermark{adm: adm, topic: r.h.names.In, group: r.group, committed: &r.h.committed}
 	lastTick := time.Now()
 	for {
 		if err := sess.Begin(); err != nil {
-			return fmt.Errorf("processor %s: beginning a transaction: %w", r.h.stream.Name, err)
+			return committed, sessionLost(fmt.Errorf("processor %s: beginning a transaction: %w", r.h.stream.Name, err))
 		}
 		decideErr := r.gather(ctx, w, &lastTick)
 		stopping := ctx.Err() != nil
@@ -237,15 +317,17 @@ func (r *Runtime) Run(ctx context.Context) error {
 		if fenceErr != nil {
 			r.h.opts.Logger.Warn("a transaction is aborted: it cannot be fenced; its inputs are decided again", "stream", r.h.stream.Name, "err", fenceErr)
 		}
-		if err := r.end(decideErr == nil && fenceErr == nil, fence); err != nil {
-			return err
+		ended, err := r.end(decideErr == nil && fenceErr == nil, fence)
+		if err != nil {
+			return committed, sessionLost(err)
 		}
+		committed = committed || ended
 		sess.AllowRebalance()
 		if decideErr != nil {
-			return decideErr
+			return committed, decideErr
 		}
 		if stopping {
-			return nil
+			return committed, nil
 		}
 	}
 }
@@ -444,8 +526,9 @@ func (r *Runtime) withFence(ctx context.Context, fence map[int32]kgo.EpochOffset
 }
 
 // end commits the transaction (or aborts it), with the fence's offsets,
-// then moves its table writes to the local storage or drops them.
-func (r *Runtime) end(commit bool, fence map[int32]kgo.EpochOffset) error {
+// then moves its table writes to the local storage or drops them; it
+// reports whether the transaction committed.
+func (r *Runtime) end(commit bool, fence map[int32]kgo.EpochOffset) (bool, error) {
 	if p := r.produceErr.Swap(nil); p != nil {
 		r.h.opts.Logger.Warn("a write of the transaction failed; aborted, its inputs are decided again", "stream", r.h.stream.Name, "err", *p)
 		commit = false
@@ -471,12 +554,12 @@ func (r *Runtime) end(commit bool, fence map[int32]kgo.EpochOffset) error {
 		part.reset()
 	}
 	if err != nil {
-		return fmt.Errorf("processor %s: ending a transaction: %w", r.h.stream.Name, err)
+		return false, fmt.Errorf("processor %s: ending a transaction: %w", r.h.stream.Name, err)
 	}
 	if commit && !committed {
 		r.h.opts.Logger.Info("transaction aborted by a rebalance; its inputs are decided again", "stream", r.h.stream.Name)
 	}
-	return nil
+	return committed, nil
 }
 
 // assigned restores the table partitions of newly assigned input
@@ -493,7 +576,7 @@ func (r *Runtime) assigned(ctx context.Context, cl *kgo.Client, assigned map[str
 	r.restoring.Add(int32(len(ps)))
 	defer r.restoring.Add(-int32(len(ps)))
 	if err := r.awaitStableOffsets(ctx, cl, ps); err != nil {
-		r.failed = fmt.Errorf("processor %s: awaiting the offsets of partitions %v: %w", r.h.stream.Name, ps, err)
+		r.failed = sessionLost(fmt.Errorf("processor %s: awaiting the offsets of partitions %v: %w", r.h.stream.Name, ps, err))
 		return
 	}
 	for _, p := range ps {
@@ -505,7 +588,7 @@ func (r *Runtime) assigned(ctx context.Context, cl *kgo.Client, assigned map[str
 		}
 		part, err := r.restore(ctx, cl, p)
 		if err != nil {
-			r.failed = fmt.Errorf("processor %s: restoring table partition %d: %w", r.h.stream.Name, p, err)
+			r.failed = sessionLost(fmt.Errorf("processor %s: restoring table partition %d: %w", r.h.stream.Name, p, err))
 			return
 		}
 		r.parts[p] = part

@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -162,14 +165,7 @@ func TestRuntimeDiesWithWritesInFlightAndLosesNothing(t *testing.T) {
 
 	hold.Store(false)
 	startRuntime(t, ctx, brokers, s, RuntimeOptions{TransactionalID: "presence-0"})
-	testenv.WaitFor(t, ctx, "every input committed", func() bool {
-		offsets, err := kadm.NewClient(cl).FetchOffsetsForTopics(ctx, topics.Group(s.Name), names.In)
-		if err != nil {
-			return false
-		}
-		o, _ := offsets.Lookup(names.In, 0)
-		return o.At == 3
-	})
+	waitInputsCommitted(t, ctx, cl, s, 3)
 	var got []string
 	for _, o := range committedOutcomes(t, ctx, cl, names.Outcomes) {
 		got = append(got, o.EventID+":"+string(o.Outcome))
@@ -180,6 +176,21 @@ func TestRuntimeDiesWithWritesInFlightAndLosesNothing(t *testing.T) {
 	if n := len(readTopic(t, ctx, cl, names.DLQ, true)); n != 1 {
 		t.Errorf("%d committed dead letters, want the one of input 0", n)
 	}
+}
+
+// waitInputsCommitted waits until the group of s has committed n inputs
+// of its one partition.
+func waitInputsCommitted(t *testing.T, ctx context.Context, cl *kgo.Client, s *config.Stream, n int64) {
+	t.Helper()
+	in := topics.For(s.Name).In
+	testenv.WaitFor(t, ctx, fmt.Sprintf("%d inputs committed", n), func() bool {
+		offsets, err := kadm.NewClient(cl).FetchOffsetsForTopics(ctx, topics.Group(s.Name), in)
+		if err != nil {
+			return false
+		}
+		o, _ := offsets.Lookup(in, 0)
+		return o.At == n
+	})
 }
 
 // readTopic reads every record of topic up to its end offsets as of now,
@@ -618,5 +629,106 @@ func TestRuntimeRestoresOnlyOncePreviousTransactionsEnded(t *testing.T) {
 	}
 	if len(seqs) != 3 {
 		t.Errorf("sequences %v, want three messages", seqs)
+	}
+}
+
+// The broker refuses to end a transaction (as a transaction coordinator
+// that moved while a broker stalled can, with INVALID_TXN_STATE, failing
+// the producer id for good): the runtime begins a new Kafka session, which
+// aborts what the refused transaction wrote, and carries on; every input
+// is decided once.
+func TestRuntimeBeginsANewSessionWhenATransactionCannotEnd(t *testing.T) {
+	cluster, ctx, s, names, cl := faultyPartitionStream(t, "presence", nil)
+	bob := func(v int64) *kgo.Record {
+		return &kgo.Record{Topic: names.In, Key: []byte("bob"), Value: testenv.Presence{EventID: fmt.Sprintf("b%d", v), User: "bob", Version: v}.Body()}
+	}
+	refuse, refused := refuseACommit(cluster, kerr.InvalidTxnState)
+	metrics := NewMetrics(prometheus.NewRegistry())
+	r, err := NewRuntime(cluster.ListenAddrs(), s, Options{Logger: testenv.Logger(t), Metrics: metrics}, RuntimeOptions{TransactionalID: "presence-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runRuntime(ctx, r)
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("the runtime stopped with %v, want it to ride out the refused transaction", err)
+		}
+	})
+	outcomes := func() []string {
+		var got []string
+		for _, o := range committedOutcomes(t, ctx, cl, names.Outcomes) {
+			got = append(got, o.EventID+":"+string(o.Outcome))
+		}
+		return got
+	}
+	if err := cl.ProduceSync(ctx, bob(1)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, ctx, "the first decision committed", func() bool { return len(outcomes()) == 1 })
+	refuse()
+	if err := cl.ProduceSync(ctx, bob(2), bob(3)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	waitInputsCommitted(t, ctx, cl, s, 3)
+	if !refused.Load() {
+		t.Fatal("no end of a transaction was refused: the test proves nothing")
+	}
+	if want, got := []string{"b1:applied", "b2:applied", "b3:applied"}, outcomes(); !slices.Equal(got, want) {
+		t.Errorf("committed outcomes %v, want %v", got, want)
+	}
+	if n := testutil.ToFloat64(metrics.sessionRestarts.WithLabelValues(s.Name)); n != 1 {
+		t.Errorf("driftguard_processor_session_restarts_total = %v, want 1", n)
+	}
+}
+
+// refuseACommit makes the fake broker answer the first commit of a
+// transaction after refuse is called with code, leaving the transaction
+// open; refused reports whether it did.
+func refuseACommit(cluster *kfake.Cluster, code *kerr.Error) (refuse func(), refused *atomic.Bool) {
+	var armed atomic.Bool
+	refused = new(atomic.Bool)
+	cluster.ControlKey(int16(kmsg.EndTxn), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		req := kreq.(*kmsg.EndTxnRequest)
+		if !req.Commit || !armed.CompareAndSwap(true, false) {
+			return nil, nil, false
+		}
+		refused.Store(true)
+		resp := req.ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = code.Code
+		return resp, nil, true
+	})
+	return func() { armed.Store(true) }, refused
+}
+
+// What no new Kafka session mends stops the runtime with its error: here
+// the cluster refuses the instance's transactional id.
+func TestRuntimeStopsWhenTheClusterRefusesItsTransactionalID(t *testing.T) {
+	cluster, ctx, s, names, cl := faultyPartitionStream(t, "presence", nil)
+	refuse, refused := refuseACommit(cluster, kerr.TransactionalIDAuthorizationFailed)
+	metrics := NewMetrics(prometheus.NewRegistry())
+	r, err := NewRuntime(cluster.ListenAddrs(), s, Options{Logger: testenv.Logger(t), Metrics: metrics}, RuntimeOptions{TransactionalID: "presence-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	refuse()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: names.In, Key: []byte("bob"), Value: testenv.Presence{EventID: "b1", User: "bob", Version: 1}.Body()}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+			t.Errorf("Run returned %v, want TRANSACTIONAL_ID_AUTHORIZATION_FAILED", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the runtime still runs after the cluster refused its transactional id")
+	}
+	if !refused.Load() {
+		t.Error("no commit was refused")
+	}
+	if n := testutil.ToFloat64(metrics.sessionRestarts.WithLabelValues(s.Name)); n != 0 {
+		t.Errorf("driftguard_processor_session_restarts_total = %v, want 0", n)
 	}
 }

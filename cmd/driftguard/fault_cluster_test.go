@@ -28,6 +28,7 @@ import (
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
 	"github.com/driftguard/driftguard/internal/webhook"
+	"github.com/driftguard/driftguard/processors"
 )
 
 // envFaultSeed replays a fault test (the cluster's, the ingest kills): set
@@ -112,8 +113,14 @@ func TestFaultClusterLeadersKilledAndABrokerStalled(t *testing.T) {
 
 	// The stall: a leader of <stream>.in stops answering for twice the
 	// replica lag time, so its followers' ISRs drop it and its partitions
-	// move, then it wakes into a cluster that went on without it.
-	stalled := f.leader(ctx, p.names.In, int32(rng.IntN(p.partitions)))
+	// move, then it wakes into a cluster that went on without it. The
+	// processor's transaction coordinator when it leads one, for it is
+	// the hardest on the processor: its transaction in flight then ends
+	// on a coordinator that moved, which may refuse it.
+	stalled, coordinator := f.leader(ctx, p.names.In, int32(rng.IntN(p.partitions))), f.txnCoordinator(ctx, processors.TransactionalID("fault", p.stream))
+	if len(f.ledBy(ctx, p.names.In, coordinator)) > 0 {
+		stalled = coordinator
+	}
 	stall := 2*time.Duration(lagMs)*time.Millisecond + time.Second
 	stallLed := f.ledBy(ctx, p.names.In, stalled)
 	stoppedAt := time.Now()
@@ -124,8 +131,8 @@ func TestFaultClusterLeadersKilledAndABrokerStalled(t *testing.T) {
 	resumed := time.Now()
 	f.waitInSync(ctx)
 	inSyncAfterCont := time.Since(resumed)
-	t.Logf("stall: node %d (leader of %s partitions %v) stopped for %s; out of an ISR %s after SIGSTOP (%v); every ISR whole %s after SIGCONT",
-		stalled, p.names.In, stallLed, stall.Round(time.Millisecond), shrunk.Round(time.Millisecond), shrunk > 0, inSyncAfterCont.Round(time.Millisecond))
+	t.Logf("stall: node %d (leader of %s partitions %v, the processor's transaction coordinator: %v) stopped for %s; out of an ISR %s after SIGSTOP (%v); every ISR whole %s after SIGCONT",
+		stalled, p.names.In, stallLed, stalled == coordinator, stall.Round(time.Millisecond), shrunk.Round(time.Millisecond), shrunk > 0, inSyncAfterCont.Round(time.Millisecond))
 	if shrunk == 0 {
 		t.Errorf("node %d stayed in every ISR through a stop of %s, longer than replica.lag.time.max.ms=%d: the stall tested nothing", stalled, stall, lagMs)
 	}
@@ -171,6 +178,7 @@ func TestFaultClusterLeadersKilledAndABrokerStalled(t *testing.T) {
 type clusterPipeline struct {
 	t          *testing.T
 	cfg        *config.Config
+	stream     string
 	names      topics.Names
 	partitions int
 	conn       driver.Conn
@@ -191,7 +199,7 @@ func startClusterPipeline(t *testing.T, ctx context.Context, cluster *testenv.Cl
 	// Only this stream: the shipped ones are the other tests'.
 	brokers := cluster.Brokers
 	cfg, conn, cl := loadOn(t, ctx, configFile, "fault", brokers, stream)
-	p := &clusterPipeline{t: t, cfg: cfg, names: topics.For(stream), partitions: cfg.Streams[stream].Limits.Partitions, conn: conn, cl: cl}
+	p := &clusterPipeline{t: t, cfg: cfg, stream: stream, names: topics.For(stream), partitions: cfg.Streams[stream].Limits.Partitions, conn: conn, cl: cl}
 	// Leave the cluster with only what it had.
 	deleteAtEnd(t, kadm.NewClient(cl), topics.Specs(cfg.Streams[stream]))
 	p.out = newOutputReader(t, brokers, map[string]string{"presence": stream})
@@ -331,6 +339,19 @@ func (f *faultAdmin) leader(ctx context.Context, topic string, partition int32) 
 	}
 	f.t.Fatalf("%s/%d is not in the metadata", topic, partition)
 	return 0
+}
+
+// txnCoordinator is the node coordinating the transactions of txnID now.
+func (f *faultAdmin) txnCoordinator(ctx context.Context, txnID string) int32 {
+	f.t.Helper()
+	var found kadm.FindCoordinatorResponse
+	if !testenv.Poll(ctx, func() bool {
+		found = kadm.NewClient(f.cl).FindTxnCoordinators(ctx, txnID)[txnID]
+		return found.Err == nil
+	}) {
+		f.t.Fatalf("no coordinator of transactional id %s: %v", txnID, found.Err)
+	}
+	return found.NodeID
 }
 
 // ledBy lists the partitions of topic that node leads now.
