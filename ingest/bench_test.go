@@ -195,9 +195,9 @@ func signedBenchHeader(b *testing.B) http.Header {
 	}
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")
-	h.Set(HeaderWebhookID, id)
-	h.Set(HeaderWebhookTimestamp, ts)
-	h.Set(HeaderWebhookSignature, sig)
+	h.Set(webhook.HeaderWebhookID, id)
+	h.Set(webhook.HeaderWebhookTimestamp, ts)
+	h.Set(webhook.HeaderWebhookSignature, sig)
 	return h
 }
 

@@ -86,9 +86,9 @@ func signedDeliveryAt(t testing.TB, secret, id, ts string, body []byte) delivery
 		t.Fatal(err)
 	}
 	h := http.Header{}
-	h.Set(HeaderWebhookID, id)
-	h.Set(HeaderWebhookTimestamp, ts)
-	h.Set(HeaderWebhookSignature, sig)
+	h.Set(webhook.HeaderWebhookID, id)
+	h.Set(webhook.HeaderWebhookTimestamp, ts)
+	h.Set(webhook.HeaderWebhookSignature, sig)
 	return delivery{method: http.MethodPost, stream: "presence", contentType: "application/json", header: h, body: body}
 }
 
@@ -114,7 +114,7 @@ func (d delivery) withBody(body []byte) delivery {
 
 // mapSignature replaces the webhook-signature header with change(old).
 func (d delivery) mapSignature(change func(string) string) delivery {
-	return d.withHeader(HeaderWebhookSignature, change(d.header.Get(HeaderWebhookSignature)))
+	return d.withHeader(webhook.HeaderWebhookSignature, change(d.header.Get(webhook.HeaderWebhookSignature)))
 }
 
 // reply is what the edge answered.

@@ -27,6 +27,7 @@ import (
 	"github.com/driftguard/driftguard/internal/problem"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
+	"github.com/driftguard/driftguard/internal/webhook"
 )
 
 // TestHandlerStatuses sends one delivery per row and checks the status and
@@ -89,12 +90,12 @@ func TestHandlerStatuses(t *testing.T) {
 		{name: "duplicate key", d: signedBody("evt-dup", `{"event_id":"evt-dup","user_id":"alice","user_id":"mallory","presence":"ONLINE","sequence_number":1,"timestamp":1}`), status: 400},
 		{name: "invalid UTF-8 in a string", d: signedBody("evt-utf8", "{\"event_id\":\"evt-utf8\",\"user_id\":\"al\xffice\",\"presence\":\"ONLINE\",\"sequence_number\":1,\"timestamp\":1}"), status: 400},
 
-		{name: "no webhook-signature", d: valid("evt-no-sig", "alice").withoutHeader(HeaderWebhookSignature), status: 401},
-		{name: "no webhook-id", d: valid("evt-no-id", "alice").withoutHeader(HeaderWebhookID), status: 401},
-		{name: "no webhook-timestamp", d: valid("evt-no-ts", "alice").withoutHeader(HeaderWebhookTimestamp), status: 401},
-		{name: "empty webhook-signature", d: valid("evt-empty-sig", "alice").withHeader(HeaderWebhookSignature, ""), status: 401},
-		{name: "blank webhook-signature", d: valid("evt-blank-sig", "alice").withHeader(HeaderWebhookSignature, "   "), status: 401},
-		{name: "v1, with no signature", d: valid("evt-v1-alone", "alice").withHeader(HeaderWebhookSignature, "v1,"), status: 401},
+		{name: "no webhook-signature", d: valid("evt-no-sig", "alice").withoutHeader(webhook.HeaderWebhookSignature), status: 401},
+		{name: "no webhook-id", d: valid("evt-no-id", "alice").withoutHeader(webhook.HeaderWebhookID), status: 401},
+		{name: "no webhook-timestamp", d: valid("evt-no-ts", "alice").withoutHeader(webhook.HeaderWebhookTimestamp), status: 401},
+		{name: "empty webhook-signature", d: valid("evt-empty-sig", "alice").withHeader(webhook.HeaderWebhookSignature, ""), status: 401},
+		{name: "blank webhook-signature", d: valid("evt-blank-sig", "alice").withHeader(webhook.HeaderWebhookSignature, "   "), status: 401},
+		{name: "v1, with no signature", d: valid("evt-v1-alone", "alice").withHeader(webhook.HeaderWebhookSignature, "v1,"), status: 401},
 		{name: "base64 cut mid-quantum", d: valid("evt-cut-1", "alice").mapSignature(func(s string) string { return s[:len(s)-1] }), status: 401},
 		{name: "base64 cut to a shorter MAC", d: valid("evt-cut-4", "alice").mapSignature(func(s string) string { return s[:len(s)-4] }), status: 401},
 		{name: "one bit flipped in the signature", d: valid("evt-bit", "alice").mapSignature(func(s string) string { return flipFirstBit(t, s) }), status: 401},
@@ -111,7 +112,7 @@ func TestHandlerStatuses(t *testing.T) {
 		{name: "webhook-id containing a dot", d: signedDelivery(t, specSecret, "msg.evt-dot", testenv.Presence{EventID: "evt-dot", User: "alice", Version: 1}.Body()), status: 401},
 		{name: "webhook-id over 256 bytes", d: signedDelivery(t, specSecret, strings.Repeat("i", 257), testenv.Presence{EventID: "evt-long-id", User: "alice", Version: 1}.Body()), status: 401},
 		{name: "signature made for a different body", d: valid("evt-other-body", "alice").withBody(testenv.Presence{EventID: "evt-other-body", User: "mallory", Version: 1}.Body()), status: 401},
-		{name: "signature made for a different webhook-id", d: valid("evt-other-id", "alice").withHeader(HeaderWebhookID, "msg_forged"), status: 401},
+		{name: "signature made for a different webhook-id", d: valid("evt-other-id", "alice").withHeader(webhook.HeaderWebhookID, "msg_forged"), status: 401},
 
 		{name: "unknown stream", d: valid("evt-unknown-stream", "alice").with(func(d *delivery) { d.stream = "no_such_stream" }), status: 404},
 		{name: "GET", d: valid("evt-get", "alice").with(func(d *delivery) { d.method = http.MethodGet; d.body = nil }), status: 405, header: map[string]string{"Allow": http.MethodPost}},
@@ -437,9 +438,9 @@ func FuzzHandlerSignedBody(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req := httptest.NewRequest(http.MethodPost, "/v1/webhooks/presence", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(HeaderWebhookID, "msg_fuzz")
-		req.Header.Set(HeaderWebhookTimestamp, ts)
-		req.Header.Set(HeaderWebhookSignature, "v1,"+base64.StdEncoding.EncodeToString(standardMAC(key, "msg_fuzz", ts, body)))
+		req.Header.Set(webhook.HeaderWebhookID, "msg_fuzz")
+		req.Header.Set(webhook.HeaderWebhookTimestamp, ts)
+		req.Header.Set(webhook.HeaderWebhookSignature, "v1,"+base64.StdEncoding.EncodeToString(standardMAC(key, "msg_fuzz", ts, body)))
 		w := httptest.NewRecorder()
 		before := producer.count()
 		mux.ServeHTTP(w, req)

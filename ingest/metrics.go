@@ -46,27 +46,21 @@ func newMetrics(reg prometheus.Registerer, b *budget, bl *backlog, conns *connec
 		}),
 	}
 	if reg != nil {
+		// gauge reads a figure the edge keeps at each scrape.
+		gauge := func(name, help string, read func() int64) prometheus.Collector {
+			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(read()) })
+		}
 		reg.MustRegister(m.requests, m.rejections, m.ephemeral, m.inFlight, m.produceLatency, m.retryAfter,
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "driftguard_ingest_in_flight_bytes",
-				Help: "Bytes of request bodies the edge holds, from the start of their read until the producer is done with their records.",
-			}, func() float64 { return float64(b.inUse()) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "driftguard_ingest_in_flight_bytes_limit",
-				Help: "http.max_in_flight_bytes: beyond it, requests are answered 503 before their bodies are read.",
-			}, func() float64 { return float64(b.limit) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "driftguard_ingest_producer_pending_bytes",
-				Help: "Bytes of records handed to the producer and not yet acked or failed.",
-			}, func() float64 { return float64(bl.pendingBytes()) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "driftguard_ingest_connections",
-				Help: "Open connections of the webhook listener, those closing included.",
-			}, func() float64 { return float64(conns.openConnections()) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "driftguard_ingest_connections_limit",
-				Help: "http.max_connections: at it, new connections wait in the accept queue.",
-			}, func() float64 { return float64(conns.max()) }))
+			gauge("driftguard_ingest_in_flight_bytes",
+				"Bytes of request bodies the edge holds, from the start of their read until the producer is done with their records.", b.inUse),
+			gauge("driftguard_ingest_in_flight_bytes_limit",
+				"http.max_in_flight_bytes: beyond it, requests are answered 503 before their bodies are read.", func() int64 { return b.limit }),
+			gauge("driftguard_ingest_producer_pending_bytes",
+				"Bytes of records handed to the producer and not yet acked or failed.", bl.pendingBytes),
+			gauge("driftguard_ingest_connections",
+				"Open connections of the webhook listener, those closing included.", conns.openConnections),
+			gauge("driftguard_ingest_connections_limit",
+				"http.max_connections: at it, new connections wait in the accept queue.", func() int64 { return int64(conns.max()) }))
 	}
 	return m
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/driftguard/driftguard/internal/testenv"
+	"github.com/driftguard/driftguard/internal/webhook"
 )
 
 // Operators alert on rejections by reason: each kind of refusal is counted
@@ -20,7 +21,7 @@ func TestRejectionsAreCountedByReason(t *testing.T) {
 	valid := signedDelivery(t, specSecret, "msg_evt-ok", testenv.Presence{EventID: "evt-ok", User: "alice", Version: 1}.Body())
 	valid.send(t, ctx, srv.URL)
 	signedDelivery(t, strangerSecret, "msg_evt-forged", testenv.Presence{EventID: "evt-forged", User: "alice", Version: 2}.Body()).send(t, ctx, srv.URL)
-	valid.withoutHeader(HeaderWebhookSignature).send(t, ctx, srv.URL)
+	valid.withoutHeader(webhook.HeaderWebhookSignature).send(t, ctx, srv.URL)
 	signedDelivery(t, specSecret, "msg_evt-bad", []byte(`{"event_id":"evt-bad"}`)).send(t, ctx, srv.URL)
 	signedDelivery(t, specSecret, "msg_evt-junk", []byte(`{"a":1,"a":2}`)).send(t, ctx, srv.URL)
 	valid.with(func(d *delivery) { d.contentType = "text/plain" }).send(t, ctx, srv.URL)

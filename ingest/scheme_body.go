@@ -12,14 +12,8 @@ import (
 	"github.com/driftguard/driftguard/internal/webhook"
 )
 
-// Header names of the body-only HMAC schemes.
-const (
-	HeaderXSignature       = "X-Signature"
-	HeaderHubSignature256  = "X-Hub-Signature-256"
-	HeaderGitHubDelivery   = "X-GitHub-Delivery"
-	githubSignaturePrefix  = "sha256="
-	hexSHA256SignatureSize = 2 * sha256.Size
-)
+// hexSHA256SignatureSize is the length of a hex HMAC-SHA256.
+const hexSHA256SignatureSize = 2 * sha256.Size
 
 // bodyHMACScheme verifies a hex HMAC-SHA256 of the raw body alone, as the
 // presence seed (`X-Signature`) and GitHub (`X-Hub-Signature-256:
@@ -42,9 +36,9 @@ func newBodyHMACScheme(name string, secrets []string) (*bodyHMACScheme, error) {
 	s := &bodyHMACScheme{name: name, idMaxSize: 256}
 	switch name {
 	case config.SchemeHMACSHA256Hex:
-		s.header = HeaderXSignature
+		s.header = webhook.HeaderXSignature
 	case config.SchemeGitHub:
-		s.header, s.prefix, s.idHeader = HeaderHubSignature256, githubSignaturePrefix, HeaderGitHubDelivery
+		s.header, s.prefix, s.idHeader = webhook.HeaderHubSignature256, webhook.GitHubSignaturePrefix, webhook.HeaderGitHubDelivery
 	}
 	s.canonicalHeader = http.CanonicalHeaderKey(s.header)
 	if s.idHeader != "" {

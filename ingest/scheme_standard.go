@@ -14,13 +14,6 @@ import (
 	"github.com/driftguard/driftguard/internal/webhook"
 )
 
-// Standard Webhooks header names.
-const (
-	HeaderWebhookID        = "webhook-id"
-	HeaderWebhookTimestamp = "webhook-timestamp"
-	HeaderWebhookSignature = "webhook-signature"
-)
-
 // maxSignatures caps the signature list so a forged header cannot make us
 // compare thousands of candidates.
 const maxSignatures = 16
@@ -31,9 +24,9 @@ var signatureLength = base64.StdEncoding.EncodedLen(sha256.Size)
 
 // The header names in canonical form, read with headerValue.
 var (
-	canonicalWebhookID        = http.CanonicalHeaderKey(HeaderWebhookID)
-	canonicalWebhookTimestamp = http.CanonicalHeaderKey(HeaderWebhookTimestamp)
-	canonicalWebhookSignature = http.CanonicalHeaderKey(HeaderWebhookSignature)
+	canonicalWebhookID        = http.CanonicalHeaderKey(webhook.HeaderWebhookID)
+	canonicalWebhookTimestamp = http.CanonicalHeaderKey(webhook.HeaderWebhookTimestamp)
+	canonicalWebhookSignature = http.CanonicalHeaderKey(webhook.HeaderWebhookSignature)
 )
 
 // plainUnixSeconds refuses signs, leading zeros, fractions and milliseconds

@@ -28,9 +28,9 @@ const (
 
 func standardHeaders(id, ts, sig string) http.Header {
 	h := http.Header{}
-	h.Set(HeaderWebhookID, id)
-	h.Set(HeaderWebhookTimestamp, ts)
-	h.Set(HeaderWebhookSignature, sig)
+	h.Set(webhook.HeaderWebhookID, id)
+	h.Set(webhook.HeaderWebhookTimestamp, ts)
+	h.Set(webhook.HeaderWebhookSignature, sig)
 	return h
 }
 

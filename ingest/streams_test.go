@@ -131,8 +131,8 @@ func TestGitHubSchemeGoldenVector(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := http.Header{}
-	h.Set(HeaderHubSignature256, want)
-	h.Set(HeaderGitHubDelivery, "72d3162e-cc78-11e3-81ab-4c9367dc0958")
+	h.Set(webhook.HeaderHubSignature256, want)
+	h.Set(webhook.HeaderGitHubDelivery, "72d3162e-cc78-11e3-81ab-4c9367dc0958")
 	if err := s.CheckHeaders(h, time.Now()); err != nil {
 		t.Fatal(err)
 	}

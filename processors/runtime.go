@@ -226,8 +226,8 @@ func (r *Runtime) Run(ctx context.Context) error {
 		}
 	}()
 	backoff := sessionBackoffMin
-	for first := true; ; first = false {
-		committed, err := r.session(ctx, first, &began)
+	for {
+		committed, err := r.session(ctx, &began)
 		var lost *lostSession
 		if ctx.Err() != nil || !errors.As(err, &lost) {
 			return err
@@ -270,10 +270,10 @@ func sessionLost(err error) error {
 
 // session runs one Kafka session until ctx ends or it fails, and reports
 // whether it committed a transaction; it sets began once its producer id
-// is loaded (the group may know the instance from then on). A first
-// session that cannot load its producer id fails Run: the cluster is
-// unreachable or refuses it.
-func (r *Runtime) session(ctx context.Context, first bool, began *bool) (committed bool, err error) {
+// is loaded (the group may know the instance from then on). The first
+// session, which cannot load its producer id before began is set, fails
+// Run: the cluster is unreachable or refuses it.
+func (r *Runtime) session(ctx context.Context, began *bool) (committed bool, err error) {
 	r.mu.Lock()
 	r.failed = nil
 	r.mu.Unlock()
@@ -295,7 +295,7 @@ func (r *Runtime) session(ctx context.Context, first bool, began *bool) (committ
 	// partitions are assigned.
 	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
 		err = fmt.Errorf("processor %s: initializing the transactional producer: %w", r.h.stream.Name, err)
-		if first {
+		if !*began {
 			return false, err
 		}
 		return false, sessionLost(err)
@@ -579,6 +579,14 @@ func (r *Runtime) assigned(ctx context.Context, cl *kgo.Client, assigned map[str
 		r.failed = sessionLost(fmt.Errorf("processor %s: awaiting the offsets of partitions %v: %w", r.h.stream.Name, ps, err))
 		return
 	}
+	// The table's last stable offsets, once for every partition: the
+	// offsets are stable, so nothing another instance writes to these
+	// partitions from now on can commit.
+	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, r.table)
+	if err != nil {
+		r.failed = sessionLost(fmt.Errorf("processor %s: the last stable offsets of %s: %w", r.h.stream.Name, r.table, err))
+		return
+	}
 	for _, p := range ps {
 		if part := r.parts[p]; part != nil {
 			// Held still: its revocation was not reported (see
@@ -586,7 +594,7 @@ func (r *Runtime) assigned(ctx context.Context, cl *kgo.Client, assigned map[str
 			r.h.opts.Logger.Info("partition assigned again; restored anew", "stream", r.h.stream.Name, "partition", p)
 			r.drop(p)
 		}
-		part, err := r.restore(ctx, cl, p)
+		part, err := r.restore(ctx, p, ends)
 		if err != nil {
 			r.failed = sessionLost(fmt.Errorf("processor %s: restoring table partition %d: %w", r.h.stream.Name, p, err))
 			return
@@ -656,8 +664,9 @@ func (r *Runtime) closeAll() {
 }
 
 // restore opens a table partition's storage and reads its changelog, as
-// committed, from where the storage stands to the last stable offset.
-func (r *Runtime) restore(ctx context.Context, cl *kgo.Client, p int32) (*ownedPartition, error) {
+// committed, from where the storage stands to its last stable offset in
+// ends.
+func (r *Runtime) restore(ctx context.Context, p int32, ends kadm.ListedOffsets) (*ownedPartition, error) {
 	st, err := r.opts.Storage(r.table, p)
 	if err != nil {
 		return nil, err
@@ -668,10 +677,6 @@ func (r *Runtime) restore(ctx context.Context, cl *kgo.Client, p int32) (*ownedP
 	part := &ownedPartition{partition: p, store: st, pending: map[string]pendingValue{}}
 	part.lastChangelog.Store(-1)
 	stored, err := st.GetOffset(-1)
-	if err != nil {
-		return nil, err
-	}
-	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, r.table)
 	if err != nil {
 		return nil, err
 	}

@@ -71,20 +71,35 @@ func faultyPartitionStream(t *testing.T, stream string, tune func(*config.Stream
 	return cluster, ctx, s, topics.For(s.Name), cl
 }
 
-// startRuntime builds and runs the runtime of s; the test ends by stopping
-// it, which must return no error.
-func startRuntime(t *testing.T, ctx context.Context, brokers []string, s *config.Stream, ropts RuntimeOptions) {
+// newRuntime builds the runtime of s, logging to the test, with metrics
+// of its own.
+func newRuntime(t *testing.T, brokers []string, s *config.Stream, ropts RuntimeOptions) (*Runtime, *Metrics) {
 	t.Helper()
-	r, err := NewRuntime(brokers, s, Options{Logger: testenv.Logger(t)}, ropts)
+	metrics := NewMetrics(prometheus.NewRegistry())
+	r, err := NewRuntime(brokers, s, Options{Logger: testenv.Logger(t), Metrics: metrics}, ropts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return r, metrics
+}
+
+// startRuntime builds and runs the runtime of s; the test ends by stopping
+// it, which must return no error.
+func startRuntime(t *testing.T, ctx context.Context, brokers []string, s *config.Stream, ropts RuntimeOptions) *Metrics {
+	t.Helper()
+	r, metrics := newRuntime(t, brokers, s, ropts)
 	stop := runRuntime(ctx, r)
 	t.Cleanup(func() {
 		if err := stop(); err != nil {
 			t.Error(err)
 		}
 	})
+	return metrics
+}
+
+// bob is presence event b<v> of user bob, version v, on topic in.
+func bob(in string, v int64) *kgo.Record {
+	return &kgo.Record{Topic: in, Key: []byte("bob"), Value: testenv.Presence{EventID: fmt.Sprintf("b%d", v), User: "bob", Version: v}.Body()}
 }
 
 // startFaultyRuntime runs the runtime of s on a network the test can pause
@@ -116,6 +131,17 @@ func committedOutcomes(t *testing.T, ctx context.Context, cl *kgo.Client, topic 
 	return out
 }
 
+// committedOutcomeIDs are the committed outcome records as
+// "event_id:outcome".
+func committedOutcomeIDs(t *testing.T, ctx context.Context, cl *kgo.Client, topic string) []string {
+	t.Helper()
+	var got []string
+	for _, o := range committedOutcomes(t, ctx, cl, topic) {
+		got = append(got, o.EventID+":"+string(o.Outcome))
+	}
+	return got
+}
+
 // runRuntime runs r until the returned stop is called; stop returns Run's
 // error.
 func runRuntime(ctx context.Context, r *Runtime) (stop func() error) {
@@ -138,8 +164,8 @@ func TestRuntimeDiesWithWritesInFlightAndLosesNothing(t *testing.T) {
 	brokers := cluster.ListenAddrs()
 	for _, r := range []*kgo.Record{
 		{Topic: names.In, Key: []byte("alice"), Value: []byte("not json")},
-		{Topic: names.In, Key: []byte("bob"), Value: testenv.Presence{EventID: "b1", User: "bob", Version: 1}.Body()},
-		{Topic: names.In, Key: []byte("bob"), Value: testenv.Presence{EventID: "b2", User: "bob", Version: 2}.Body()},
+		bob(names.In, 1),
+		bob(names.In, 2),
 	} {
 		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
 			t.Fatal(err)
@@ -166,11 +192,7 @@ func TestRuntimeDiesWithWritesInFlightAndLosesNothing(t *testing.T) {
 	hold.Store(false)
 	startRuntime(t, ctx, brokers, s, RuntimeOptions{TransactionalID: "presence-0"})
 	waitInputsCommitted(t, ctx, cl, s, 3)
-	var got []string
-	for _, o := range committedOutcomes(t, ctx, cl, names.Outcomes) {
-		got = append(got, o.EventID+":"+string(o.Outcome))
-	}
-	if want := []string{"b1:applied", "b2:applied"}; !slices.Equal(got, want) {
+	if want, got := []string{"b1:applied", "b2:applied"}, committedOutcomeIDs(t, ctx, cl, names.Outcomes); !slices.Equal(got, want) {
 		t.Errorf("committed outcomes %v, want %v", got, want)
 	}
 	if n := len(readTopic(t, ctx, cl, names.DLQ, true)); n != 1 {
@@ -639,34 +661,17 @@ func TestRuntimeRestoresOnlyOncePreviousTransactionsEnded(t *testing.T) {
 // is decided once.
 func TestRuntimeBeginsANewSessionWhenATransactionCannotEnd(t *testing.T) {
 	cluster, ctx, s, names, cl := faultyPartitionStream(t, "presence", nil)
-	bob := func(v int64) *kgo.Record {
-		return &kgo.Record{Topic: names.In, Key: []byte("bob"), Value: testenv.Presence{EventID: fmt.Sprintf("b%d", v), User: "bob", Version: v}.Body()}
-	}
 	refuse, refused := refuseACommit(cluster, kerr.InvalidTxnState)
-	metrics := NewMetrics(prometheus.NewRegistry())
-	r, err := NewRuntime(cluster.ListenAddrs(), s, Options{Logger: testenv.Logger(t), Metrics: metrics}, RuntimeOptions{TransactionalID: "presence-0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := runRuntime(ctx, r)
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("the runtime stopped with %v, want it to ride out the refused transaction", err)
-		}
-	})
-	outcomes := func() []string {
-		var got []string
-		for _, o := range committedOutcomes(t, ctx, cl, names.Outcomes) {
-			got = append(got, o.EventID+":"+string(o.Outcome))
-		}
-		return got
-	}
-	if err := cl.ProduceSync(ctx, bob(1)).FirstErr(); err != nil {
+	// Stopping it at the end must return no error: it rode out the
+	// refused transaction.
+	metrics := startRuntime(t, ctx, cluster.ListenAddrs(), s, RuntimeOptions{TransactionalID: "presence-0"})
+	outcomes := func() []string { return committedOutcomeIDs(t, ctx, cl, names.Outcomes) }
+	if err := cl.ProduceSync(ctx, bob(names.In, 1)).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, ctx, "the first decision committed", func() bool { return len(outcomes()) == 1 })
 	refuse()
-	if err := cl.ProduceSync(ctx, bob(2), bob(3)).FirstErr(); err != nil {
+	if err := cl.ProduceSync(ctx, bob(names.In, 2), bob(names.In, 3)).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	waitInputsCommitted(t, ctx, cl, s, 3)
@@ -706,15 +711,11 @@ func refuseACommit(cluster *kfake.Cluster, code *kerr.Error) (refuse func(), ref
 func TestRuntimeStopsWhenTheClusterRefusesItsTransactionalID(t *testing.T) {
 	cluster, ctx, s, names, cl := faultyPartitionStream(t, "presence", nil)
 	refuse, refused := refuseACommit(cluster, kerr.TransactionalIDAuthorizationFailed)
-	metrics := NewMetrics(prometheus.NewRegistry())
-	r, err := NewRuntime(cluster.ListenAddrs(), s, Options{Logger: testenv.Logger(t), Metrics: metrics}, RuntimeOptions{TransactionalID: "presence-0"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, metrics := newRuntime(t, cluster.ListenAddrs(), s, RuntimeOptions{TransactionalID: "presence-0"})
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	refuse()
-	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: names.In, Key: []byte("bob"), Value: testenv.Presence{EventID: "b1", User: "bob", Version: 1}.Body()}).FirstErr(); err != nil {
+	if err := cl.ProduceSync(ctx, bob(names.In, 1)).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	select {

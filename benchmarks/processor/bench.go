@@ -76,15 +76,16 @@ func (o *options) validate() error {
 // always runs first on a cold page cache or last on a busy machine.
 func run(ctx context.Context, o options) (*Results, error) {
 	brokers := strings.Split(o.brokers, ",")
+	names := strings.Split(o.contenders, ",")
 	var all []contender
-	for _, name := range strings.Split(o.contenders, ",") {
+	for _, name := range names {
 		switch name {
 		case driftguardName:
-			all = append(all, driftguardContender(brokers, o.pprof, o.commitInterval))
+			all = append(all, driftguardContender(o))
 		case ksALOSName:
-			all = append(all, kstreamsContender(name, "at_least_once", o, brokers))
+			all = append(all, kstreamsContender(name, "at_least_once", o))
 		case ksEOSName:
-			all = append(all, kstreamsContender(name, "exactly_once_v2", o, brokers))
+			all = append(all, kstreamsContender(name, "exactly_once_v2", o))
 		}
 	}
 	if o.pprof != "" {
@@ -110,12 +111,9 @@ func run(ctx context.Context, o options) (*Results, error) {
 	warmMix.Events, warmMix.Seed = o.warmup, mix.Seed+1
 	warmDeliveries, _ := Generate(warmMix)
 
-	cfg, err := presenceConfig("presence")
+	cfg, err := presenceConfig(o.commitInterval, "presence")
 	if err != nil {
 		return nil, err
-	}
-	if o.commitInterval > 0 {
-		cfg.Processing.CommitInterval = o.commitInterval
 	}
 	res := &Results{
 		Benchmark: "presence-processor", StartedAt: time.Now().UTC(), Smoke: o.smoke,
@@ -123,7 +121,7 @@ func run(ctx context.Context, o options) (*Results, error) {
 			Events: o.events, Warmup: o.warmup, Rounds: o.rounds, Mix: mix,
 			Partitions: cfg.Streams["presence"].Limits.Partitions, CommitIntervalMs: cfg.Processing.CommitInterval.Milliseconds(),
 			StreamsConfig: strings.Fields(o.streamsConfig), StoreCaching: o.storeCaching,
-			Contenders: names(all), CPUs: runtime.NumCPU(), Brokers: brokers, BrokerCPU: o.brokerPID > 0,
+			Contenders: names, CPUs: runtime.NumCPU(), Brokers: brokers, BrokerCPU: o.brokerPID > 0,
 		},
 		Expected: exp.Outcomes,
 	}
@@ -148,14 +146,6 @@ func run(ctx context.Context, o options) (*Results, error) {
 	}
 	res.summarize()
 	return res, nil
-}
-
-func names(cs []contender) []string {
-	var out []string
-	for _, c := range cs {
-		out = append(out, c.Name)
-	}
-	return out
 }
 
 // measureOne runs contender c on fresh topics: a warm-up stream, then the
@@ -188,10 +178,8 @@ func measureOne(ctx context.Context, o options, brokers []string, cl *kgo.Client
 			fmt.Fprintf(os.Stderr, "dropping the topics of %s: %v\n", name, err)
 		}
 	}()
-	for _, n := range []string{warmName, name} {
-		if err := createStream(ctx, cl, n); err != nil {
-			return fail(fmt.Errorf("creating the topics of %s: %w", n, err))
-		}
+	if err := createStreams(ctx, cl, warmName, name); err != nil {
+		return fail(fmt.Errorf("creating the topics of %s and %s: %w", warmName, name, err))
 	}
 	if _, err := preload(ctx, brokers, warmName, warm); err != nil {
 		return fail(err)

@@ -38,19 +38,19 @@ const (
 // driftguardContender runs driftguard's presence processor (the
 // transactional runtime, through processors.Service as `driftguard
 // process` runs it) in a child process: this binary again, as a worker.
-func driftguardContender(brokers []string, profileDir string, commitInterval time.Duration) contender {
+func driftguardContender(o options) contender {
 	return contender{Name: driftguardName, command: func(warmup, measure, dir string) *exec.Cmd {
 		self, err := os.Executable()
 		if err != nil {
 			self = os.Args[0]
 		}
-		args := []string{workerCommand, "-brokers", strings.Join(brokers, ","), "-warmup", warmup, "-measure", measure, "-data", dir}
-		if commitInterval > 0 {
-			args = append(args, "-commit-interval", commitInterval.String())
+		args := []string{workerCommand, "-brokers", o.brokers, "-warmup", warmup, "-measure", measure, "-data", dir}
+		if o.commitInterval > 0 {
+			args = append(args, "-commit-interval", o.commitInterval.String())
 		}
-		if profileDir != "" {
-			args = append(args, "-cpuprofile", filepath.Join(profileDir, measure+".cpu.pprof"),
-				"-blockprofile", filepath.Join(profileDir, measure+".block.pprof"))
+		if o.pprof != "" {
+			args = append(args, "-cpuprofile", filepath.Join(o.pprof, measure+".cpu.pprof"),
+				"-blockprofile", filepath.Join(o.pprof, measure+".block.pprof"))
 		}
 		return exec.Command(self, args...)
 	}}
@@ -58,10 +58,10 @@ func driftguardContender(brokers []string, profileDir string, commitInterval tim
 
 // kstreamsContender runs the Kafka Streams application (benchmarks/kstreams)
 // at guarantee, at_least_once or exactly_once_v2, as o says to start it.
-func kstreamsContender(name, guarantee string, o options, brokers []string) contender {
+func kstreamsContender(name, guarantee string, o options) contender {
 	return contender{Name: name, command: func(warmup, measure, dir string) *exec.Cmd {
 		args := append(strings.Fields(o.javaOpts), "-jar", o.jar,
-			"--bootstrap-servers", strings.Join(brokers, ","), "--guarantee", guarantee,
+			"--bootstrap-servers", o.brokers, "--guarantee", guarantee,
 			"--state-dir", filepath.Join(dir, "kstreams"), "--warmup", warmup, "--measure", measure)
 		if o.storeCaching {
 			args = append(args, "--caching", "true")

@@ -14,7 +14,7 @@ import (
 // own rules (processors/decide) give it, and the mix holds every outcome
 // in realistic shares.
 func TestExpectedOutcomesAreTheRules(t *testing.T) {
-	cfg, err := presenceConfig("presence")
+	cfg, err := presenceConfig(0, "presence")
 	if err != nil {
 		t.Fatal(err)
 	}

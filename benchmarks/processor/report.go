@@ -94,9 +94,10 @@ func (r *Run) window(first, last sample) {
 	}
 	n := float64(r.WindowEvents)
 	r.EventsPerSec = n / r.WindowSeconds
-	r.CPUMicrosPerEvent = float64((last.cpu - first.cpu).Microseconds()) / n
-	r.BrokerCPUMicrosPerEvent = float64((last.broker - first.broker).Microseconds()) / n
-	r.ReaderCPUMicrosPerEvent = float64((last.reader - first.reader).Microseconds()) / n
+	perEvent := func(from, to time.Duration) float64 { return float64((to - from).Microseconds()) / n }
+	r.CPUMicrosPerEvent = perEvent(first.cpu, last.cpu)
+	r.BrokerCPUMicrosPerEvent = perEvent(first.broker, last.broker)
+	r.ReaderCPUMicrosPerEvent = perEvent(first.reader, last.reader)
 }
 
 func (r *Run) line() string {

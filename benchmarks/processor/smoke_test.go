@@ -26,11 +26,7 @@ const smokeJar = "../kstreams/target/presence-kstreams.jar"
 func TestSmoke(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	if _, err := os.Stat(smokeJar); err != nil {
-		msg := "the Kafka Streams jar is not built (cd benchmarks/kstreams && mvn -q -B package): " + err.Error()
-		if os.Getenv(testenv.EnvRequire) == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		testenv.Unavailable(t, "the Kafka Streams jar is not built (cd benchmarks/kstreams && mvn -q -B package): "+err.Error())
 	}
 	o := options{brokers: brokers[0], contenders: driftguardName + "," + ksALOSName + "," + ksEOSName,
 		jar: smokeJar, java: "java", timeout: 3 * time.Minute}

@@ -16,10 +16,10 @@ import (
 	"github.com/driftguard/driftguard/internal/topics"
 )
 
-// presenceConfig is the default configuration with one stream: the
-// shipped presence stream under name, so that its topics and group are
-// name's alone.
-func presenceConfig(name string) (*config.Config, error) {
+// presenceConfig is the default configuration with the shipped presence
+// stream under each of names, so that their topics and groups are theirs
+// alone, and processing.commit_interval commitInterval when positive.
+func presenceConfig(commitInterval time.Duration, names ...string) (*config.Config, error) {
 	cfg, err := config.Default()
 	if err != nil {
 		return nil, err
@@ -28,17 +28,23 @@ func presenceConfig(name string) (*config.Config, error) {
 	if shipped == nil {
 		return nil, errors.New("the shipped catalogue has no presence stream")
 	}
-	s := *shipped
-	s.Name = name
-	cfg.Streams = map[string]*config.Stream{name: &s}
+	cfg.Streams = map[string]*config.Stream{}
+	for _, name := range names {
+		s := *shipped
+		s.Name = name
+		cfg.Streams[name] = &s
+	}
+	if commitInterval > 0 {
+		cfg.Processing.CommitInterval = commitInterval
+	}
 	return cfg, nil
 }
 
-// createStream creates every topic driftguard gives stream name, for
-// either contender: the Kafka Streams application writes the same
+// createStreams creates every topic driftguard gives the streams names,
+// for either contender: the Kafka Streams application writes the same
 // outcomes, state and dlq topics, with the same partitions and configs.
-func createStream(ctx context.Context, cl *kgo.Client, name string) error {
-	cfg, err := presenceConfig(name)
+func createStreams(ctx context.Context, cl *kgo.Client, names ...string) error {
+	cfg, err := presenceConfig(0, names...)
 	if err != nil {
 		return err
 	}
@@ -71,7 +77,7 @@ func preload(ctx context.Context, brokers []string, name string, ds []Delivery) 
 			{Key: record.HeaderEventID, Value: []byte(d.EventID)},
 			{Key: record.HeaderType, Value: []byte("presence.changed")},
 			{Key: record.HeaderReceivedAt, Value: receivedAt},
-			{Key: record.HeaderScheme, Value: []byte("standard-webhooks")},
+			{Key: record.HeaderScheme, Value: []byte(config.SchemeStandardWebhooks)},
 		}}
 		cl.Produce(ctx, rec, func(r *kgo.Record, err error) {
 			if err != nil {

@@ -93,16 +93,7 @@ func check(ds []Delivery, at []placed, exp Expected, outcomes, states []*kgo.Rec
 		final[strings.Clone(st.Key)] = model.Presence{Presence: fields.Presence, SequenceNumber: st.Version}
 	}
 	c.StateRecords = len(states)
-	for user, want := range exp.Final {
-		if final[user] != want {
-			c.StateWrong++
-		}
-	}
-	for user := range final {
-		if _, ok := exp.Final[user]; !ok {
-			c.StateWrong++
-		}
-	}
+	c.StateWrong = len(model.Compare("presence", model.State{Presence: exp.Final}, model.State{Presence: final}))
 	var problems []string
 	for _, p := range []struct {
 		n    int

@@ -50,14 +50,11 @@ func runWorker(args []string) int {
 	}()
 	// run decides stream until the line want (or the end of stdin).
 	run := func(stream, want string) (bool, error) {
-		cfg, err := presenceConfig(stream)
+		cfg, err := presenceConfig(*commitInterval, stream)
 		if err != nil {
 			return false, err
 		}
 		cfg.DataDir = filepath.Join(*data, stream)
-		if *commitInterval > 0 {
-			cfg.Processing.CommitInterval = *commitInterval
-		}
 		svc := processors.NewService(processors.ServiceOptions{Config: cfg, Brokers: strings.Split(*brokers, ","), Logger: log, Ops: telemetry.NewOps()})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()

@@ -689,10 +689,7 @@ func newCrashSink(t *testing.T, ctx context.Context, bin, configFile string, cfg
 	}
 	s := &crashSink{t: t, ctx: ctx, cfg: cfg, conn: conn, rng: rng, in: "(" + strings.Join(quoted, ",") + ")"}
 	s.start = func() *exec.Cmd {
-		return startDriftguard(t, bin, []string{"sink", "--config", configFile},
-			"DRIFTGUARD_KAFKA_BROKERS="+strings.Join(cfg.Kafka.Brokers, ","),
-			"DRIFTGUARD_CLICKHOUSE_ADDR="+cfg.ClickHouse.Addr,
-			"DRIFTGUARD_CLICKHOUSE_DATABASE="+cfg.ClickHouse.Database)
+		return startSink(t, bin, configFile, cfg)
 	}
 	s.cmd = s.start()
 	s.schedule()

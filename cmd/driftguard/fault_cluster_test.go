@@ -95,8 +95,9 @@ func TestFaultClusterLeadersKilledAndABrokerStalled(t *testing.T) {
 			topic = p.names.Table
 		}
 		partition := int32(rng.IntN(p.partitions))
-		leader := f.leader(ctx, topic, partition)
-		k := leaderKill{topic: topic, partition: partition, node: leader, led: f.ledBy(ctx, p.names.In, leader)}
+		now := f.leaders(ctx)
+		leader := now.of(t, topic, partition)
+		k := leaderKill{topic: topic, partition: partition, node: leader, led: now.ledBy(p.names.In, leader)}
 		k.at = time.Now()
 		cluster.Kill(t, leader)
 		down := time.Second + time.Duration(rng.Int64N(int64(3*time.Second)))
@@ -117,12 +118,13 @@ func TestFaultClusterLeadersKilledAndABrokerStalled(t *testing.T) {
 	// processor's transaction coordinator when it leads one, for it is
 	// the hardest on the processor: its transaction in flight then ends
 	// on a coordinator that moved, which may refuse it.
-	stalled, coordinator := f.leader(ctx, p.names.In, int32(rng.IntN(p.partitions))), f.txnCoordinator(ctx, processors.TransactionalID("fault", p.stream))
-	if len(f.ledBy(ctx, p.names.In, coordinator)) > 0 {
+	now := f.leaders(ctx)
+	stalled, coordinator := now.of(t, p.names.In, int32(rng.IntN(p.partitions))), f.txnCoordinator(ctx, p.txnID)
+	if len(now.ledBy(p.names.In, coordinator)) > 0 {
 		stalled = coordinator
 	}
 	stall := 2*time.Duration(lagMs)*time.Millisecond + time.Second
-	stallLed := f.ledBy(ctx, p.names.In, stalled)
+	stallLed := now.ledBy(p.names.In, stalled)
 	stoppedAt := time.Now()
 	cluster.Stop(t, stalled)
 	shrunk := f.waitOutOfSync(ctx, stalled, stall)
@@ -176,9 +178,10 @@ func TestFaultClusterLeadersKilledAndABrokerStalled(t *testing.T) {
 // through `driftguard ingest`, decided by `driftguard process` and written
 // to ClickHouse by `driftguard sink`, each a real process.
 type clusterPipeline struct {
-	t          *testing.T
-	cfg        *config.Config
-	stream     string
+	t   *testing.T
+	cfg *config.Config
+	// txnID is the transactional id of the processor.
+	txnID      string
 	names      topics.Names
 	partitions int
 	conn       driver.Conn
@@ -199,17 +202,16 @@ func startClusterPipeline(t *testing.T, ctx context.Context, cluster *testenv.Cl
 	// Only this stream: the shipped ones are the other tests'.
 	brokers := cluster.Brokers
 	cfg, conn, cl := loadOn(t, ctx, configFile, "fault", brokers, stream)
-	p := &clusterPipeline{t: t, cfg: cfg, stream: stream, names: topics.For(stream), partitions: cfg.Streams[stream].Limits.Partitions, conn: conn, cl: cl}
+	const instance = "fault"
+	p := &clusterPipeline{t: t, cfg: cfg, txnID: processors.TransactionalID(instance, stream), names: topics.For(stream), partitions: cfg.Streams[stream].Limits.Partitions, conn: conn, cl: cl}
 	// Leave the cluster with only what it had.
 	deleteAtEnd(t, kadm.NewClient(cl), topics.Specs(cfg.Streams[stream]))
 	p.out = newOutputReader(t, brokers, map[string]string{"presence": stream})
 
 	edge := newIngestRunner(t, configFile, brokers)
-	env := []string{"DRIFTGUARD_KAFKA_BROKERS=" + strings.Join(brokers, ","), "DRIFTGUARD_CLICKHOUSE_ADDR=" + cfg.ClickHouse.Addr,
-		"DRIFTGUARD_CLICKHOUSE_DATABASE=" + cfg.ClickHouse.Database}
 	p.ingest = edge.start()
-	p.process = newProcessRunner(t, dir, configFile, brokers, stream).start("fault")
-	p.sink = startDriftguard(t, edge.bin, []string{"sink", "--config", configFile}, env...)
+	p.process = newProcessRunner(t, dir, configFile, brokers, stream).start(instance)
+	p.sink = startSink(t, edge.bin, configFile, cfg)
 	p.webhooks = &webhook.Publisher{URL: edge.url(stream), Secret: faultSecret,
 		Client: &http.Client{Timeout: 15 * time.Second}}
 	testenv.WaitFor(t, ctx, "ingest accepting webhooks", func() bool {
@@ -325,20 +327,34 @@ func (f *faultAdmin) mustMetadata(ctx context.Context) *kmsg.MetadataResponse {
 	return resp
 }
 
-// leader is the node leading topic's partition now.
-func (f *faultAdmin) leader(ctx context.Context, topic string, partition int32) int32 {
+// leaders are the partitions' leaders, by topic and partition, of one
+// metadata answer.
+type leaders map[string]map[int32]int32
+
+// leaders reads who leads every partition now.
+func (f *faultAdmin) leaders(ctx context.Context) leaders {
 	f.t.Helper()
+	l := leaders{}
 	for _, tp := range f.mustMetadata(ctx).Topics {
-		if tp.Topic != nil && *tp.Topic == topic {
-			for _, pt := range tp.Partitions {
-				if pt.Partition == partition {
-					return pt.Leader
-				}
-			}
+		if tp.Topic == nil {
+			continue
+		}
+		l[*tp.Topic] = map[int32]int32{}
+		for _, pt := range tp.Partitions {
+			l[*tp.Topic][pt.Partition] = pt.Leader
 		}
 	}
-	f.t.Fatalf("%s/%d is not in the metadata", topic, partition)
-	return 0
+	return l
+}
+
+// of is the node leading topic's partition.
+func (l leaders) of(t *testing.T, topic string, partition int32) int32 {
+	t.Helper()
+	node, ok := l[topic][partition]
+	if !ok {
+		t.Fatalf("%s/%d is not in the metadata", topic, partition)
+	}
+	return node
 }
 
 // txnCoordinator is the node coordinating the transactions of txnID now.
@@ -354,17 +370,12 @@ func (f *faultAdmin) txnCoordinator(ctx context.Context, txnID string) int32 {
 	return found.NodeID
 }
 
-// ledBy lists the partitions of topic that node leads now.
-func (f *faultAdmin) ledBy(ctx context.Context, topic string, node int32) []int32 {
-	f.t.Helper()
+// ledBy lists the partitions of topic that node leads.
+func (l leaders) ledBy(topic string, node int32) []int32 {
 	var led []int32
-	for _, tp := range f.mustMetadata(ctx).Topics {
-		if tp.Topic != nil && *tp.Topic == topic {
-			for _, pt := range tp.Partitions {
-				if pt.Leader == node {
-					led = append(led, pt.Partition)
-				}
-			}
+	for p, leader := range l[topic] {
+		if leader == node {
+			led = append(led, p)
 		}
 	}
 	slices.Sort(led)

@@ -51,15 +51,20 @@ func newIngestRunner(t *testing.T, configFile string, brokers []string) *ingestR
 	return &ingestRunner{t: t, bin: buildDriftguard(t), configFile: configFile, addr: addr, telemetry: telemetry, env: env}
 }
 
-// gauge is the value of an unlabelled gauge the running ingest serves on
-// /metrics.
-func (r *ingestRunner) gauge(name string) float64 {
+// gauges are the values of unlabelled gauges the running ingest serves on
+// /metrics, from one scrape; the test fails on a gauge it does not serve.
+func (r *ingestRunner) gauges(names ...string) []float64 {
 	r.t.Helper()
-	v, ok := gaugeValue(scrape(r.t, testenv.Context(r.t, 10*time.Second), "http://"+r.telemetry+"/metrics"), name)
-	if !ok {
-		r.t.Fatalf("ingest serves no gauge %s", name)
+	families := scrape(r.t, testenv.Context(r.t, 10*time.Second), "http://"+r.telemetry+"/metrics")
+	values := make([]float64, len(names))
+	for i, name := range names {
+		v, ok := gaugeValue(families, name)
+		if !ok {
+			r.t.Fatalf("ingest serves no gauge %s", name)
+		}
+		values[i] = v
 	}
-	return v
+	return values
 }
 
 // ingestOnStream writes a config file of yaml plus a presence stream

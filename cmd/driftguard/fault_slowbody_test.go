@@ -59,7 +59,7 @@ func TestFaultSlowBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	heapBefore := edge.gauge("go_memstats_heap_alloc_bytes")
+	heapBefore := edge.gauges("go_memstats_heap_alloc_bytes")[0]
 
 	limit := cfg.Streams[stream].Limits.MaxBodyBytes
 	results := make(chan slowResult, slowBodies)
@@ -76,8 +76,8 @@ func TestFaultSlowBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	heapHeld := edge.gauge("go_memstats_heap_alloc_bytes")
-	budgeted := edge.gauge("driftguard_ingest_in_flight_bytes")
+	gauges := edge.gauges("go_memstats_heap_alloc_bytes", "driftguard_ingest_in_flight_bytes")
+	heapHeld, budgeted := gauges[0], gauges[1]
 	send(100)
 	var closed []time.Duration
 	answers := map[int]int{}

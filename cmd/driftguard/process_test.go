@@ -113,6 +113,16 @@ func (h *processRunner) start(name string) *exec.Cmd {
 		"DRIFTGUARD_INSTANCE_ID="+name)
 }
 
+// startSink runs `driftguard sink` on configFile, pointed at cfg's
+// brokers and ClickHouse database.
+func startSink(tb testing.TB, bin, configFile string, cfg *config.Config) *exec.Cmd {
+	tb.Helper()
+	return startDriftguard(tb, bin, []string{"sink", "--config", configFile},
+		"DRIFTGUARD_KAFKA_BROKERS="+strings.Join(cfg.Kafka.Brokers, ","),
+		"DRIFTGUARD_CLICKHOUSE_ADDR="+cfg.ClickHouse.Addr,
+		"DRIFTGUARD_CLICKHOUSE_DATABASE="+cfg.ClickHouse.Database)
+}
+
 // startDriftguard runs the binary with args and env added to the test's
 // environment, its output in the test log, killed at the test's end.
 func startDriftguard(tb testing.TB, bin string, args []string, env ...string) *exec.Cmd {

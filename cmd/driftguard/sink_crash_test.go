@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -140,10 +139,7 @@ func newSinkHarness(tb testing.TB, ctx context.Context, prefix, clickhouse strin
 // start runs `driftguard sink` on the harness's config.
 func (h *sinkHarness) start() *exec.Cmd {
 	h.tb.Helper()
-	return startDriftguard(h.tb, h.bin, []string{"sink", "--config", h.configFile},
-		"DRIFTGUARD_KAFKA_BROKERS="+strings.Join(h.cfg.Kafka.Brokers, ","),
-		"DRIFTGUARD_CLICKHOUSE_ADDR="+h.cfg.ClickHouse.Addr,
-		"DRIFTGUARD_CLICKHOUSE_DATABASE="+h.cfg.ClickHouse.Database)
+	return startSink(h.tb, h.bin, h.configFile, h.cfg)
 }
 
 // produce writes outcome records from to to (exclusive) over 500 keys, as
@@ -172,7 +168,7 @@ func (h *sinkHarness) rows() uint64 {
 
 // peakRSS is a process's peak resident memory as Linux reports it.
 func peakRSS(pid int) string {
-	_, peak, err := procstat.Memory(pid)
+	peak, err := procstat.PeakRSS(pid)
 	if err != nil {
 		return "unknown"
 	}

@@ -197,11 +197,9 @@ func TestTopicsCheckReportsWeakTopicsOnTheCluster(t *testing.T) {
 		stdout.Reset()
 		return runTopics(ctx, &environment{cfg: cfg, stdout: &stdout, stderr: &bytes.Buffer{}}, false)
 	}
-	err = check()
-	for deadline := time.Now().Add(30 * time.Second); err != nil && !containsAll(err.Error(), wants) && time.Now().Before(deadline); {
-		time.Sleep(200 * time.Millisecond)
-		err = check()
-	}
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	testenv.Poll(waitCtx, func() bool { err = check(); return err == nil || containsAll(err.Error(), wants) })
+	cancel()
 	if !errors.Is(err, topics.ErrWeak) {
 		t.Fatalf("topics --check = %v, want an error wrapping ErrWeak", err)
 	}

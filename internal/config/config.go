@@ -231,24 +231,34 @@ type Telemetry struct {
 // Default returns the configuration with every default filled in and the
 // embedded catalogue loaded.
 func Default() (*Config, error) {
-	c := &Config{}
-	if err := c.mergeYAML(schemas.Catalogue, "embedded catalogue", ""); err != nil {
+	c, err := catalogue()
+	if err != nil {
 		return nil, err
 	}
 	c.applyDefaults()
 	return c, nil
 }
 
-// Load builds the configuration from the defaults, the file at path (if not
-// empty) and the environment, then validates it.
+// catalogue is the configuration of the embedded catalogue alone, no
+// default filled in.
+func catalogue() (*Config, error) {
+	c := &Config{}
+	if err := c.mergeYAML(schemas.Catalogue, "embedded catalogue", ""); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Load builds the configuration from the embedded catalogue, the file at
+// path (if not empty) and the environment, fills in the defaults, then
+// validates it. The defaults come last because some follow what the file
+// sets: http.max_in_flight_bytes is sized from the streams loaded, and a
+// stream's policy decides which of its defaults apply.
 func Load(path string, environ []string) (*Config, error) {
-	c, err := Default()
+	c, err := catalogue()
 	if err != nil {
 		return nil, err
 	}
-	// A default sized from the streams is sized again from the streams
-	// loaded, unless the file sets it.
-	c.HTTP.MaxInFlightBytes = 0
 	if path != "" {
 		data, err := os.ReadFile(path)
 		if err != nil {

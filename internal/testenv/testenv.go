@@ -45,11 +45,12 @@ const (
 // missing skips, or fails when the run requires real services.
 func missing(t testing.TB, what, env string) {
 	t.Helper()
-	unavailable(t, fmt.Sprintf("%s not available: set %s (the test task `go tool task test` starts it)", what, env))
+	Unavailable(t, fmt.Sprintf("%s not available: set %s (the test task `go tool task test` starts it)", what, env))
 }
 
-// unavailable skips with msg, or fails when the run requires everything.
-func unavailable(t testing.TB, msg string) {
+// Unavailable skips with msg, or fails when the run requires everything
+// (EnvRequire=1).
+func Unavailable(t testing.TB, msg string) {
 	t.Helper()
 	if os.Getenv(EnvRequire) == "1" {
 		t.Fatal(msg + "; " + EnvRequire + "=1 forbids skipping")
@@ -68,7 +69,7 @@ func Chromium(t testing.TB) string {
 	path, err := exec.LookPath("chromium")
 	if err != nil {
 		if _, statErr := os.Stat(ChromiumPath); statErr != nil {
-			unavailable(t, "Chromium not installed: apt-get install chromium (the test task `go tool task test` installs it)")
+			Unavailable(t, "Chromium not installed: apt-get install chromium (the test task `go tool task test` installs it)")
 		}
 		path = ChromiumPath
 	}

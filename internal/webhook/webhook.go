@@ -96,6 +96,20 @@ func SignatureHeader(secret, id, timestamp string, body []byte) (string, error) 
 	return "v1," + base64.StdEncoding.EncodeToString(Sign(key, id, timestamp, body)), nil
 }
 
+// Header names and the signature prefix of the schemes ingest verifies.
+const (
+	// Standard Webhooks.
+	HeaderWebhookID        = "webhook-id"
+	HeaderWebhookTimestamp = "webhook-timestamp"
+	HeaderWebhookSignature = "webhook-signature"
+	// The body-only HMAC schemes: hmac-sha256-hex and github.
+	HeaderXSignature      = "X-Signature"
+	HeaderHubSignature256 = "X-Hub-Signature-256"
+	HeaderGitHubDelivery  = "X-GitHub-Delivery"
+	// GitHubSignaturePrefix precedes GitHub's hex signature.
+	GitHubSignaturePrefix = "sha256="
+)
+
 // Signer signs deliveries under one scheme with one secret, the way
 // ingest checks them; the secret is decoded once.
 type Signer struct {
@@ -124,26 +138,32 @@ func (s *Signer) Sign(h http.Header, id string, body []byte, now time.Time) {
 	switch s.scheme {
 	case config.SchemeStandardWebhooks:
 		ts := strconv.FormatInt(now.Unix(), 10)
-		h["Webhook-Id"] = []string{id}
-		h["Webhook-Timestamp"] = []string{ts}
-		h["Webhook-Signature"] = []string{"v1," + base64.StdEncoding.EncodeToString(s.key.SignStandard(nil, id, ts, body))}
+		h.Set(HeaderWebhookID, id)
+		h.Set(HeaderWebhookTimestamp, ts)
+		h.Set(HeaderWebhookSignature, "v1,"+base64.StdEncoding.EncodeToString(s.key.SignStandard(nil, id, ts, body)))
 	case config.SchemeHMACSHA256Hex:
-		h["X-Signature"] = []string{hex.EncodeToString(s.key.Sign(nil, body))}
+		h.Set(HeaderXSignature, hex.EncodeToString(s.key.Sign(nil, body)))
 	case config.SchemeGitHub:
-		h["X-Github-Delivery"] = []string{id}
-		h["X-Hub-Signature-256"] = []string{"sha256=" + hex.EncodeToString(s.key.Sign(nil, body))}
+		h.Set(HeaderGitHubDelivery, id)
+		h.Set(HeaderHubSignature256, GitHubSignaturePrefix+hex.EncodeToString(s.key.Sign(nil, body)))
 	}
 }
 
 // Publisher signs and POSTs webhooks to one stream's URL.
 type Publisher struct {
 	// URL is http://host:port/v1/webhooks/{stream}.
-	URL    string
+	URL string
+	// Secret is read once, at the first Post.
 	Secret string
 	// Client defaults to a client with a 10s timeout.
 	Client *http.Client
 	// Now defaults to time.Now.
 	Now func() time.Time
+
+	// The signer of Secret, made at the first Post.
+	signOnce sync.Once
+	signer   *Signer
+	signErr  error
 }
 
 // Response is what ingest answered.
@@ -162,16 +182,16 @@ func (p *Publisher) Post(ctx context.Context, id string, body []byte) (Response,
 	if client == nil {
 		client = &http.Client{Timeout: 10 * time.Second}
 	}
-	signer, err := NewSigner(config.SchemeStandardWebhooks, p.Secret)
-	if err != nil {
-		return Response{}, err
+	p.signOnce.Do(func() { p.signer, p.signErr = NewSigner(config.SchemeStandardWebhooks, p.Secret) })
+	if p.signErr != nil {
+		return Response{}, p.signErr
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.URL, bytes.NewReader(body))
 	if err != nil {
 		return Response{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	signer.Sign(req.Header, id, body, now())
+	p.signer.Sign(req.Header, id, body, now())
 	resp, err := client.Do(req)
 	if err != nil {
 		return Response{}, fmt.Errorf("POST %s: %w", p.URL, err)

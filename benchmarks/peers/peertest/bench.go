@@ -48,6 +48,9 @@ func Measure(b *testing.B, serverPID int, send func(n int64) error) {
 // child of its postmaster); zero when pid is 0 or gone. Benchmarks report
 // it per webhook, which a shared machine's load moves far less than a rate.
 func treeCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return 0 // no scan of /proc for a server that is not a process
+	}
 	d, _ := procstat.TreeCPU(pid)
 	return d
 }

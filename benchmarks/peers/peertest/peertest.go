@@ -23,13 +23,13 @@ import (
 	"testing"
 
 	"github.com/driftguard/driftguard/internal/procstat"
+	"github.com/driftguard/driftguard/internal/testenv"
 )
 
 // Environment variables naming the servers, as the scripts print them.
 const (
 	EnvPostgres = "DRIFTGUARD_TEST_POSTGRES"
 	EnvRedis    = "DRIFTGUARD_TEST_REDIS"
-	EnvRequire  = "DRIFTGUARD_TEST_REQUIRE"
 )
 
 // server is one script's server, started at most once per test binary.
@@ -94,11 +94,7 @@ func (s *server) get(t testing.TB) string {
 	}
 	s.once.Do(s.start)
 	if s.err != nil {
-		msg := fmt.Sprintf("%s not set, and %s start failed: %v", s.env, s.script, s.err)
-		if os.Getenv(EnvRequire) == "1" {
-			t.Fatal(msg + "; " + EnvRequire + "=1 forbids skipping")
-		}
-		t.Skip(msg)
+		testenv.Unavailable(t, fmt.Sprintf("%s not set, and %s start failed: %v", s.env, s.script, s.err))
 	}
 	return s.value
 }

@@ -109,14 +109,16 @@ final class PresenceProcessor implements Processor<byte[], byte[], byte[], byte[
             store.put(key, s);
         }
         long now = System.currentTimeMillis();
-        context.forward(new Record<>(rec.key(), outcome(key, ev, outcome, gap, receivedAtMs, now, meta, rec.value()), now), OUTCOMES);
+        // The body as JSON text, once for the outcome and the state.
+        String body = new String(rec.value(), StandardCharsets.UTF_8);
+        context.forward(new Record<>(rec.key(), outcome(key, ev, outcome, gap, receivedAtMs, now, meta, body), now), OUTCOMES);
         if (outcome.equals("applied")) {
-            context.forward(new Record<>(rec.key(), state(key, s, rec.value()), now), STATE);
+            context.forward(new Record<>(rec.key(), state(key, s, body), now), STATE);
         }
     }
 
     private byte[] outcome(String key, PresenceEvent ev, String outcome, long gap, long receivedAtMs, long now,
-            RecordMetadata meta, byte[] body) {
+            RecordMetadata meta, String body) {
         return json(g -> {
             g.writeStringField("stream", stream);
             g.writeStringField("key", key);
@@ -135,17 +137,17 @@ final class PresenceProcessor implements Processor<byte[], byte[], byte[], byte[
             // of the decision among its outcomes (always one here).
             g.writeStringField("decision_id", stream + "/" + meta.partition() + "/" + meta.offset() + "/0");
             g.writeFieldName("payload");
-            g.writeRawValue(new String(body, StandardCharsets.UTF_8));
+            g.writeRawValue(body);
         });
     }
 
-    private byte[] state(String key, PresenceState s, byte[] body) {
+    private byte[] state(String key, PresenceState s, String body) {
         return json(g -> {
             g.writeStringField("stream", stream);
             g.writeStringField("key", key);
             g.writeNumberField("version", s.version);
             g.writeFieldName("state");
-            g.writeRawValue(new String(body, StandardCharsets.UTF_8));
+            g.writeRawValue(body);
             g.writeNumberField("updated_at_ms", s.updatedAtMs);
             g.writeNumberField("expires_at_ms", s.expiresAtMs);
         });
