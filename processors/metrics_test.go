@@ -2,6 +2,7 @@ package processors
 
 import (
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,16 +65,19 @@ func TestRuntimeMetricsWhileWorkingAndStalled(t *testing.T) {
 	}
 	testenv.WaitFor(t, ctx, "no lag", func() bool { return testutil.ToFloat64(lag) == 0 })
 
-	// Stalled: the loop blocks at its next decision or commit.
+	// Stalled: the loop blocks at its next decision or commit. Unstalled
+	// before the runtime is stopped, however the test ends.
 	r.mu.Lock()
+	unstall := sync.OnceFunc(r.mu.Unlock)
+	t.Cleanup(unstall)
 	stalledAt := testutil.ToFloat64(lastCommit)
 	produce(4, 8)
-	testenv.WaitFor(t, ctx, "the lag of a stalled processor rising to 5", func() bool { return testutil.ToFloat64(lag) == 5 })
+	testenv.WaitFor(t, testenv.Context(t, 20*time.Second), "the lag of a stalled processor rising to 5", func() bool { return testutil.ToFloat64(lag) == 5 })
 	time.Sleep(200 * time.Millisecond) // four commit intervals
 	if at := testutil.ToFloat64(lastCommit); at != stalledAt {
 		t.Errorf("last commit moved from %v to %v while the processor was stalled", stalledAt, at)
 	}
-	r.mu.Unlock()
+	unstall()
 	testenv.WaitFor(t, ctx, "the backlog decided and the lag back to 0", func() bool {
 		return histogramCount(t, latency) == 8 && testutil.ToFloat64(lag) == 0
 	})
