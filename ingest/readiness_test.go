@@ -84,7 +84,9 @@ func TestReadyWhileTheBrokerIsAway(t *testing.T) {
 	}
 	proxy.Resume()
 
-	if !testenv.Poll(ctx, func() bool { return send("evt-after-"+strconv.FormatInt(time.Now().UnixNano(), 10)).status == http.StatusAccepted }) {
+	if !testenv.Poll(ctx, func() bool {
+		return send("evt-after-"+strconv.FormatInt(time.Now().UnixNano(), 10)).status == http.StatusAccepted
+	}) {
 		t.Errorf("no webhook accepted after the broker came back")
 	}
 }

@@ -99,7 +99,7 @@ func ProducerOptions(linger time.Duration) []kgo.Opt {
 
 // Run serves until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
-	cl, err := kafka.NewClient(s.brokers, ProducerOptions(s.cfg.Kafka.Linger)...)
+	cl, err := kafka.NewClient(s.brokers, append(ProducerOptions(s.cfg.Kafka.Linger), kafka.ClientMetrics(s.ops.Registry, "ingest")...)...)
 	if err != nil {
 		return err
 	}

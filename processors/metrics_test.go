@@ -111,8 +111,12 @@ func TestRuntimeMetricsWhileWorkingAndStalled(t *testing.T) {
 	}
 }
 
-func histogramCount(t *testing.T, h prometheus.Histogram) uint64 { return histogramOf(t, h).GetSampleCount() }
-func histogramSum(t *testing.T, h prometheus.Histogram) float64  { return histogramOf(t, h).GetSampleSum() }
+func histogramCount(t *testing.T, h prometheus.Histogram) uint64 {
+	return histogramOf(t, h).GetSampleCount()
+}
+func histogramSum(t *testing.T, h prometheus.Histogram) float64 {
+	return histogramOf(t, h).GetSampleSum()
+}
 
 func histogramOf(t *testing.T, h prometheus.Histogram) *dto.Histogram {
 	t.Helper()
@@ -130,4 +134,3 @@ func labelsOf(m *dto.Metric) map[string]string {
 	}
 	return out
 }
-
