@@ -134,3 +134,4 @@ func labelsOf(m *dto.Metric) map[string]string {
 	}
 	return out
 }
+
