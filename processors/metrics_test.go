@@ -134,4 +134,3 @@ func labelsOf(m *dto.Metric) map[string]string {
 	}
 	return out
 }
-
