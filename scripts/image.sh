@@ -175,6 +175,13 @@ build() {
     args+=(--volume "$modcache:/run/driftguard-goproxy:ro"
       --build-arg GOPROXY="file:///run/driftguard-goproxy,$(cd "$ROOT" && go env GOPROXY)")
   fi
+  # The module downloads trust what this machine trusts (a TLS-inspecting
+  # proxy's CA, say); the image's own CA bundle stays the Go image's.
+  local ca="${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}"
+  if [[ -f "$ca" ]]; then
+    args+=(--volume "$(realpath "$ca"):/run/driftguard-host-ca.crt:ro"
+      --build-arg SSL_CERT_FILE=/run/driftguard-host-ca.crt)
+  fi
   # The Go stage runs here and cross-compiles. BUILDPLATFORM given
   # explicitly: podman 4.3's buildah (Debian 12) sets it for RUN but
   # leaves it empty in `FROM --platform=$BUILDPLATFORM`, which then asks
