@@ -261,6 +261,7 @@ test_image() (
   [[ "$(stat -c %a "$mnt/tmp")" == 1777 ]] || fail "/tmp is not mode 1777"
   grep -q "^driftguard:x:$IMAGE_UID:$IMAGE_UID:" "$mnt/etc/passwd" || fail "/etc/passwd has no driftguard $IMAGE_UID"
   grep -q "BEGIN CERTIFICATE" "$mnt/etc/ssl/certs/ca-certificates.crt" || fail "no CA bundle"
+  cmp -s "$ROOT/LICENSE" "$mnt/usr/share/doc/driftguard/LICENSE" || fail "no LICENSE in /usr/share/doc/driftguard"
   local bin="$mnt/usr/local/bin/driftguard"
   [[ "$(elf_machine "$bin")" == "$arch" ]] || fail "the binary is for $(elf_machine "$bin"), not $arch"
   [[ "$(buildinfo "$bin" GOARCH)" == "$arch" ]] || fail "the binary was built for GOARCH $(buildinfo "$bin" GOARCH)"
