@@ -189,9 +189,8 @@ build() {
   args+=(--build-arg BUILDPLATFORM="linux/$(go env GOHOSTARCH)")
   # --pull=never: the Go image is here now and scratch needs none.
   # --layers=false commits only the final image, no intermediate ones; the
-  # Go caches are the Containerfile's cache mounts. The host's network, for
-  # the module proxy: a sandbox may have no bridge networking for builds.
-  podman build --pull=never --layers=false --network host --timestamp "$epoch" "${platform[@]}" \
+  # Go caches are the Containerfile's cache mounts.
+  podman build --pull=never --layers=false --timestamp "$epoch" "${platform[@]}" \
     --build-arg GO_IMAGE="$go" --build-arg VERSION="$version" \
     --build-arg REVISION="$revision" --build-arg CREATED="$created" \
     "${args[@]}" -f "$ROOT/Containerfile" "$ROOT" >&2
@@ -300,6 +299,7 @@ CHECK_NAMES=()
 
 check() {
   install
+  GO_IMAGE="$(go_image)" # once for both builds
   trap 'if ((${#CHECK_NAMES[@]})); then podman rmi "${CHECK_NAMES[@]}" >/dev/null 2>&1 || true; fi' EXIT
   local name arch
   for arch in amd64 arm64; do
