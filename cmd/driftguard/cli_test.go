@@ -301,7 +301,7 @@ func TestRunMigrateTwice(t *testing.T) {
 			t.Errorf("dropping %s: %v", database, err)
 		}
 	})
-	migrations, err := sinkch.Migrations(database)
+	migrations, err := sinkch.Migrations(config.ClickHouse{Database: database})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,11 +337,15 @@ func TestRunMigratePrintNeedsNoServer(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("migrate --print: %v", r)
 	}
-	migrations, err := sinkch.Migrations("dg_print")
+	target := config.ClickHouse{Database: "dg_print"}
+	want, err := sinkch.Bootstrap(target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want []string
+	migrations, err := sinkch.Migrations(target)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, m := range migrations {
 		want = append(want, m.Statements...)
 	}

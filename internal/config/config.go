@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -123,15 +124,28 @@ const MaxBatchRows = 1 << 20
 
 // ClickHouse configures the sink and `migrate`.
 type ClickHouse struct {
-	// Addr of the native protocol port. Default 127.0.0.1:9000.
-	Addr string `yaml:"addr"`
+	// Addr of the native protocol port: host:port, or a comma-separated
+	// list of the servers (replicas) of a cluster, tried in order, so every
+	// sink writes to and reads from the first that answers. Default
+	// 127.0.0.1:9000; ClickHouse Cloud's secure native port is 9440.
+	Addr string `yaml:"addr" env:"DRIFTGUARD_CLICKHOUSE_ADDR"`
 	// Database receiving driftguard's tables. Default driftguard.
-	Database string `yaml:"database"`
+	Database string `yaml:"database" env:"DRIFTGUARD_CLICKHOUSE_DATABASE"`
 	// Username and Password; default user "default" with no password.
-	// Set the password with DRIFTGUARD_CLICKHOUSE_PASSWORD rather than in
-	// the file.
-	Username string `yaml:"username"`
-	Password string `yaml:"password"`
+	// Set the password with DRIFTGUARD_CLICKHOUSE_PASSWORD or PasswordFile
+	// rather than in the file.
+	Username string `yaml:"username" env:"DRIFTGUARD_CLICKHOUSE_USERNAME"`
+	Password string `yaml:"password" env:"DRIFTGUARD_CLICKHOUSE_PASSWORD" redact:"true"`
+	// PasswordFile holds the password (a mounted Secret), read once at
+	// start; a trailing newline is dropped. Not with Password.
+	PasswordFile string `yaml:"password_file" env:"DRIFTGUARD_CLICKHOUSE_PASSWORD_FILE"`
+	// TLS to the native port; ClickHouse serves it on tcp_port_secure.
+	TLS ClickHouseTLS `yaml:"tls"`
+	// Cluster, when set, makes the migrations create every table and view
+	// ON CLUSTER with Replicated engines: the name of a cluster of the
+	// servers' remote_servers, whose macros define {shard} and {replica}.
+	// Empty (the default): one server, plain MergeTree engines.
+	Cluster string `yaml:"cluster" env:"DRIFTGUARD_CLICKHOUSE_CLUSTER"`
 	// BatchRows, BatchBytes and BatchPeriod bound one flush (one INSERT
 	// per table): the sink flushes when it has gathered BatchRows records
 	// or BatchBytes of record keys and values, or BatchPeriod after the
@@ -275,6 +289,9 @@ func Load(path string, environ []string) (*Config, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	if err := c.ClickHouse.readPasswordFile(); err != nil {
+		return nil, err
+	}
 	c.warnDurability()
 	return c, nil
 }
@@ -352,8 +369,28 @@ func (c *Config) applyEnv(environ []string) error {
 			c.ClickHouse.Addr = value
 		case "DRIFTGUARD_CLICKHOUSE_DATABASE":
 			c.ClickHouse.Database = value
+		case "DRIFTGUARD_CLICKHOUSE_USERNAME":
+			c.ClickHouse.Username = value
 		case "DRIFTGUARD_CLICKHOUSE_PASSWORD":
 			c.ClickHouse.Password = value
+		case "DRIFTGUARD_CLICKHOUSE_PASSWORD_FILE":
+			c.ClickHouse.PasswordFile = value
+		case "DRIFTGUARD_CLICKHOUSE_CLUSTER":
+			c.ClickHouse.Cluster = value
+		case "DRIFTGUARD_CLICKHOUSE_TLS_ENABLED":
+			enabled, err := strconv.ParseBool(value)
+			if err != nil {
+				return fmt.Errorf("config: %s=%q is not true or false", name, value)
+			}
+			c.ClickHouse.TLS.Enabled = enabled
+		case "DRIFTGUARD_CLICKHOUSE_TLS_CA_FILE":
+			c.ClickHouse.TLS.CAFile = value
+		case "DRIFTGUARD_CLICKHOUSE_TLS_CERT_FILE":
+			c.ClickHouse.TLS.CertFile = value
+		case "DRIFTGUARD_CLICKHOUSE_TLS_KEY_FILE":
+			c.ClickHouse.TLS.KeyFile = value
+		case "DRIFTGUARD_CLICKHOUSE_TLS_SERVER_NAME":
+			c.ClickHouse.TLS.ServerName = value
 		case "DRIFTGUARD_DATA_DIR":
 			c.DataDir = value
 		case "DRIFTGUARD_TELEMETRY_ADDR":
@@ -560,9 +597,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.HTTP.validate(c.StreamList())...)
-	if !validIdent(c.ClickHouse.Database) {
-		add("clickhouse.database", "%q must be letters, digits and underscores, starting with a letter", c.ClickHouse.Database)
-	}
+	errs = append(errs, c.ClickHouse.validate()...)
 	if c.Processing.CommitInterval < 10*time.Millisecond || c.Processing.CommitInterval > time.Minute {
 		add("processing.commit_interval", "must be between 10ms and 1m, got %s", c.Processing.CommitInterval)
 	}
