@@ -67,6 +67,13 @@ func openTestDatabase(t testing.TB) (driver.Conn, config.ClickHouse) {
 	}
 	c := cfg.ClickHouse
 	c.Addr = addr
+	return openDatabase(t, c)
+}
+
+// openDatabase connects with c, and names a fresh database in c that is
+// dropped when the test ends.
+func openDatabase(t testing.TB, c config.ClickHouse) (driver.Conn, config.ClickHouse) {
+	t.Helper()
 	c.Database = testenv.UniqueName("dg_test")
 	conn, err := sinkch.Open(testenv.Context(t, time.Minute), c)
 	if err != nil {
