@@ -25,6 +25,9 @@ func isolateEnv(t *testing.T) {
 		"DRIFTGUARD_CONFIG", "DRIFTGUARD_KAFKA_BROKERS", "DRIFTGUARD_HTTP_ADDR", "DRIFTGUARD_BRIDGE_ADDR", "DRIFTGUARD_BRIDGE_SECRET",
 		"DRIFTGUARD_CLICKHOUSE_ADDR", "DRIFTGUARD_CLICKHOUSE_DATABASE", "DRIFTGUARD_DATA_DIR",
 		"DRIFTGUARD_TELEMETRY_ADDR", "DRIFTGUARD_LOG_LEVEL", "DRIFTGUARD_PYROSCOPE_ADDR", "DRIFTGUARD_CLICKHOUSE_PASSWORD",
+		"DRIFTGUARD_CLICKHOUSE_USERNAME", "DRIFTGUARD_CLICKHOUSE_PASSWORD_FILE", "DRIFTGUARD_CLICKHOUSE_CLUSTER",
+		"DRIFTGUARD_CLICKHOUSE_TLS_ENABLED", "DRIFTGUARD_CLICKHOUSE_TLS_CA_FILE", "DRIFTGUARD_CLICKHOUSE_TLS_CERT_FILE",
+		"DRIFTGUARD_CLICKHOUSE_TLS_KEY_FILE", "DRIFTGUARD_CLICKHOUSE_TLS_SERVER_NAME",
 	} {
 		t.Setenv(name, "")
 	}
@@ -327,6 +330,31 @@ func TestRunMigrateTwice(t *testing.T) {
 	}
 }
 
+// `driftguard migrate` over TLS as a password user, configured from the
+// environment as a Deployment would be (the password from a mounted
+// Secret's file); a wrong password fails naming the setting.
+func TestRunMigrateOverTLSWithAPasswordFile(t *testing.T) {
+	isolateEnv(t)
+	secure := testenv.ClickHouseSecure(t)
+	secure.Database = testenv.UniqueName("dg_cli_tls")
+	password := testenv.WriteFile(t, t.TempDir(), "password", secure.Password+"\n")
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_ADDR", secure.Addr)
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_DATABASE", secure.Database)
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_USERNAME", secure.Username)
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_TLS_CA_FILE", secure.TLS.CAFile)
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_PASSWORD", "not-"+secure.Password)
+	if r := runCLI(t, "migrate"); r.code != 1 || !strings.Contains(r.stderr, "clickhouse.password") {
+		t.Errorf("with a wrong password: want exit 1 naming clickhouse.password; got %v", r)
+	}
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_PASSWORD", "")
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_PASSWORD_FILE", password)
+	openDroppedAtEnd(t, testenv.Context(t, time.Minute), secure)
+	r := runCLI(t, "migrate")
+	if want := "database " + secure.Database + " is up to date"; r.code != 0 || !strings.Contains(r.stdout, want) {
+		t.Errorf("migrate: want exit 0 and %q; got %v", want, r)
+	}
+}
+
 // migrate --print writes the statements Migrate would run, with the
 // configured database, without reaching any server.
 func TestRunMigratePrintNeedsNoServer(t *testing.T) {
@@ -366,6 +394,11 @@ func TestRunMigratePrintNeedsNoServer(t *testing.T) {
 	}
 	if !strings.Contains(r.stdout, "dg_print.ordering_minute") {
 		t.Errorf("the configured database is not substituted:\n%s", r.stdout)
+	}
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_CLUSTER", "analytics")
+	cluster := runCLI(t, "migrate", "--print")
+	if cluster.code != 0 || !strings.Contains(cluster.stdout, "CREATE TABLE IF NOT EXISTS dg_print.events ON CLUSTER analytics") {
+		t.Errorf("migrate --print with clickhouse.cluster: %v", cluster)
 	}
 }
 

@@ -379,7 +379,7 @@ func (c *Config) applyEnv(environ []string) error {
 			c.ClickHouse.Cluster = value
 		case "DRIFTGUARD_CLICKHOUSE_TLS_ENABLED":
 			enabled, err := strconv.ParseBool(value)
-			if err != nil {
+			if err != nil && value != "" { // empty: unset, as for the others
 				return fmt.Errorf("config: %s=%q is not true or false", name, value)
 			}
 			c.ClickHouse.TLS.Enabled = enabled
