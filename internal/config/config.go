@@ -688,10 +688,18 @@ http:
   read_timeout: 30s              # a request's head and body must arrive within this
   max_connections: 1024          # open connections; more wait in the accept queue
 clickhouse:
-  addr: 127.0.0.1:9000           # DRIFTGUARD_CLICKHOUSE_ADDR (native protocol)
+  addr: 127.0.0.1:9000           # DRIFTGUARD_CLICKHOUSE_ADDR (native protocol); a cluster's replicas: a:9440,b:9440
   database: driftguard           # DRIFTGUARD_CLICKHOUSE_DATABASE
-  username: default
-  password: ""                   # prefer DRIFTGUARD_CLICKHOUSE_PASSWORD to the file
+  username: default              # DRIFTGUARD_CLICKHOUSE_USERNAME
+  password: ""                   # prefer DRIFTGUARD_CLICKHOUSE_PASSWORD to the file,
+  # password_file: /etc/driftguard/clickhouse/password   # or a mounted Secret (DRIFTGUARD_CLICKHOUSE_PASSWORD_FILE)
+  tls:                           # DRIFTGUARD_CLICKHOUSE_TLS_*; on when any key below is set
+    enabled: false               # the secure native port (9440), with the system's roots unless ca_file
+    # ca_file: /etc/driftguard/clickhouse/ca.crt       # PEM CAs the server's certificate is checked against
+    # cert_file: /etc/driftguard/clickhouse/tls.crt    # a client certificate (mTLS), with key_file
+    # key_file: /etc/driftguard/clickhouse/tls.key
+    # server_name: clickhouse.example.com              # default: the host dialled
+  cluster: ""                    # DRIFTGUARD_CLICKHOUSE_CLUSTER: migrations ON CLUSTER, Replicated engines
   batch_rows: 50000              # flush after this many records,
   batch_bytes: 16777216          # or this many bytes of keys and values (16 MiB),
   batch_period: 1s               # or this long after the batch's first record
