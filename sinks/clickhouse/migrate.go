@@ -45,7 +45,7 @@ func Open(ctx context.Context, c config.ClickHouse) (driver.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
-	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	pingCtx, cancel := context.WithTimeout(ctx, opts.DialTimeout+addrDialTimeout)
 	defer cancel()
 	if err := conn.Ping(pingCtx); err != nil {
 		conn.Close()
@@ -67,16 +67,20 @@ func Open(ctx context.Context, c config.ClickHouse) (driver.Conn, error) {
 // Several addresses are tried in order (clickhouse-go's default,
 // ConnOpenInOrder): every connection goes to the first server that
 // answers, so the sink reads its positions from the replica it writes to
-// for as long as that replica is up.
+// for as long as that replica is up. clickhouse-go bounds a connection's
+// whole try of every address by DialTimeout, so each address gets
+// addrDialTimeout of it: a server that swallows packets delays the next
+// one, rather than leave it untried.
 func options(c config.ClickHouse) (*ch.Options, error) {
 	tlsConfig, err := c.TLS.Config()
 	if err != nil {
 		return nil, err
 	}
+	addrs := c.Addrs()
 	return &ch.Options{
-		Addr:        c.Addrs(),
+		Addr:        addrs,
 		Auth:        ch.Auth{Database: "default", Username: c.Username, Password: c.Password},
-		DialTimeout: 5 * time.Second,
+		DialTimeout: time.Duration(len(addrs)) * addrDialTimeout,
 		DialContext: func(ctx context.Context, addr string) (net.Conn, error) {
 			return dialResetOnClose(ctx, addr, tlsConfig)
 		},
@@ -88,10 +92,16 @@ func options(c config.ClickHouse) (*ch.Options, error) {
 	}, nil
 }
 
-// dialResetOnClose dials addr within ctx, which clickhouse-go bounds by its
-// DialTimeout, with TLS when tlsConfig is not nil; closing the connection,
-// or the process ending, resets it (see options).
+// addrDialTimeout bounds the TCP connect and the TLS handshake to one
+// address.
+const addrDialTimeout = 5 * time.Second
+
+// dialResetOnClose dials addr within addrDialTimeout, with TLS when
+// tlsConfig is not nil; closing the connection, or the process ending,
+// resets it (see options).
 func dialResetOnClose(ctx context.Context, addr string, tlsConfig *tls.Config) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, addrDialTimeout)
+	defer cancel()
 	d := net.Dialer{KeepAlive: 30 * time.Second}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {

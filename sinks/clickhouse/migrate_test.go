@@ -245,6 +245,13 @@ func columns(t *testing.T, ctx context.Context, conn driver.Conn, database, tabl
 func migratedDatabase(t testing.TB, ctx context.Context) (driver.Conn, *config.Config) {
 	t.Helper()
 	conn, c := openTestDatabase(t)
+	return conn, migrated(t, ctx, conn, c)
+}
+
+// migrated migrates c's database through conn and returns the default
+// config pointing at it.
+func migrated(t testing.TB, ctx context.Context, conn driver.Conn, c config.ClickHouse) *config.Config {
+	t.Helper()
 	if _, err := sinkch.Migrate(ctx, conn, c, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +260,7 @@ func migratedDatabase(t testing.TB, ctx context.Context) (driver.Conn, *config.C
 		t.Fatal(err)
 	}
 	cfg.ClickHouse = c
-	return conn, cfg
+	return cfg
 }
 
 // quietSink is a sink of cfg writing through conn, logging nothing.

@@ -19,14 +19,7 @@ import (
 func TestSinkAndMigrateOverTLSWithAPassword(t *testing.T) {
 	ctx := testenv.Context(t, time.Minute)
 	conn, c := openDatabase(t, testenv.ClickHouseSecure(t))
-	if _, err := sinkch.Migrate(ctx, conn, c, nil); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ClickHouse = c
+	cfg := migrated(t, ctx, conn, c)
 	const rows = 500
 	if err := quietSink(cfg, conn).Insert(ctx, outcomeRecords(topics.For("presence").Outcomes, 0, rows)); err != nil {
 		t.Fatal(err)
@@ -93,28 +86,58 @@ func TestOpenNamesTheSettingItFailsOn(t *testing.T) {
 }
 
 // Of several addresses, the first that answers serves: a dead replica
-// first in clickhouse.addr delays nothing but its refused dial.
+// first in clickhouse.addr costs its refused dial, and one that swallows
+// what it is sent (here, a TLS handshake) the time one address may take,
+// not the connection.
 func TestOpenSkipsADeadAddress(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().String()
-	ln.Close()
 	cfg, err := config.Default()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := cfg.ClickHouse
-	c.Addr = dead + ", " + testenv.ClickHouse(t)
-	ctx := testenv.Context(t, 30*time.Second)
-	conn, err := sinkch.Open(ctx, c)
+	refused := cfg.ClickHouse
+	refused.Addr = listen(t, false) + ", " + testenv.ClickHouse(t)
+	silent := testenv.ClickHouseSecure(t)
+	silent.Addr = listen(t, true) + "," + silent.Addr
+	for name, c := range map[string]config.ClickHouse{"refused": refused, "silent": silent} {
+		t.Run(name, func(t *testing.T) {
+			conn, err := sinkch.Open(testenv.Context(t, 30*time.Second), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			var one uint8
+			if err := conn.QueryRow(context.Background(), "SELECT toUInt8(1)").Scan(&one); err != nil || one != 1 {
+				t.Errorf("SELECT 1 through %s = %d, %v", c.Addr, one, err)
+			}
+		})
+	}
+}
+
+// listen returns a loopback address that refuses connections, or with
+// silent, one that accepts them and never answers.
+func listen(t *testing.T, silent bool) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	var one uint8
-	if err := conn.QueryRow(context.Background(), "SELECT toUInt8(1)").Scan(&one); err != nil || one != 1 {
-		t.Errorf("SELECT 1 through %s = %d, %v", c.Addr, one, err)
+	if !silent {
+		ln.Close()
+		return ln.Addr().String()
 	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		var held []net.Conn // open, unanswered, until the listener closes
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				for _, c := range held {
+					c.Close()
+				}
+				return
+			}
+			held = append(held, conn)
+		}
+	}()
+	return ln.Addr().String()
 }
