@@ -53,7 +53,7 @@ var commands = []command{
 	{name: "token", args: "--user U [--streams a,b] [--ttl 1h]", summary: "print a token for the bridge, signed with bridge.secret", flags: tokenFlags},
 	{name: "migrate", args: "[--print]", summary: "create or upgrade the ClickHouse database and tables (--print: only print the DDL)", flags: migrateFlags},
 	{name: "topics", args: "[--check]", summary: "create and check every Kafka topic of the catalogue (--check: only check)", flags: topicsFlags},
-	{name: "config", summary: "print an example configuration file", noConfig: true, flags: func(*flag.FlagSet) runner { return printExample }},
+	{name: "config", args: "[--example]", summary: "print the configuration in force: the file, the environment and the defaults, secrets redacted (--example: a commented example file)", flags: configFlags},
 	{name: "version", summary: "print the version and the VCS revision the binary was built from", noConfig: true, flags: func(*flag.FlagSet) runner { return printVersion }},
 }
 
@@ -67,7 +67,8 @@ func usage() string {
 	}
 	b.WriteString(`
 The config file can also be named by DRIFTGUARD_CONFIG; DRIFTGUARD_* variables
-override it (see docs/operations.md). "driftguard <command> --help" shows a command's flags.
+override it (see docs/operations.md). "driftguard <command> --help" shows a command's flags;
+"driftguard --version" is "driftguard version".
 `)
 	return b.String()
 }
@@ -75,6 +76,9 @@ override it (see docs/operations.md). "driftguard <command> --help" shows a comm
 // run runs one command and returns the process exit code: 0, 1 when the
 // command failed, 2 for a usage or configuration error.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		args = []string{"version"}
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, usage())
 		if len(args) == 0 {
@@ -191,7 +195,17 @@ func printVersion(_ context.Context, env *environment) error {
 	return err
 }
 
-func printExample(_ context.Context, env *environment) error {
-	_, err := env.stdout.Write(config.Example())
-	return err
+func configFlags(fs *flag.FlagSet) runner {
+	example := fs.Bool("example", false, "print a commented example configuration file instead")
+	return func(_ context.Context, env *environment) error {
+		out := config.Example()
+		if !*example {
+			var err error
+			if out, err = env.cfg.EffectiveYAML(); err != nil {
+				return err
+			}
+		}
+		_, err := env.stdout.Write(out)
+		return err
+	}
 }

@@ -21,12 +21,10 @@ import (
 // their inputs with t.Setenv after this.
 func isolateEnv(t *testing.T) {
 	t.Helper()
-	for _, name := range []string{
-		"DRIFTGUARD_CONFIG", "DRIFTGUARD_KAFKA_BROKERS", "DRIFTGUARD_HTTP_ADDR", "DRIFTGUARD_BRIDGE_ADDR", "DRIFTGUARD_BRIDGE_SECRET",
-		"DRIFTGUARD_CLICKHOUSE_ADDR", "DRIFTGUARD_CLICKHOUSE_DATABASE", "DRIFTGUARD_DATA_DIR",
-		"DRIFTGUARD_TELEMETRY_ADDR", "DRIFTGUARD_LOG_LEVEL", "DRIFTGUARD_PYROSCOPE_ADDR", "DRIFTGUARD_CLICKHOUSE_PASSWORD",
-	} {
-		t.Setenv(name, "")
+	t.Setenv("DRIFTGUARD_CONFIG", "")
+	// Empty, a variable of the configuration means its default.
+	for _, v := range config.EnvVariables() {
+		t.Setenv(v.Name, "")
 	}
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
@@ -113,7 +111,7 @@ func TestRunUsageErrorsExit2(t *testing.T) {
 		{"a flag of dev on process", []string{"process", "--demo"}, "Usage: driftguard process [--config FILE] [--streams a,b]"},
 		{"an argument", []string{"topics", "extra"}, `unexpected argument "extra"`},
 		{"a stream not in the catalogue", []string{"process", "--streams", "nonexistent"}, `--streams names "nonexistent", which is not in the catalogue`},
-		{"config takes no --config", []string{"config", "--config", "x.yaml"}, "flag provided but not defined: -config"},
+		{"version takes no --config", []string{"version", "--config", "x.yaml"}, "flag provided but not defined: -config"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -150,17 +148,17 @@ func TestRunInvalidConfigExits2NamingThePath(t *testing.T) {
 	}
 }
 
-// `driftguard config` is meant to be saved and edited: what it prints must
-// load, with no unknown keys, and (its header says "shown are the
-// defaults") configure exactly the defaults.
-func TestRunConfigPrintsLoadableDefaults(t *testing.T) {
+// `driftguard config --example` is meant to be saved and edited: what it
+// prints must load, with no unknown keys, and (its header says "shown are
+// the defaults") configure exactly the defaults.
+func TestRunConfigExamplePrintsLoadableDefaults(t *testing.T) {
 	isolateEnv(t)
 	// Pin the data dir default to the home folder form the example shows.
 	home := t.TempDir()
 	t.Setenv("HOME", home)
 	t.Setenv("XDG_STATE_HOME", "")
 
-	r := runCLI(t, "config")
+	r := runCLI(t, "config", "--example")
 	if r.code != 0 || r.stdout == "" {
 		t.Fatalf("config: %v", r)
 	}
