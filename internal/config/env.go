@@ -144,9 +144,9 @@ func (c *Config) unknownVariable(name string) string {
 		}
 	}
 	msg := name + " is not a driftguard variable"
-	// Past half the distinctive part (after the prefix) the names share
-	// too little for the suggestion to help.
-	if bestDistance >= 0 && bestDistance <= max(2, (len(best)-len(envPrefix))/2) {
+	// Past half the distinctive part (after the prefix) of the longer name
+	// the two share too little for the suggestion to help.
+	if bestDistance >= 0 && bestDistance <= max(2, (max(len(name), len(best))-len(envPrefix))/2) {
 		msg += "; did you mean " + best + "?"
 	}
 	return msg
@@ -174,9 +174,10 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// set parses value by the field's type and stores it in c.
-func (v EnvVariable) set(c *Config, value string) error {
-	field := reflect.ValueOf(c).Elem()
+// set parses value by the field's type and stores it in the field of
+// root, a pointer to the struct the variable was collected from.
+func (v EnvVariable) set(root any, value string) error {
+	field := reflect.ValueOf(root).Elem()
 	for _, i := range v.index {
 		if field.Kind() == reflect.Pointer {
 			if field.IsNil() {
