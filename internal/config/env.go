@@ -76,8 +76,9 @@ func collectEnv(t reflect.Type, path string, index []int) []EnvVariable {
 }
 
 // applyEnv applies the DRIFTGUARD_* variables of environ: those of the
-// `env` tags, then the streams' secrets. A variable set to the empty string
-// sets its key to the zero value, which means the documented default. A
+// `env` tags and the streams' secrets. A variable set to the empty string
+// sets nothing, as if unset: the file's value or the default stays (an
+// optional Secret that is missing must not blank the file's setting). A
 // variable with the prefix that driftguard does not read is warned about,
 // with the closest name it does read.
 func (c *Config) applyEnv(environ []string) error {
@@ -91,10 +92,13 @@ func (c *Config) applyEnv(environ []string) error {
 			continue
 		}
 		if v, ok := byName[name]; ok {
+			if value == "" {
+				continue
+			}
 			if err := v.set(c, value); err != nil {
 				return err
 			}
-			c.setFromEnv(v.Path, name, value)
+			c.setFromEnv(v.Path, name)
 			continue
 		}
 		if stream, ok := strings.CutPrefix(name, streamSecretsPrefix); ok {
@@ -102,8 +106,11 @@ func (c *Config) applyEnv(environ []string) error {
 			if s == nil {
 				return fmt.Errorf("config: %s names stream %q, which is not in the catalogue", name, strings.ToLower(stream))
 			}
+			if value == "" {
+				continue
+			}
 			s.Signature.Secrets = splitList(value)
-			c.setFromEnv("streams."+s.Name+".signature.secrets", name, value)
+			c.setFromEnv("streams."+s.Name+".signature.secrets", name)
 			continue
 		}
 		if slices.Contains(NonConfigVariables, name) || strings.HasPrefix(name, TestVariablePrefix) {
@@ -114,12 +121,8 @@ func (c *Config) applyEnv(environ []string) error {
 	return nil
 }
 
-// setFromEnv records that name set the key at path, unless it was empty:
-// then the key has its default.
-func (c *Config) setFromEnv(path, name, value string) {
-	if value == "" {
-		return
-	}
+// setFromEnv records that name set the key at path.
+func (c *Config) setFromEnv(path, name string) {
 	if c.fromEnv == nil {
 		c.fromEnv = map[string]string{}
 	}
@@ -195,12 +198,8 @@ func (v EnvVariable) set(root any, value string) error {
 
 // parseInto sets field from value: strings as they are, lists as comma
 // lists, numbers, durations (5s, 100ms) and booleans (true, false, 1, 0) as
-// Go writes them. The empty string is the zero value.
+// Go writes them.
 func parseInto(field reflect.Value, value string) error {
-	if value == "" {
-		field.SetZero()
-		return nil
-	}
 	if field.Kind() == reflect.Pointer {
 		elem := reflect.New(field.Type().Elem())
 		if err := parseInto(elem.Elem(), value); err != nil {

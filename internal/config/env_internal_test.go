@@ -69,15 +69,6 @@ func TestEnvSetsEveryKind(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
 	}
-	// Empty is the zero value: the documented default.
-	for _, v := range vars {
-		if err := v.set(&got, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if want := (envKinds{PN: got.PN}); !reflect.DeepEqual(got, want) || got.PN.I != 0 {
-		t.Errorf("after empty values: %+v, want zero values", got)
-	}
 }
 
 func TestEnvRefusesWhatDoesNotParseNamingVariableAndPath(t *testing.T) {

@@ -194,3 +194,22 @@ streams:
 }
 
 var regexpFromEnv = regexp.MustCompile(` # from DRIFTGUARD_[A-Z_]+`)
+
+// An empty variable sets nothing: the file's value stays.
+func TestLoadEmptyVariableKeepsTheFile(t *testing.T) {
+	path := testenv.WriteConfig(t, "", `
+kafka: {brokers: [file:9092]}
+clickhouse: {database: fromfile}
+streams:
+  presence: {signature: {secrets: [`+validSecret+`]}}
+`)
+	cfg := mustLoad(t, path, []string{"DRIFTGUARD_KAFKA_BROKERS=", "DRIFTGUARD_CLICKHOUSE_DATABASE=", "DRIFTGUARD_SECRETS_PRESENCE="})
+	checkFields(t, []field{
+		{"kafka.brokers", cfg.Kafka.Brokers, []string{"file:9092"}},
+		{"clickhouse.database", cfg.ClickHouse.Database, "fromfile"},
+		{"presence secrets", cfg.Streams["presence"].Signature.Secrets, []string{validSecret}},
+	})
+	if len(cfg.Warnings) > 0 {
+		t.Errorf("warnings %q, want none", cfg.Warnings)
+	}
+}
