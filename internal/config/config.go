@@ -580,7 +580,7 @@ func validIdent(s string) bool {
 }
 
 // Example returns a commented configuration file showing every key with its
-// default, for `driftguard config`.
+// default, for `driftguard config --example`.
 func Example() []byte { return []byte(exampleYAML) }
 
 const exampleYAML = `# driftguard configuration. Every key is optional; shown are the defaults.
