@@ -10,7 +10,7 @@ import (
 )
 
 // The environment overrides the file through `env` struct tags: a field
-// tagged `env:"DRIFTGUARD_X"` is set from DRIFTGUARD_X, parsed by its type.
+// tagged `env:"DRIFTGUARD_..."` is set from that variable, parsed by its type.
 // A new setting needs only its tag; DRIFTGUARD_SECRETS_<STREAM> is the one
 // variable not read this way, since its name depends on the catalogue.
 

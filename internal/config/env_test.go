@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/base64"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -211,5 +214,63 @@ streams:
 	})
 	if len(cfg.Warnings) > 0 {
 		t.Errorf("warnings %q, want none", cfg.Warnings)
+	}
+}
+
+// variableName is a DRIFTGUARD_* name as code, scripts and the chart write
+// it; one ending in _ (or followed by * or <) is a prefix, not a name.
+var variableName = regexp.MustCompile(`DRIFTGUARD_[A-Z0-9_]*[*<]?`)
+
+// Every DRIFTGUARD_* variable that the code, the scripts, the Taskfile or
+// the chart read or set is one driftguard knows: a variable of the
+// configuration (an `env` tag), a stream's secrets, a test's, or one of
+// NonConfigVariables. Otherwise setting it would warn as a typo, or, set
+// by the chart, configure nothing.
+func TestEveryVariableInTheTreeIsKnown(t *testing.T) {
+	known := map[string]bool{}
+	for _, v := range config.EnvVariables() {
+		known[v.Name] = true
+	}
+	for _, name := range config.NonConfigVariables {
+		known[name] = true
+	}
+	root := filepath.Join("..", "..")
+	found := 0
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if name == ".git" || name == "node_modules" || name == "testdata" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		// Tests name unknown variables on purpose.
+		if strings.HasSuffix(name, "_test.go") || !(strings.HasSuffix(name, ".go") || strings.HasSuffix(name, ".sh") ||
+			strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml") || strings.HasSuffix(name, ".tpl") || name == "Containerfile") {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, v := range variableName.FindAllString(string(data), -1) {
+			found++
+			switch {
+			case strings.HasSuffix(v, "_"), strings.HasSuffix(v, "*"), strings.HasSuffix(v, "<"):
+			case known[v], strings.HasPrefix(v, config.TestVariablePrefix), strings.HasPrefix(v, "DRIFTGUARD_SECRETS_"):
+			default:
+				t.Errorf("%s: %s is neither a config variable (an `env` tag of config.Config) nor in config.NonConfigVariables", path, v)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found == 0 {
+		t.Fatal("no DRIFTGUARD_* variable found in the tree")
 	}
 }
