@@ -109,7 +109,7 @@ func (c *Config) applyEnv(environ []string) error {
 			if value == "" {
 				continue
 			}
-			s.Signature.Secrets = splitList(value)
+			s.Signature.Secrets = SplitList(value)
 			c.setFromEnv("streams."+s.Name+".signature.secrets", name)
 			continue
 		}
@@ -244,7 +244,7 @@ func parseInto(field reflect.Value, value string) error {
 		}
 		field.SetFloat(f)
 	case reflect.Slice:
-		parts := splitList(value)
+		parts := SplitList(value)
 		list := reflect.MakeSlice(field.Type(), len(parts), len(parts))
 		for i, p := range parts {
 			if err := parseInto(list.Index(i), p); err != nil {
@@ -259,7 +259,9 @@ func parseInto(field reflect.Value, value string) error {
 	return nil
 }
 
-func splitList(s string) []string {
+// SplitList splits a comma-separated list, a variable's or a flag's,
+// dropping spaces around items and empty items.
+func SplitList(s string) []string {
 	var out []string
 	for _, part := range strings.Split(s, ",") {
 		if part = strings.TrimSpace(part); part != "" {
