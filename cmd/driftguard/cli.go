@@ -25,6 +25,10 @@ type command struct {
 	summary string
 	// noConfig: the command loads no configuration (and takes no --config).
 	noConfig bool
+	// noConfigFlag names a bool flag that, set, makes the command load no
+	// configuration: `config --example` prints the example file even
+	// where the configuration in force is broken.
+	noConfigFlag string
 	// component: the command runs a component, which logs the build at
 	// start and sends its continuous profiles where configured.
 	component bool
@@ -53,7 +57,7 @@ var commands = []command{
 	{name: "token", args: "--user U [--streams a,b] [--ttl 1h]", summary: "print a token for the bridge, signed with bridge.secret", flags: tokenFlags},
 	{name: "migrate", args: "[--print]", summary: "create or upgrade the ClickHouse database and tables (--print: only print the DDL)", flags: migrateFlags},
 	{name: "topics", args: "[--check]", summary: "create and check every Kafka topic of the catalogue (--check: only check)", flags: topicsFlags},
-	{name: "config", args: "[--example]", summary: "print the configuration in force, secrets redacted (--example: a commented example file)", flags: configFlags},
+	{name: "config", args: "[--example]", summary: "print the configuration in force, secrets redacted (--example: a commented example file)", noConfigFlag: "example", flags: configFlags},
 	{name: "version", summary: "print the version and the VCS revision the binary was built from", noConfig: true, flags: func(*flag.FlagSet) runner { return printVersion }},
 }
 
@@ -126,7 +130,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	env := &environment{stdout: stdout, stderr: stderr, log: telemetry.OrDiscard(nil)}
-	if !c.noConfig {
+	if !c.noConfig && !(c.noConfigFlag != "" && fs.Lookup(c.noConfigFlag).Value.String() == "true") {
 		cfg, err := config.Load(*configPath, os.Environ())
 		if err != nil {
 			fmt.Fprintf(stderr, "driftguard: configuration is not valid:\n%s\n", indent(err.Error()))
