@@ -191,6 +191,10 @@ func (v EnvVariable) set(root any, value string) error {
 		field = field.Field(i)
 	}
 	if err := parseInto(field, value); err != nil {
+		if v.field.Tag.Get("redact") == "true" {
+			// The error quotes the value: not a secret's.
+			return fmt.Errorf("config: %s (%s): the value is not a %s", v.Name, v.Path, field.Type())
+		}
 		return fmt.Errorf("config: %s (%s): %w", v.Name, v.Path, err)
 	}
 	return nil

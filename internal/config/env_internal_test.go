@@ -12,18 +12,19 @@ import (
 // envKinds has a field of every type the environment can set, nested as
 // the configuration nests them.
 type envKinds struct {
-	S  string          `yaml:"s" env:"DRIFTGUARD_K_S"`
-	L  []string        `yaml:"l" env:"DRIFTGUARD_K_L"`
-	I  int             `yaml:"i" env:"DRIFTGUARD_K_I"`
-	I6 int64           `yaml:"i6" env:"DRIFTGUARD_K_I6"`
-	U  uint16          `yaml:"u" env:"DRIFTGUARD_K_U"`
-	F  float64         `yaml:"f" env:"DRIFTGUARD_K_F"`
-	D  time.Duration   `yaml:"d" env:"DRIFTGUARD_K_D"`
-	B  bool            `yaml:"b" env:"DRIFTGUARD_K_B"`
-	PB *bool           `yaml:"pb" env:"DRIFTGUARD_K_PB"`
-	DL []time.Duration `yaml:"dl" env:"DRIFTGUARD_K_DL"`
-	P  policyAlias     `yaml:"p" env:"DRIFTGUARD_K_P"`
-	N  struct {
+	S   string          `yaml:"s" env:"DRIFTGUARD_K_S"`
+	L   []string        `yaml:"l" env:"DRIFTGUARD_K_L"`
+	I   int             `yaml:"i" env:"DRIFTGUARD_K_I"`
+	I6  int64           `yaml:"i6" env:"DRIFTGUARD_K_I6"`
+	U   uint16          `yaml:"u" env:"DRIFTGUARD_K_U"`
+	F   float64         `yaml:"f" env:"DRIFTGUARD_K_F"`
+	D   time.Duration   `yaml:"d" env:"DRIFTGUARD_K_D"`
+	B   bool            `yaml:"b" env:"DRIFTGUARD_K_B"`
+	PB  *bool           `yaml:"pb" env:"DRIFTGUARD_K_PB"`
+	DL  []time.Duration `yaml:"dl" env:"DRIFTGUARD_K_DL"`
+	P   policyAlias     `yaml:"p" env:"DRIFTGUARD_K_P"`
+	Pin int             `yaml:"pin" env:"DRIFTGUARD_K_PIN" redact:"true"`
+	N   struct {
 		S string `yaml:"s" env:"DRIFTGUARD_K_N_S"`
 	} `yaml:"nested"`
 	PN *struct {
@@ -41,7 +42,7 @@ func TestEnvSetsEveryKind(t *testing.T) {
 		"DRIFTGUARD_K_S": "text", "DRIFTGUARD_K_L": " a, b,,c ", "DRIFTGUARD_K_I": "-7", "DRIFTGUARD_K_I6": "9000000000",
 		"DRIFTGUARD_K_U": "65535", "DRIFTGUARD_K_F": "1.5", "DRIFTGUARD_K_D": "1m30s", "DRIFTGUARD_K_B": "true",
 		"DRIFTGUARD_K_PB": "false", "DRIFTGUARD_K_DL": "1s,2ms", "DRIFTGUARD_K_P": "gapless",
-		"DRIFTGUARD_K_N_S": "inner", "DRIFTGUARD_K_PN_I": "3",
+		"DRIFTGUARD_K_N_S": "inner", "DRIFTGUARD_K_PN_I": "3", "DRIFTGUARD_K_PIN": "1234",
 	}
 	paths := map[string]string{}
 	var got envKinds
@@ -61,7 +62,7 @@ func TestEnvSetsEveryKind(t *testing.T) {
 	}
 	f := false
 	want := envKinds{S: "text", L: []string{"a", "b", "c"}, I: -7, I6: 9_000_000_000, U: 65535, F: 1.5, D: 90 * time.Second,
-		B: true, PB: &f, DL: []time.Duration{time.Second, 2 * time.Millisecond}, P: "gapless"}
+		B: true, PB: &f, DL: []time.Duration{time.Second, 2 * time.Millisecond}, P: "gapless", Pin: 1234}
 	want.N.S = "inner"
 	want.PN = &struct {
 		I int `yaml:"i" env:"DRIFTGUARD_K_PN_I"`
@@ -91,6 +92,16 @@ func TestEnvRefusesWhatDoesNotParseNamingVariableAndPath(t *testing.T) {
 	}
 	if len(bad) > 0 {
 		t.Errorf("not collected: %v", bad)
+	}
+	// A secret's value is not quoted back.
+	for _, v := range collectEnv(reflect.TypeFor[envKinds](), "", nil) {
+		if v.Name != "DRIFTGUARD_K_PIN" {
+			continue
+		}
+		var got envKinds
+		if err := v.set(&got, "hunter2"); err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "DRIFTGUARD_K_PIN (pin)") {
+			t.Errorf("DRIFTGUARD_K_PIN=hunter2: error %v, want one naming the variable and its key, not the value", err)
+		}
 	}
 }
 
