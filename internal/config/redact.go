@@ -59,6 +59,18 @@ func (c Config) String() string { return redactedString(&c) }
 // LogValue logs the configuration with its secrets redacted.
 func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
 
+// String shows the settings, any secret among them (SASL's) redacted.
+func (k Kafka) String() string { return redactedString(k) }
+
+// LogValue logs the settings, any secret among them redacted.
+func (k Kafka) LogValue() slog.Value { return slog.StringValue(k.String()) }
+
+// String shows the settings, any secret among them (Pyroscope's) redacted.
+func (t Telemetry) String() string { return redactedString(t) }
+
+// LogValue logs the settings, any secret among them redacted.
+func (t Telemetry) LogValue() slog.Value { return slog.StringValue(t.String()) }
+
 // String shows the settings, the password redacted.
 func (c ClickHouse) String() string { return redactedString(c) }
 
