@@ -74,7 +74,7 @@ func ClientTLS(path, caFile, certFile, keyFile, serverName string) (*tls.Config,
 }
 
 // Addrs returns the addresses of clickhouse.addr, a comma-separated list.
-func (c ClickHouse) Addrs() []string { return splitList(c.Addr) }
+func (c ClickHouse) Addrs() []string { return SplitList(c.Addr) }
 
 // validate checks the ClickHouse settings, each error prefixed with its path.
 func (c ClickHouse) validate() []error {
