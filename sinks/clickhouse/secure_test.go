@@ -2,6 +2,13 @@ package clickhouse_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"net"
 	"strings"
 	"testing"
@@ -59,6 +66,10 @@ func TestOpenNamesTheSettingItFailsOn(t *testing.T) {
 	wrongPassword.Password = "not-" + secure.Password
 	systemRoots := secure
 	systemRoots.TLS = config.ClickHouseTLS{Enabled: true}
+	otherCA := secure
+	otherCA.TLS.CAFile = writeSelfSignedCA(t)
+	otherName := secure
+	otherName.TLS.ServerName = "elsewhere.example"
 	plainPort := secure
 	plainPort.Addr = testenv.ClickHouse(t)
 	for _, tc := range []struct {
@@ -68,6 +79,8 @@ func TestOpenNamesTheSettingItFailsOn(t *testing.T) {
 	}{
 		{"wrong password", wrongPassword, []string{`user "` + secure.Username + `" was refused`, "clickhouse.password"}},
 		{"CA not trusted", systemRoots, []string{"clickhouse.tls.ca_file", "certificate"}},
+		{"another CA", otherCA, []string{"clickhouse.tls.ca_file", otherCA.TLS.CAFile}},
+		{"another name", otherName, []string{"clickhouse.tls.server_name"}},
 		{"TLS to the plain port", plainPort, []string{"clickhouse.addr", "secure native port"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -140,4 +153,24 @@ func listen(t *testing.T, silent bool) string {
 		}
 	}()
 	return ln.Addr().String()
+}
+
+// writeSelfSignedCA writes the PEM certificate of a CA made now, which
+// signed nothing the server presents, and returns its file.
+func writeSelfSignedCA(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "another CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testenv.WriteFile(t, t.TempDir(), "ca.crt", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
 }
