@@ -15,6 +15,7 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
 )
@@ -43,7 +44,7 @@ func TestSpecsPerPolicy(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(string(tc.policy), func(t *testing.T) {
 			s := &config.Stream{Name: "s", Policy: tc.policy, EphemeralTypes: tc.ephemeral, Limits: config.Limits{Partitions: 4}}
-			specs := topics.Specs(s)
+			specs := topics.Specs(naming.Prefixes{}, s)
 			if len(specs) != len(tc.want) {
 				t.Errorf("%d topics, want %d: %+v", len(specs), len(tc.want), specs)
 			}
@@ -64,14 +65,6 @@ func TestSpecsPerPolicy(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// The goka group table follows goka's "<group>-table" naming, so the group
-// must be the stream name for goka to find it.
-func TestTableTopicIsGokaGroupTable(t *testing.T) {
-	if got, want := topics.For("presence").Table, topics.Group("presence")+"-table"; got != want {
-		t.Errorf("table topic %q, want goka's %q", got, want)
 	}
 }
 
@@ -139,7 +132,7 @@ func newFixtureWith(t *testing.T, brokers []string, kafkaYAML string) *fixture {
 	}
 	adm := kadm.NewClient(cl)
 	specs := map[string]topics.Spec{}
-	for _, spec := range topics.Specs(s) {
+	for _, spec := range topics.Specs(naming.Prefixes{}, s) {
 		specs[spec.Name] = spec
 	}
 	t.Cleanup(func() {
@@ -331,7 +324,7 @@ func testEnsureCheckOnlyReportsMissing(t *testing.T, brokers []string) {
 
 func testEnsureRejectsWrongPartitionCount(t *testing.T, brokers []string) {
 	f := newFixture(t, brokers)
-	state := topics.For(f.stream.Name).State
+	state := naming.Prefixes{}.For(f.stream.Name).State
 	f.createTopic(t, state, 2, "compact")
 
 	statuses, err := f.ensure(t, true)
@@ -365,7 +358,7 @@ func testEnsureRejectsWrongPartitionCount(t *testing.T, brokers []string) {
 
 func testEnsureRejectsWrongCleanupPolicy(t *testing.T, brokers []string) {
 	f := newFixture(t, brokers)
-	names := topics.For(f.stream.Name)
+	names := naming.Prefixes{}.For(f.stream.Name)
 	// A table that deletes old segments loses entities; an input that
 	// compacts loses history.
 	f.createTopic(t, names.Table, partitions, "delete")
@@ -401,7 +394,7 @@ func testEnsureChecksTopicCreatedAfterListing(t *testing.T, brokers []string) {
 	if _, err := kafka.EnsureTopics(f.ctx, cl, f.cfg, false); err == nil {
 		t.Fatal("check-only Ensure passed before any topic existed")
 	}
-	names := topics.For(f.stream.Name)
+	names := naming.Prefixes{}.For(f.stream.Name)
 	f.createTopic(t, names.In, 1, "delete")
 
 	statuses, err := kafka.EnsureTopics(f.ctx, cl, f.cfg, true)
@@ -479,7 +472,7 @@ func checkDurableConfigs(t *testing.T, configs map[string]map[string]kadm.Config
 // processors start anyway.
 func TestEnsureReportsUncleanElectionAsWeak(t *testing.T) {
 	f := newFixture(t, testenv.Kafka(t))
-	in := topics.For(f.stream.Name).In
+	in := naming.Prefixes{}.For(f.stream.Name).In
 	yes, del := "true", "delete"
 	resp, err := f.adm.CreateTopic(f.ctx, partitions, 1, map[string]*string{"cleanup.policy": &del, "unclean.leader.election.enable": &yes}, in)
 	if err == nil {
