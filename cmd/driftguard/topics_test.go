@@ -213,7 +213,7 @@ func TestTopicsCheckReportsWeakTopicsOnTheCluster(t *testing.T) {
 	for topic, want := range map[string]string{
 		names.In: "3 1 weak", names.Table: "3 2 weak", names.State: "2 2 weak", names.Outcomes: "3 2 ok", names.DLQ: "3 2 ok",
 	} {
-		if got := strings.Join(rows[topic][2:], " "); got != want {
+		if got := strings.Join(rows[topic][3:], " "); got != want {
 			t.Errorf("%s: row %v, want replicas, min ISR and status %s", topic, rows[topic], want)
 		}
 	}

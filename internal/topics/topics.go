@@ -37,6 +37,15 @@ func (s Spec) CleanupPolicy() string { return s.Configs["cleanup.policy"] }
 // Retention of the spec: its retention.ms, "" for a compacted topic.
 func (s Spec) Retention() string { return s.Configs[configRetention] }
 
+// RetentionText is the spec's retention as a duration (168h), "-" for a
+// compacted topic.
+func (s Spec) RetentionText() string {
+	if s.Retention() == "" {
+		return "-"
+	}
+	return msText(s.Retention())
+}
+
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 
 // Specs lists every topic of the stream, named by n: the five every policy
@@ -167,7 +176,7 @@ func Unchecked(statuses []Status) error {
 // ErrMissing marks a topic of the catalogue that does not exist where it
 // was not to be created: `driftguard topics --check`, and the processors
 // under `process --no-create`.
-var ErrMissing = errors.New("topic is missing")
+var ErrMissing = errors.New("missing")
 
 // ErrMismatch marks a topic that exists with the wrong shape. It is never
 // fixed automatically: repartitioning moves keys away from their state.
@@ -216,7 +225,7 @@ func Ensure(ctx context.Context, adm *kadm.Client, n naming.Prefixes, streams []
 	var errs []error
 	if len(missing) > 0 && !create {
 		for _, spec := range missing {
-			errs = append(errs, fmt.Errorf("%w: %s; create the catalogue's topics with `driftguard topics` (an admin's task where the processors run with --no-create)", ErrMissing, spec.Name))
+			errs = append(errs, fmt.Errorf("topic %s is %w; create the catalogue's topics with `driftguard topics` (an admin's task where the processors run with --no-create)", spec.Name, ErrMissing))
 		}
 	}
 	// Listed again only when topics were created: the first listing holds
@@ -425,13 +434,21 @@ func fewestReplicas(td kadm.TopicDetail) int {
 	return max(fewest, 0)
 }
 
-// msText is a retention.ms as a duration.
+// msText is a retention.ms as a duration, as the config writes it: 168h,
+// 10m.
 func msText(v string) string {
 	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
+	if err != nil || n < 0 {
 		return v
 	}
-	return (time.Duration(n) * time.Millisecond).String()
+	d := (time.Duration(n) * time.Millisecond).String()
+	if strings.HasSuffix(d, "m0s") {
+		d = strings.TrimSuffix(d, "0s")
+	}
+	if strings.HasSuffix(d, "h0m") {
+		d = strings.TrimSuffix(d, "0m")
+	}
+	return d
 }
 
 func samePolicy(got, want string) bool {
