@@ -449,8 +449,8 @@ func (s *Stream) validate(path string) []error {
 	if s.Limits.MaxBodyBytes < 1 {
 		add("limits.max_body_bytes", "must be positive")
 	} else if most := MaxBodyFor(s); s.Limits.MaxBodyBytes > most {
-		add("limits.max_body_bytes", "%d is over %d, the most a record of %s.in can carry within Kafka's default max.message.bytes (%d) beside its headers and %d bytes for its key, event id and type",
-			s.Limits.MaxBodyBytes, most, s.Name, record.DefaultMaxMessageBytes, record.IdentityAllowanceBytes)
+		add("limits.max_body_bytes", "%d is over %d, the most a record of the stream's input topic (<stream>.in) can carry within Kafka's default max.message.bytes (%d) beside its headers and %d bytes for its key, event id and type",
+			s.Limits.MaxBodyBytes, most, record.DefaultMaxMessageBytes, record.IdentityAllowanceBytes)
 	}
 	if s.Limits.Buffer < 1 || s.Limits.Buffer > 100000 {
 		add("limits.buffer", "must be between 1 and 100000, got %d", s.Limits.Buffer)
