@@ -68,6 +68,33 @@ func TestSpecsPerPolicy(t *testing.T) {
 	}
 }
 
+// Each delete-policy topic takes its retention from the stream's
+// retention keys, under the topic prefix, and knows the key it came from;
+// the compacted ones have none.
+func TestSpecsRetentionUnderPrefix(t *testing.T) {
+	s := &config.Stream{Name: "s", Policy: config.PolicyGapless, EphemeralTypes: []string{"typing"}, Limits: config.Limits{Partitions: 2},
+		Retention: config.Retention{In: time.Hour, Outcomes: 2 * time.Hour, DLQ: 3 * time.Hour, Replay: 4 * time.Hour, Ephemeral: 90 * time.Second}}
+	want := map[string][2]string{ // topic → retention.ms, key
+		"team-a.s.in":        {"3600000", "streams.s.retention.in"},
+		"team-a.s-table":     {"", ""},
+		"team-a.s.state":     {"", ""},
+		"team-a.s.outcomes":  {"7200000", "streams.s.retention.outcomes"},
+		"team-a.s.dlq":       {"10800000", "streams.s.retention.dlq"},
+		"team-a.s.replay":    {"14400000", "streams.s.retention.replay"},
+		"team-a.s.ephemeral": {"90000", "streams.s.retention.ephemeral"},
+	}
+	specs := topics.Specs(naming.Prefixes{TopicPrefix: "team-a.", GroupPrefix: "other."}, s)
+	if len(specs) != len(want) {
+		t.Errorf("%d topics, want %d: %+v", len(specs), len(want), specs)
+	}
+	for _, spec := range specs {
+		w, ok := want[spec.Name]
+		if got := [2]string{spec.Retention(), spec.RetentionKey}; !ok || got != w {
+			t.Errorf("%s: retention %q, want %q", spec.Name, got, w)
+		}
+	}
+}
+
 // ensureCases run against both the embedded broker and real Kafka: the same
 // code talks to either by address.
 var ensureCases = []struct {
@@ -80,6 +107,7 @@ var ensureCases = []struct {
 	{"wrong cleanup policy is a mismatch", testEnsureRejectsWrongCleanupPolicy},
 	{"topic created after an earlier listing is still checked", testEnsureChecksTopicCreatedAfterListing},
 	{"every created topic has the configured durability", testEnsureCreatesDurableTopics},
+	{"another retention is reported with its fix, not changed, not refused", testEnsureReportsOtherRetention},
 }
 
 func TestEnsureTopics(t *testing.T) {
@@ -311,8 +339,8 @@ func testEnsureCheckOnlyReportsMissing(t *testing.T, brokers []string) {
 			t.Errorf("the error does not name the missing topic %s:\n%s", name, msg)
 		}
 	}
-	if errors.Is(err, topics.ErrMismatch) {
-		t.Errorf("a missing topic is not a mismatch: %v", err)
+	if errors.Is(err, topics.ErrMismatch) || !errors.Is(err, topics.ErrMissing) {
+		t.Errorf("a missing topic is ErrMissing, not a mismatch: %v", err)
 	}
 	if len(statuses) != 0 {
 		t.Errorf("statuses for missing topics: %+v", statuses)
@@ -400,6 +428,49 @@ func testEnsureChecksTopicCreatedAfterListing(t *testing.T, brokers []string) {
 	statuses, err := kafka.EnsureTopics(f.ctx, cl, f.cfg, true)
 	if !errors.Is(err, topics.ErrMismatch) || !strings.Contains(err.Error(), "topic "+names.In+" has 1 partitions") {
 		t.Fatalf("Ensure = %v, want a mismatch naming %s; statuses %+v", err, names.In, statuses)
+	}
+}
+
+// A delete-policy topic made behind driftguard's back with another
+// retention than the catalogue's is reported (Drift) with the command that
+// fixes it, and left as it is: a shorter retention would delete records.
+// It is no error of Ensure, so the processors start.
+func testEnsureReportsOtherRetention(t *testing.T, brokers []string) {
+	f := newFixture(t, brokers)
+	dlq := naming.Prefixes{}.For(f.stream.Name).DLQ
+	hour, del := "3600000", "delete"
+	resp, err := f.adm.CreateTopic(f.ctx, partitions, 1, map[string]*string{"cleanup.policy": &del, "retention.ms": &hour}, dlq)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("creating %s: %v", dlq, err)
+	}
+	f.waitForTopics(t, dlq)
+
+	statuses, err := f.ensure(t, true)
+	if err != nil {
+		t.Fatalf("another retention stops Ensure: %v", err)
+	}
+	drift := topics.Drift(statuses)
+	if !errors.Is(drift, topics.ErrDrift) {
+		t.Fatalf("Drift = %v, want an error wrapping ErrDrift", drift)
+	}
+	for _, want := range []string{
+		"topic " + dlq + " has retention.ms=3600000 but streams." + f.stream.Name + ".retention.dlq is 336h (retention.ms=1209600000)",
+		"--entity-name " + dlq + " --add-config retention.ms=1209600000",
+	} {
+		if !strings.Contains(drift.Error(), want) {
+			t.Errorf("the report does not say %q:\n%v", want, drift)
+		}
+	}
+	for _, s := range statuses {
+		if s.Spec.Name != dlq && len(s.Drift) > 0 {
+			t.Errorf("%s, created with the catalogue's retention, drifts: %q", s.Spec.Name, s.Drift)
+		}
+	}
+	if c := f.describe(t, dlq)[dlq]["retention.ms"]; c.MaybeValue() != hour {
+		t.Errorf("%s: retention.ms=%s after Ensure, want it left at %s", dlq, c.MaybeValue(), hour)
 	}
 }
 
