@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -20,13 +19,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"github.com/driftguard/driftguard/ingest"
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
-	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
-	"github.com/driftguard/driftguard/processors"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
 )
 
@@ -96,17 +92,7 @@ func TestPrefixesOnEveryTopicGroupAndTransactionalID(t *testing.T) {
 	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse.Database, nil); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	log, ops, brokers := testenv.Logger(t), telemetry.NewOps(), cfg.Kafka.Brokers
-	runServices(t, ctx, "prefixed pipeline",
-		ingest.NewService(ingest.ServiceOptions{Config: cfg, Brokers: brokers, Logger: log, Ops: ops, Listener: ln, OpsOnListener: true}),
-		processors.NewService(processors.ServiceOptions{Config: cfg, Brokers: brokers, Logger: log, Ops: ops, InMemoryTables: true}),
-		sinkch.New(sinkch.Options{Config: cfg, Brokers: brokers, Conn: conn, Logger: log, Ops: ops}))
-	p := &pipeline{cfg: cfg, stream: stream, url: "http://" + ln.Addr().String(), ch: conn}
-	p.waitReady(t, ctx)
+	p := runPipeline(t, ctx, cfg, conn)
 	p.send(t, ctx, []delivery{{ID: "p-1", Key: "alice", Version: 1,
 		Body: testenv.Presence{EventID: "p-1", User: "alice", Version: 1}.Body()}})
 

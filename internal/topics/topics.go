@@ -131,10 +131,16 @@ var ErrWeak = errors.New("topic is less durable than configured")
 // Weak returns an error wrapping ErrWeak that names every weakness of the
 // statuses, or nil when there is none.
 func Weak(statuses []Status) error {
+	return report(statuses, ErrWeak, func(s Status) []string { return s.Weak })
+}
+
+// report returns an error joining, for each finding of each status, one
+// that wraps sentinel and names the topic; nil without findings.
+func report(statuses []Status, sentinel error, findings func(Status) []string) error {
 	var errs []error
 	for _, s := range statuses {
-		for _, w := range s.Weak {
-			errs = append(errs, fmt.Errorf("%w: topic %s %s", ErrWeak, s.Spec.Name, w))
+		for _, f := range findings(s) {
+			errs = append(errs, fmt.Errorf("%w: topic %s %s", sentinel, s.Spec.Name, f))
 		}
 	}
 	return errors.Join(errs...)
@@ -149,28 +155,21 @@ var ErrDrift = errors.New("topic setting differs from the catalogue")
 // Drift returns an error wrapping ErrDrift that names every setting of the
 // statuses that differs from the catalogue, or nil when none does.
 func Drift(statuses []Status) error {
-	var errs []error
-	for _, s := range statuses {
-		for _, d := range s.Drift {
-			errs = append(errs, fmt.Errorf("%w: topic %s %s", ErrDrift, s.Spec.Name, d))
-		}
-	}
-	return errors.Join(errs...)
+	return report(statuses, ErrDrift, func(s Status) []string { return s.Drift })
 }
 
 // ErrUnchecked marks a topic whose configs the principal may not read.
-var ErrUnchecked = errors.New("topic configs not checked")
+var ErrUnchecked = errors.New("topic configs not read")
 
 // Unchecked returns an error wrapping ErrUnchecked for every status whose
 // configs could not be read, or nil.
 func Unchecked(statuses []Status) error {
-	var errs []error
-	for _, s := range statuses {
-		if s.Unchecked != "" {
-			errs = append(errs, fmt.Errorf("%w: topic %s: %s", ErrUnchecked, s.Spec.Name, s.Unchecked))
+	return report(statuses, ErrUnchecked, func(s Status) []string {
+		if s.Unchecked == "" {
+			return nil
 		}
-	}
-	return errors.Join(errs...)
+		return []string{s.Unchecked}
+	})
 }
 
 // ErrMissing marks a topic of the catalogue that does not exist where it
@@ -341,7 +340,7 @@ func check(ctx context.Context, adm *kadm.Client, specs []Spec, details kadm.Top
 		if errors.Is(rc.Err, kerr.TopicAuthorizationFailed) && st != nil {
 			// Not fatal: a principal that may use a topic need not read its
 			// configs (processors with --no-create on a shared cluster).
-			st.Unchecked = fmt.Sprintf("%v: this principal lacks DESCRIBE_CONFIGS on it, so its cleanup policy, durability and retention are not checked", rc.Err)
+			st.Unchecked = fmt.Sprintf("is not checked (%v): this principal lacks DESCRIBE_CONFIGS on it, so its cleanup policy, durability and retention are not known", rc.Err)
 			continue
 		}
 		if rc.Err != nil {
