@@ -187,6 +187,8 @@ func TestRunConfigPrintsLoadableDefaults(t *testing.T) {
 		{"telemetry", cfg.Telemetry, def.Telemetry},
 		{"data_dir", cfg.DataDir, def.DataDir},
 		{"presence limits", cfg.Streams["presence"].Limits, def.Streams["presence"].Limits},
+		{"presence retention", cfg.Streams["presence"].Retention, def.Streams["presence"].Retention},
+		{"kafka prefixes", cfg.Kafka.Naming(), def.Kafka.Naming()},
 	}
 	for _, c := range checks {
 		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
@@ -56,7 +58,8 @@ func namedStream(t *testing.T, stream, head, extra string, environ ...string) (*
 // environment): `driftguard topics` creates every topic of the stream
 // under the prefix and no other; a webhook goes through ingest, the
 // processors and the sink into ClickHouse, which it can only do if each
-// of them read and wrote the prefixed topics; the processors' and the
+// of them read and wrote the prefixed topics, and the bridge serves its
+// entity from the prefixed state topic; the processors' and the
 // sink's groups, the processors' static member id and their transactional
 // id carry the group prefix, and nothing of the stream is named without it.
 func TestPrefixesOnEveryTopicGroupAndTransactionalID(t *testing.T) {
@@ -104,6 +107,28 @@ func TestPrefixesOnEveryTopicGroupAndTransactionalID(t *testing.T) {
 	if want := prefix + stream + ".outcomes"; topic != want {
 		t.Errorf("the outcome came from %s, want %s", topic, want)
 	}
+
+	// The bridge serves the entity, read from the prefixed state topic.
+	cfg.Bridge.Addr = "127.0.0.1:0"
+	bridge, page, err := devBridge(cfg, cfg.Kafka.Brokers, testenv.Logger(t), telemetry.NewOps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runServices(t, ctx, "bridge", bridge)
+	base, token, _ := strings.Cut(page, "/#token=")
+	testenv.WaitFor(t, ctx, "alice's state from the bridge", func() bool {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/streams/"+stream+"/entities/alice", nil)
+		if err != nil {
+			return false
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 
 	// Groups and transactions the broker knows of, for this stream alone.
 	var groups, txns []string
