@@ -201,6 +201,12 @@ func Ensure(ctx context.Context, adm *kadm.Client, n naming.Prefixes, streams []
 		names[i] = s.Name
 	}
 	details, err := listUncached(ctx, adm, names)
+	if errors.Is(err, kerr.TopicAuthorizationFailed) {
+		// Kafka says so of a topic that does not exist too, to whoever may
+		// not know whether it does.
+		return nil, fmt.Errorf("listing topics: %w: this principal lacks DESCRIBE on some of %s, or they are missing; an admin creates them with `driftguard topics` and grants DESCRIBE on them (docs/deploy.md)",
+			err, strings.Join(names, ", "))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("listing topics: %w", err)
 	}
@@ -208,11 +214,6 @@ func Ensure(ctx context.Context, adm *kadm.Client, n naming.Prefixes, streams []
 	var missing []Spec
 	for _, spec := range specs {
 		if d, ok := details[spec.Name]; ok && !errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
-			if errors.Is(d.Err, kerr.TopicAuthorizationFailed) {
-				// Kafka says so of a topic that does not exist too, to
-				// whoever may not know whether it does.
-				return nil, fmt.Errorf("topic %s: %w: it is missing, or this principal lacks DESCRIBE on it; an admin creates the topics with `driftguard topics` and grants the ACLs of docs/deploy.md", spec.Name, d.Err)
-			}
 			if d.Err != nil {
 				return nil, fmt.Errorf("topic %s: %w", spec.Name, d.Err)
 			}
@@ -328,6 +329,16 @@ func check(ctx context.Context, adm *kadm.Client, specs []Spec, details kadm.Top
 		return errs
 	}
 	configs, err := describeConfigs(ctx, adm, existing)
+	if errors.Is(err, kerr.TopicAuthorizationFailed) {
+		// Not fatal: a principal that may use the topics need not read
+		// their configs (processors with --no-create on a shared cluster).
+		for _, name := range existing {
+			if st := status[name]; st != nil {
+				st.Unchecked = fmt.Sprintf("is not checked (%v): this principal lacks DESCRIBE_CONFIGS on the topics, so their cleanup policy, durability and retention are not known", err)
+			}
+		}
+		return errs
+	}
 	if err != nil {
 		return append(errs, fmt.Errorf("describing topic configs: %w", err))
 	}
@@ -337,12 +348,6 @@ func check(ctx context.Context, adm *kadm.Client, specs []Spec, details kadm.Top
 	}
 	for _, rc := range configs {
 		st := status[rc.Name]
-		if errors.Is(rc.Err, kerr.TopicAuthorizationFailed) && st != nil {
-			// Not fatal: a principal that may use a topic need not read its
-			// configs (processors with --no-create on a shared cluster).
-			st.Unchecked = fmt.Sprintf("is not checked (%v): this principal lacks DESCRIBE_CONFIGS on it, so its cleanup policy, durability and retention are not known", rc.Err)
-			continue
-		}
 		if rc.Err != nil {
 			errs = append(errs, fmt.Errorf("describing topic %s: %w", rc.Name, rc.Err))
 			continue
