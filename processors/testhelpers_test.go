@@ -31,7 +31,7 @@ func startTester(t *testing.T, s *config.Stream, opts Options) (*tester.Tester, 
 			t.Errorf("processor: %v", err)
 		}
 	})
-	return tt, proc, naming.Prefixes{}.For(s.Name)
+	return tt, proc, proc.h.names
 }
 
 func outcomes(t testenv.Fataler, qt *tester.QueueTracker) []record.Outcome {
