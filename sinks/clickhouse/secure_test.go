@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
 )
 
@@ -28,7 +28,7 @@ func TestSinkAndMigrateOverTLSWithAPassword(t *testing.T) {
 	conn, c := openDatabase(t, testenv.ClickHouseSecure(t))
 	cfg := migrated(t, ctx, conn, c)
 	const rows = 500
-	if err := quietSink(cfg, conn).Insert(ctx, outcomeRecords(topics.For("presence").Outcomes, 0, rows)); err != nil {
+	if err := quietSink(cfg, conn).Insert(ctx, outcomeRecords(naming.Prefixes{}.For("presence").Outcomes, 0, rows)); err != nil {
 		t.Fatal(err)
 	}
 	// Half an INSERT: a block on its way, then the connection dropped, as
