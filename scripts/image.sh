@@ -18,10 +18,10 @@
 #                                   both (running the one this machine can),
 #                                   remove the names (the test task's step)
 #
-# The Go stage's image is GO_IMAGE if set, else docker.io/library/golang at
-# go.mod's version when it is here or can be pulled, else a stand-in made
-# here: Debian bookworm (debootstrap, from DEBIAN_MIRROR) with this
-# machine's Go of the same version, imported as
+# The Go stage's image is GO_IMAGE if set, else the Containerfile's default
+# (golang at go.mod's version) when it is here or can be pulled, else a
+# stand-in made here: Debian bookworm (debootstrap, from DEBIAN_MIRROR) with
+# this machine's Go of the same version, imported as
 # localhost/driftguard-builder:<go version> and kept as a tarball under
 # ~/.cache/driftguard so that a later run skips debootstrap.
 set -euo pipefail
@@ -41,6 +41,9 @@ DATA_DIR=/var/lib/driftguard
 CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/driftguard"
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 GO_VERSION="$(awk '$1 == "go" { print $2; exit }' "$ROOT/go.mod")"
+# The Containerfile's own Go image (its GO_IMAGE default); `check` holds its
+# tag to go.mod's version.
+OFFICIAL_GO_IMAGE="$(sed -n 's/^ARG GO_IMAGE=//p' "$ROOT/Containerfile")"
 
 # podman's run flags for the test. runc, not Debian's default crun: crun 1.8
 # refuses a host with cgroup v1 controllers beside a cgroup2 mount that still
@@ -66,12 +69,11 @@ go_image() {
     echo "$GO_IMAGE"
     return
   fi
-  local official="docker.io/library/golang:$GO_VERSION-bookworm"
-  if podman image exists "$official" || podman pull --quiet "$official" >/dev/null 2>&1; then
-    echo "$official"
+  if podman image exists "$OFFICIAL_GO_IMAGE" || podman pull --quiet "$OFFICIAL_GO_IMAGE" >/dev/null 2>&1; then
+    echo "$OFFICIAL_GO_IMAGE"
     return
   fi
-  log "cannot pull $official; using a stand-in made here"
+  log "cannot pull $OFFICIAL_GO_IMAGE; using a stand-in made here"
   stand_in
 }
 
@@ -299,6 +301,8 @@ CHECK_NAMES=()
 
 check() {
   install
+  [[ "$OFFICIAL_GO_IMAGE" == *":$GO_VERSION-"* ]] ||
+    fail "the Containerfile's GO_IMAGE $OFFICIAL_GO_IMAGE is not Go $GO_VERSION, as go.mod asks"
   GO_IMAGE="$(go_image)" # once for both builds
   trap 'if ((${#CHECK_NAMES[@]})); then podman rmi "${CHECK_NAMES[@]}" >/dev/null 2>&1 || true; fi' EXIT
   local name arch
