@@ -50,7 +50,7 @@ type rendered struct {
 	ingresses       []*networkingv1.Ingress
 	networkPolicies []*networkingv1.NetworkPolicy
 	// pods are the bare Pods: the `helm test` pod.
-	pods []*corev1.Pod
+	pods            []*corev1.Pod
 	serviceMonitors []*monitoringv1.ServiceMonitor
 	rules           []*monitoringv1.PrometheusRule
 	// annotations of every object by "Kind/name", hooks included.
