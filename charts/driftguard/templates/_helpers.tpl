@@ -199,7 +199,7 @@ mounts: (dict "prefix" "KAFKA" "tls" .Values.kafka.tls "dir" path). */}}
   value: {{ .dir }}/tls.key
 {{- end }}
 {{- with .tls.serverName }}
-- name: DRIFTGUARD_{{ .prefix }}_TLS_SERVER_NAME
+- name: DRIFTGUARD_{{ $.prefix }}_TLS_SERVER_NAME
   value: {{ . | quote }}
 {{- end }}
 {{- end }}
@@ -331,14 +331,14 @@ nil "clickhouse" bool "configMap" name, default the release's config). */}}
 - name: kafka-secrets
   projected:
     sources:
-      {{- . | nindent 6 }}
+      {{- . | trim | nindent 6 }}
 {{- end }}
 {{- if get . "clickhouse" }}
 {{- with (include "driftguard.tlsSources" .root.Values.clickhouse.tls) }}
 - name: clickhouse-secrets
   projected:
     sources:
-      {{- . | nindent 6 }}
+      {{- . | trim | nindent 6 }}
 {{- end }}
 {{- end }}
 {{- with (get ((get . "values") | default dict) "extraVolumes") }}
