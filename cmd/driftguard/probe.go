@@ -83,15 +83,7 @@ func probeWebhook(ctx context.Context, client *http.Client, signer *webhook.Sign
 	}
 	req.Header.Set("Content-Type", "application/json")
 	signer.Sign(req.Header, id, body, time.Now())
-	status, answer, err := probeDo(client, req)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "POST %s: %d %s\n", url, status, answer)
-	if status != http.StatusAccepted {
-		return fmt.Errorf("POST %s answered %d, want 202: %s", url, status, answer)
-	}
-	return nil
+	return probeExpect(client, req, http.StatusAccepted, out)
 }
 
 // probeReady wants 200 from a /readyz URL.
@@ -100,25 +92,22 @@ func probeReady(ctx context.Context, client *http.Client, url string, out io.Wri
 	if err != nil {
 		return fmt.Errorf("--ready: %w", err)
 	}
-	status, answer, err := probeDo(client, req)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "GET %s: %d %s\n", url, status, answer)
-	if status != http.StatusOK {
-		return fmt.Errorf("GET %s answered %d, want 200: %s", url, status, answer)
-	}
-	return nil
+	return probeExpect(client, req, http.StatusOK, out)
 }
 
-// probeDo sends req and returns the status and the start of the answer,
-// on one line.
-func probeDo(client *http.Client, req *http.Request) (int, string, error) {
+// probeExpect sends req, prints the status and the start of the answer on
+// one line, and fails unless the status is want.
+func probeExpect(client *http.Client, req *http.Request, want int, out io.Writer) error {
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, "", fmt.Errorf("%s %s: %w", req.Method, req.URL, err)
+		return fmt.Errorf("%s %s: %w", req.Method, req.URL, err)
 	}
 	defer resp.Body.Close()
-	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	return resp.StatusCode, strings.Join(strings.Fields(string(answer)), " "), nil
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	answer := strings.Join(strings.Fields(string(raw)), " ")
+	fmt.Fprintf(out, "%s %s: %d %s\n", req.Method, req.URL, resp.StatusCode, answer)
+	if resp.StatusCode != want {
+		return fmt.Errorf("%s %s answered %d, want %d: %s", req.Method, req.URL, resp.StatusCode, want, answer)
+	}
+	return nil
 }

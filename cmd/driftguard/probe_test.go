@@ -1,14 +1,8 @@
 package main
 
 import (
-	"context"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/driftguard/driftguard/internal/testenv"
 )
 
 // `driftguard probe`, as the chart's helm test runs it, against a running
@@ -17,32 +11,8 @@ import (
 // body the schema refuses, or a /readyz that does not answer 200 each
 // make it exit non-zero, naming the failed check.
 func TestProbe(t *testing.T) {
-	isolateEnv(t)
-	webhooks, ops := freeLoopbackAddr(t), freeLoopbackAddr(t)
-	t.Setenv("DRIFTGUARD_KAFKA_BROKERS", strings.Join(testenv.Fake(t), ","))
-	t.Setenv("DRIFTGUARD_HTTP_ADDR", webhooks)
-	t.Setenv("DRIFTGUARD_TELEMETRY_ADDR", ops)
-	for _, s := range []string{"PRESENCE", "WORKFLOW", "CHAT", "ORDERS"} {
-		t.Setenv("DRIFTGUARD_SECRETS_"+s, demoSecret)
-	}
-	// The topics first: ingest produces to <stream>.in and creates none.
-	if r := runCLI(t, "topics"); r.code != 0 {
-		t.Fatalf("topics: %v", r)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"ingest"}, io.Discard, io.Discard) }()
-	defer func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("ingest exited %d", code)
-		}
-	}()
+	webhooks, ops := runIngestOnKfake(t)
 	readyz := "http://" + ops + "/readyz"
-	testenv.WaitFor(t, testenv.Context(t, time.Minute), "ingest ready", func() bool {
-		status, _ := get(t, readyz)
-		return status == http.StatusOK
-	})
 
 	body := `{"event_id":"probe-1","user_id":"probe","presence":"OFFLINE","sequence_number":1,"timestamp":0,"expires_at":0}`
 	webhook := []string{"probe", "--webhook", "http://" + webhooks, "--stream", "presence", "--body", body}
