@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"os"
 	"slices"
@@ -21,12 +22,10 @@ import (
 // their inputs with t.Setenv after this.
 func isolateEnv(t *testing.T) {
 	t.Helper()
-	for _, name := range []string{
-		"DRIFTGUARD_CONFIG", "DRIFTGUARD_KAFKA_BROKERS", "DRIFTGUARD_HTTP_ADDR", "DRIFTGUARD_BRIDGE_ADDR", "DRIFTGUARD_BRIDGE_SECRET",
-		"DRIFTGUARD_CLICKHOUSE_ADDR", "DRIFTGUARD_CLICKHOUSE_DATABASE", "DRIFTGUARD_DATA_DIR",
-		"DRIFTGUARD_TELEMETRY_ADDR", "DRIFTGUARD_LOG_LEVEL", "DRIFTGUARD_PYROSCOPE_ADDR", "DRIFTGUARD_CLICKHOUSE_PASSWORD",
-	} {
-		t.Setenv(name, "")
+	t.Setenv("DRIFTGUARD_CONFIG", "")
+	// Empty, a variable of the configuration sets nothing.
+	for _, v := range config.EnvVariables() {
+		t.Setenv(v.Name, "")
 	}
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
@@ -113,7 +112,7 @@ func TestRunUsageErrorsExit2(t *testing.T) {
 		{"a flag of dev on process", []string{"process", "--demo"}, "Usage: driftguard process [--config FILE] [--streams a,b]"},
 		{"an argument", []string{"topics", "extra"}, `unexpected argument "extra"`},
 		{"a stream not in the catalogue", []string{"process", "--streams", "nonexistent"}, `--streams names "nonexistent", which is not in the catalogue`},
-		{"config takes no --config", []string{"config", "--config", "x.yaml"}, "flag provided but not defined: -config"},
+		{"version takes no --config", []string{"version", "--config", "x.yaml"}, "flag provided but not defined: -config"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -150,17 +149,19 @@ func TestRunInvalidConfigExits2NamingThePath(t *testing.T) {
 	}
 }
 
-// `driftguard config` is meant to be saved and edited: what it prints must
-// load, with no unknown keys, and (its header says "shown are the
-// defaults") configure exactly the defaults.
-func TestRunConfigPrintsLoadableDefaults(t *testing.T) {
+// `driftguard config --example` is meant to be saved and edited: what it
+// prints must load, with no unknown keys, and (its header says "shown are
+// the defaults") configure exactly the defaults.
+func TestRunConfigExamplePrintsLoadableDefaults(t *testing.T) {
 	isolateEnv(t)
 	// Pin the data dir default to the home folder form the example shows.
 	home := t.TempDir()
 	t.Setenv("HOME", home)
 	t.Setenv("XDG_STATE_HOME", "")
 
-	r := runCLI(t, "config")
+	// The example needs no configuration: a broken one does not stop it.
+	t.Setenv("DRIFTGUARD_CONFIG", testenv.WriteConfig(t, "", "kafka: ["))
+	r := runCLI(t, "config", "--example")
 	if r.code != 0 || r.stdout == "" {
 		t.Fatalf("config: %v", r)
 	}
@@ -192,6 +193,68 @@ func TestRunConfigPrintsLoadableDefaults(t *testing.T) {
 		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
 			t.Errorf("%s from the example = %v, default %v", c.name, c.got, c.want)
 		}
+	}
+}
+
+// `driftguard config` prints the configuration in force, file and
+// environment over the defaults, every secret redacted wherever it was
+// set, and warns on stderr of a variable that looks like a typo.
+func TestRunConfigPrintsTheConfigurationInForceRedacted(t *testing.T) {
+	isolateEnv(t)
+	fileSecret := "whsec_" + base64.StdEncoding.EncodeToString([]byte("a webhook secret kept in the file"))
+	envSecret := "whsec_" + base64.StdEncoding.EncodeToString([]byte("a webhook secret from environment"))
+	path := testenv.WriteConfig(t, "", `
+clickhouse: {database: fromfile, password: password-in-the-file}
+streams:
+  orders: {signature: {secrets: [`+fileSecret+`]}}
+`)
+	bridgeSecret := "a-bridge-secret-from-the-environment-0123"
+	t.Setenv("DRIFTGUARD_BRIDGE_SECRET", bridgeSecret)
+	t.Setenv("DRIFTGUARD_SECRETS_PRESENCE", envSecret)
+	t.Setenv("DRIFTGUARD_HTTP_ADDR", "127.0.0.1:18080")
+	t.Setenv("DRIFTGUARD_KAFKA_BROKER", "127.0.0.1:1")
+
+	r := runCLI(t, "config", "--config", path)
+	if r.code != 0 {
+		t.Fatalf("config: %v", r)
+	}
+	for _, secret := range []string{fileSecret, envSecret, "password-in-the-file", bridgeSecret} {
+		if strings.Contains(r.stdout, secret) || strings.Contains(r.stderr, secret) {
+			t.Errorf("config shows the secret %q: %v", secret, r)
+		}
+	}
+	for _, want := range []string{
+		`password: "[redacted]"`, `secret: "[redacted]" # from DRIFTGUARD_BRIDGE_SECRET`,
+		"database: fromfile", "addr: 127.0.0.1:18080 # from DRIFTGUARD_HTTP_ADDR",
+		// The whole catalogue is in force, not only what the file names.
+		"\n  chat:\n", "\n  workflow:\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("config does not print %q:\n%s", want, r.stdout)
+		}
+	}
+	if n := strings.Count(r.stdout, `"[redacted]"`); n != 4 {
+		t.Errorf("%d values redacted, want 4 (two passwords and secrets, two streams' secrets):\n%s", n, r.stdout)
+	}
+	if want := "DRIFTGUARD_KAFKA_BROKER is not a driftguard variable; did you mean DRIFTGUARD_KAFKA_BROKERS?"; !strings.Contains(r.stderr, want) || strings.Contains(r.stdout, want) {
+		t.Errorf("want the warning %q on stderr only: %v", want, r)
+	}
+}
+
+// `driftguard --version` (and -version) is `driftguard version`.
+func TestRunVersionFlag(t *testing.T) {
+	want := runCLI(t, "version")
+	if want.code != 0 || !strings.HasPrefix(want.stdout, "driftguard ") || strings.Count(want.stdout, "\n") != 1 {
+		t.Fatalf("version: %v", want)
+	}
+	for _, flag := range []string{"--version", "-version"} {
+		if r := runCLI(t, flag); r != want {
+			t.Errorf("%s: %v, want %v", flag, r, want)
+		}
+	}
+	// Anywhere else it is a flag no command has.
+	if r := runCLI(t, "topics", "--version"); r.code != 2 {
+		t.Errorf("topics --version: %v, want a usage error", r)
 	}
 }
 

@@ -46,7 +46,7 @@ func keepStreams(cfg *config.Config, list string) error {
 		return nil
 	}
 	keep := map[string]*config.Stream{}
-	for _, name := range splitList(list) {
+	for _, name := range config.SplitList(list) {
 		s, ok := cfg.Streams[name]
 		if !ok {
 			return fmt.Errorf("--streams names %q, which is not in the catalogue (%s)", name, strings.Join(cfg.StreamNames(), ", "))
@@ -96,24 +96,13 @@ func tokenFlags(fs *flag.FlagSet) runner {
 		case env.cfg.Bridge.Secret == "":
 			return realtime.ErrNoSecret
 		}
-		tok, err := realtime.Sign([]byte(env.cfg.Bridge.Secret), *user, splitList(*streams), time.Now().Add(*ttl))
+		tok, err := realtime.Sign([]byte(env.cfg.Bridge.Secret), *user, config.SplitList(*streams), time.Now().Add(*ttl))
 		if err != nil {
 			return err
 		}
 		_, err = fmt.Fprintln(env.stdout, tok)
 		return err
 	}
-}
-
-// splitList splits a comma-separated flag, dropping empty items.
-func splitList(s string) []string {
-	var out []string
-	for _, item := range strings.Split(s, ",") {
-		if item = strings.TrimSpace(item); item != "" {
-			out = append(out, item)
-		}
-	}
-	return out
 }
 
 // withTelemetry runs a component and serves its /metrics, /healthz and

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/webhook"
 )
 
@@ -49,7 +50,7 @@ func probeFlags(fs *flag.FlagSet) runner {
 			if name == "" {
 				name = "DRIFTGUARD_SECRETS_" + strings.ToUpper(*stream)
 			}
-			secrets := splitList(os.Getenv(name))
+			secrets := config.SplitList(os.Getenv(name))
 			if len(secrets) == 0 {
 				return usageError{fmt.Errorf("--secret-env: %s holds no secret", name)}
 			}

@@ -108,7 +108,7 @@ type Signature struct {
 	Scheme string `yaml:"scheme"`
 	// Secrets: any one of them verifies, so secrets rotate without downtime.
 	// Set them with DRIFTGUARD_SECRETS_<STREAM> rather than in the file.
-	Secrets []string `yaml:"secrets"`
+	Secrets []string `yaml:"secrets" redact:"true"`
 	// Tolerance of webhook-timestamp in both directions. Default 300s.
 	Tolerance time.Duration `yaml:"tolerance"`
 }
