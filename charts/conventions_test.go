@@ -55,10 +55,14 @@ func TestNetworkPolicies(t *testing.T) {
 			t.Errorf("security: NetworkPolicy %s: types %v, %d egress rules, want Egress and the 4 listed", np.Name, np.Spec.PolicyTypes, len(np.Spec.Egress))
 		}
 	}
-	// The bridge's public port is open to the ingress controller only.
+	// The bridge's public port is open to the ingress controller and the
+	// helm test pod only, ingest's (from: []) to anyone.
 	bridge := policyOf(t, sec, "bridge")
-	if from := bridge.Spec.Ingress[0].From; len(from) != 1 || from[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "ingress-nginx" {
-		t.Errorf("security: bridge's public port from %+v, want the ingress-nginx namespace", from)
+	if from := bridge.Spec.Ingress[0].From; len(from) != 2 || from[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "ingress-nginx" || !isTestPod(from[1]) {
+		t.Errorf("security: bridge's public port from %+v, want the ingress-nginx namespace and the test pod", from)
+	}
+	if from := policyOf(t, sec, "ingest").Spec.Ingress[0].From; len(from) != 0 {
+		t.Errorf("security: ingest's public port from %+v, want anyone", from)
 	}
 
 	off := render(t, valuesYAML(t, "processors: {networkPolicy: {enabled: false}}\nsink: {networkPolicy: {enabled: false}}"))
@@ -76,6 +80,13 @@ func policyOf(t *testing.T, r *rendered, component string) *networkingv1.Network
 	}
 	t.Fatalf("no NetworkPolicy for %s", component)
 	return nil
+}
+
+// isTestPod reports whether a peer is the release's helm test pod.
+func isTestPod(p networkingv1.NetworkPolicyPeer) bool {
+	return p.NamespaceSelector == nil && p.PodSelector != nil && equalMaps(p.PodSelector.MatchLabels, map[string]string{
+		"app.kubernetes.io/name": "driftguard", "app.kubernetes.io/instance": releaseName, "app.kubernetes.io/component": "test",
+	})
 }
 
 // publicPort is the port each component serves its users on (none for the
@@ -130,9 +141,7 @@ func checkNetworkPolicies(t *testing.T, name string, r *rendered, want map[strin
 				// The metrics port: Prometheus and the helm test pod only.
 				if !slices.ContainsFunc(rule.From, func(p networkingv1.NetworkPolicyPeer) bool {
 					return p.PodSelector != nil && p.PodSelector.MatchLabels["app.kubernetes.io/name"] == "prometheus"
-				}) || !slices.ContainsFunc(rule.From, func(p networkingv1.NetworkPolicyPeer) bool {
-					return p.PodSelector != nil && p.PodSelector.MatchLabels["app.kubernetes.io/component"] == "test" && p.NamespaceSelector == nil
-				}) || len(rule.From) != 2 {
+				}) || !slices.ContainsFunc(rule.From, isTestPod) || len(rule.From) != 2 {
 					t.Errorf("%s: metrics port from %+v, want Prometheus and the test pod", where, rule.From)
 				}
 			}
