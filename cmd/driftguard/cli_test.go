@@ -109,7 +109,7 @@ func TestRunUsageErrorsExit2(t *testing.T) {
 		// Each command takes only its own flags, and a wrong one shows
 		// that command's help.
 		{"another command's flag", []string{"migrate", "--print", "--demo", "--streams", "nonexistent"}, "flag provided but not defined: -demo\nUsage: driftguard migrate [--config FILE] [--print]"},
-		{"a flag of dev on process", []string{"process", "--demo"}, "Usage: driftguard process [--config FILE] [--streams a,b]"},
+		{"a flag of dev on process", []string{"process", "--demo"}, "Usage: driftguard process [--config FILE] [--streams a,b] [--no-create]"},
 		{"an argument", []string{"topics", "extra"}, `unexpected argument "extra"`},
 		{"a stream not in the catalogue", []string{"process", "--streams", "nonexistent"}, `--streams names "nonexistent", which is not in the catalogue`},
 		{"version takes no --config", []string{"version", "--config", "x.yaml"}, "flag provided but not defined: -config"},
@@ -188,6 +188,8 @@ func TestRunConfigExamplePrintsLoadableDefaults(t *testing.T) {
 		{"telemetry", cfg.Telemetry, def.Telemetry},
 		{"data_dir", cfg.DataDir, def.DataDir},
 		{"presence limits", cfg.Streams["presence"].Limits, def.Streams["presence"].Limits},
+		{"presence retention", cfg.Streams["presence"].Retention, def.Streams["presence"].Retention},
+		{"kafka prefixes", cfg.Kafka.Naming(), def.Kafka.Naming()},
 	}
 	for _, c := range checks {
 		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
@@ -267,15 +269,15 @@ func TestRunTopicsCreatesThenReportsOK(t *testing.T) {
 		t.Fatalf("first topics run: %v", first)
 	}
 	rows := topicTable(t, first.stdout)
-	want := map[string]string{} // topic → cleanup policy
+	want := map[string]string{} // topic → cleanup policy and retention
 	for _, stream := range []string{"presence", "workflow", "chat", "orders"} {
-		for topic, policy := range map[string]string{".in": "delete", "-table": "compact", ".state": "compact", ".outcomes": "delete", ".dlq": "delete"} {
+		for topic, policy := range map[string]string{".in": "delete 168h", "-table": "compact -", ".state": "compact -", ".outcomes": "delete 168h", ".dlq": "delete 336h"} {
 			want[stream+topic] = policy
 		}
 	}
 	// The topics only some policies use.
-	want["workflow.replay"] = "delete"
-	want["chat.ephemeral"] = "delete"
+	want["workflow.replay"] = "delete 168h"
+	want["chat.ephemeral"] = "delete 10m"
 	checkTopicTable(t, "first run", rows, want, "created")
 
 	second := runCLI(t, "topics")
@@ -290,19 +292,19 @@ func TestRunTopicsCreatesThenReportsOK(t *testing.T) {
 	}
 }
 
-// topicTable parses the TOPIC/PARTITIONS/CLEANUP/REPLICAS/MIN_ISR/STATUS
+// topicTable parses the TOPIC/PARTITIONS/CLEANUP/RETENTION/REPLICAS/MIN_ISR/STATUS
 // table.
 func topicTable(t *testing.T, out string) map[string][]string {
 	t.Helper()
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) == 0 || strings.Join(strings.Fields(lines[0]), " ") != "TOPIC PARTITIONS CLEANUP REPLICAS MIN_ISR STATUS" {
+	if len(lines) == 0 || strings.Join(strings.Fields(lines[0]), " ") != "TOPIC PARTITIONS CLEANUP RETENTION REPLICAS MIN_ISR STATUS" {
 		t.Fatalf("no table header in:\n%s", out)
 	}
 	rows := map[string][]string{}
 	for _, line := range lines[1:] {
 		f := strings.Fields(line)
-		if len(f) != 6 {
-			t.Fatalf("table row %q does not have 6 columns", line)
+		if len(f) != 7 {
+			t.Fatalf("table row %q does not have 7 columns", line)
 		}
 		rows[f[0]] = f[1:]
 	}

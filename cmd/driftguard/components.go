@@ -29,12 +29,13 @@ func runIngest(ctx context.Context, env *environment) error {
 
 func processFlags(fs *flag.FlagSet) runner {
 	only := fs.String("streams", "", "run only these streams (comma-separated), e.g. to scale one stream on its own")
+	noCreate := fs.Bool("no-create", false, "create no topic: check that every topic exists, co-partitioned, and refuse to start naming each one missing (where only an admin creates topics, with `driftguard topics`)")
 	return func(ctx context.Context, env *environment) error {
 		if err := keepStreams(env.cfg, *only); err != nil {
 			return usageError{err}
 		}
 		return withTelemetry(ctx, env, func(ops *telemetry.Ops) service.Service {
-			return processors.NewService(processors.ServiceOptions{Config: env.cfg, Logger: env.log, Ops: ops})
+			return processors.NewService(processors.ServiceOptions{Config: env.cfg, Logger: env.log, Ops: ops, NoCreate: *noCreate})
 		})
 	}
 }

@@ -66,6 +66,11 @@ type Kafka struct {
 	// one each, which under load is most of its CPU. Default 5ms; 1µs is
 	// as good as none.
 	Linger time.Duration `yaml:"linger"`
+	// TopicPrefix starts every topic name; GroupPrefix every consumer
+	// group and transactional id (internal/naming), so that a shared
+	// cluster grants a team's ACLs by prefix. Default: none.
+	TopicPrefix string `yaml:"topic_prefix" env:"DRIFTGUARD_KAFKA_TOPIC_PREFIX"`
+	GroupPrefix string `yaml:"group_prefix" env:"DRIFTGUARD_KAFKA_GROUP_PREFIX"`
 }
 
 // HTTP configures the ingest edge's listener and its limits.
@@ -279,6 +284,7 @@ func Load(path string, environ []string) (*Config, error) {
 		return nil, err
 	}
 	c.warnDurability()
+	c.warnNaming()
 	return c, nil
 }
 
@@ -504,6 +510,7 @@ func (c *Config) Validate() error {
 			add(fmt.Sprintf("kafka.brokers[%d]", i), "%q needs host:port", b)
 		}
 	}
+	errs = append(errs, c.validateNaming()...)
 	errs = append(errs, c.HTTP.validate(c.StreamList())...)
 	if !validIdent(c.ClickHouse.Database) {
 		add("clickhouse.database", "%q must be letters, digits and underscores, starting with a letter", c.ClickHouse.Database)
@@ -590,6 +597,8 @@ kafka:
   # min_insync_replicas: 1       # default 2 when replication_factor is 3 or more
   produce_timeout: 5s            # ingest answers 503 after this
   linger: 5ms                    # ingest's producer batches webhooks this long
+  topic_prefix: ""               # DRIFTGUARD_KAFKA_TOPIC_PREFIX, e.g. team-a.: starts every topic name
+  group_prefix: ""               # DRIFTGUARD_KAFKA_GROUP_PREFIX: starts every consumer group and transactional id
 http:
   addr: 127.0.0.1:8080           # DRIFTGUARD_HTTP_ADDR
   # max_in_flight_bytes: 64 bodies at the largest limits.max_body_bytes (16 MiB); 503 beyond it
@@ -636,4 +645,10 @@ streams:
     # in the file they go under signature.secrets.
     limits:
       partitions: 6
+    retention:                   # how long each delete-policy topic keeps its records
+      in: 168h
+      outcomes: 168h
+      dlq: 336h
+      replay: 168h               # gapless streams only
+      ephemeral: 10m             # streams with ephemeral_types only
 `
