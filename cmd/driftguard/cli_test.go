@@ -366,7 +366,7 @@ func TestRunMigrateTwice(t *testing.T) {
 			t.Errorf("dropping %s: %v", database, err)
 		}
 	})
-	migrations, err := sinkch.Migrations(database)
+	migrations, err := sinkch.Migrations(config.ClickHouse{Database: database})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,6 +392,31 @@ func TestRunMigrateTwice(t *testing.T) {
 	}
 }
 
+// `driftguard migrate` over TLS as a password user, configured from the
+// environment as a Deployment would be (the password from a mounted
+// Secret's file); a wrong password fails naming the setting.
+func TestRunMigrateOverTLSWithAPasswordFile(t *testing.T) {
+	isolateEnv(t)
+	secure := testenv.ClickHouseSecure(t)
+	secure.Database = testenv.UniqueName("dg_cli_tls")
+	password := testenv.WriteFile(t, t.TempDir(), "password", secure.Password+"\n")
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_ADDR", secure.Addr)
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_DATABASE", secure.Database)
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_USERNAME", secure.Username)
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_TLS_CA_FILE", secure.TLS.CAFile)
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_PASSWORD", "not-"+secure.Password)
+	if r := runCLI(t, "migrate"); r.code != 1 || !strings.Contains(r.stderr, "clickhouse.password") {
+		t.Errorf("with a wrong password: want exit 1 naming clickhouse.password; got %v", r)
+	}
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_PASSWORD", "")
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_PASSWORD_FILE", password)
+	openDroppedAtEnd(t, testenv.Context(t, time.Minute), secure)
+	r := runCLI(t, "migrate")
+	if want := "database " + secure.Database + " is up to date"; r.code != 0 || !strings.Contains(r.stdout, want) {
+		t.Errorf("migrate: want exit 0 and %q; got %v", want, r)
+	}
+}
+
 // migrate --print writes the statements Migrate would run, with the
 // configured database, without reaching any server.
 func TestRunMigratePrintNeedsNoServer(t *testing.T) {
@@ -402,11 +427,15 @@ func TestRunMigratePrintNeedsNoServer(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("migrate --print: %v", r)
 	}
-	migrations, err := sinkch.Migrations("dg_print")
+	target := config.ClickHouse{Database: "dg_print"}
+	want, err := sinkch.Bootstrap(target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want []string
+	migrations, err := sinkch.Migrations(target)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, m := range migrations {
 		want = append(want, m.Statements...)
 	}
@@ -427,6 +456,11 @@ func TestRunMigratePrintNeedsNoServer(t *testing.T) {
 	}
 	if !strings.Contains(r.stdout, "dg_print.ordering_minute") {
 		t.Errorf("the configured database is not substituted:\n%s", r.stdout)
+	}
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_CLUSTER", "analytics")
+	cluster := runCLI(t, "migrate", "--print")
+	if cluster.code != 0 || !strings.Contains(cluster.stdout, "CREATE TABLE IF NOT EXISTS dg_print.events ON CLUSTER analytics") {
+		t.Errorf("migrate --print with clickhouse.cluster: %v", cluster)
 	}
 }
 

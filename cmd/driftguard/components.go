@@ -66,7 +66,7 @@ func runSink(ctx context.Context, env *environment) error {
 	defer conn.Close()
 	// Idempotent, so every replica may run it; `migrate` exists for teams
 	// that prefer a separate step.
-	if _, err := sinkch.Migrate(ctx, conn, env.cfg.ClickHouse.Database, env.log); err != nil {
+	if _, err := sinkch.Migrate(ctx, conn, env.cfg.ClickHouse, env.log); err != nil {
 		return err
 	}
 	return withTelemetry(ctx, env, func(ops *telemetry.Ops) service.Service {

@@ -566,6 +566,7 @@ func readByCommand(t *testing.T) bool {
 func TestDocsEnvironmentVariables(t *testing.T) {
 	// Read by the tests, not by the configuration.
 	known := map[string]bool{testenv.EnvKafka: true, testenv.EnvKafkaPID: true, testenv.EnvClickHouse: true,
+		testenv.EnvClickHouseSecure: true, testenv.EnvClickHouseCA: true, testenv.EnvClickHouseUser: true, testenv.EnvClickHousePassword: true,
 		testenv.EnvRequire: true, envCrashSeed: true, envScreenshots: true,
 		testenv.EnvCluster: true, testenv.EnvClusterPIDs: true, testenv.EnvClusterControl: true, testenv.EnvFaults: true, envFaultSeed: true}
 	if readByCommand(t) {

@@ -92,7 +92,7 @@ func TestPrefixesOnEveryTopicGroupAndTransactionalID(t *testing.T) {
 	}
 
 	conn := openDroppedAtEnd(t, ctx, cfg.ClickHouse)
-	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse.Database, nil); err != nil {
+	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse, nil); err != nil {
 		t.Fatal(err)
 	}
 	p := runPipeline(t, ctx, cfg, conn)

@@ -124,7 +124,7 @@ func openDroppedAtEnd(t testing.TB, ctx context.Context, ch config.ClickHouse) d
 func prepare(t testing.TB, ctx context.Context, cfg *config.Config, brokers []string) (driver.Conn, *kgo.Client) {
 	t.Helper()
 	conn := openDroppedAtEnd(t, ctx, cfg.ClickHouse)
-	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse.Database, nil); err != nil {
+	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse, nil); err != nil {
 		t.Fatal(err)
 	}
 	return conn, testenv.Topics(t, ctx, cfg, brokers)

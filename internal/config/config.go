@@ -131,15 +131,28 @@ const MaxBatchRows = 1 << 20
 
 // ClickHouse configures the sink and `migrate`.
 type ClickHouse struct {
-	// Addr of the native protocol port. Default 127.0.0.1:9000.
+	// Addr of the native protocol port: host:port, or a comma-separated
+	// list of the servers (replicas) of a cluster, tried in order, so every
+	// sink writes to and reads from the first that answers. Default
+	// 127.0.0.1:9000; ClickHouse Cloud's secure native port is 9440.
 	Addr string `yaml:"addr" env:"DRIFTGUARD_CLICKHOUSE_ADDR"`
 	// Database receiving driftguard's tables. Default driftguard.
 	Database string `yaml:"database" env:"DRIFTGUARD_CLICKHOUSE_DATABASE"`
 	// Username and Password; default user "default" with no password.
-	// Set the password with DRIFTGUARD_CLICKHOUSE_PASSWORD rather than in
-	// the file.
-	Username string `yaml:"username"`
+	// Set the password with DRIFTGUARD_CLICKHOUSE_PASSWORD or PasswordFile
+	// rather than in the file.
+	Username string `yaml:"username" env:"DRIFTGUARD_CLICKHOUSE_USERNAME"`
 	Password string `yaml:"password" env:"DRIFTGUARD_CLICKHOUSE_PASSWORD" redact:"true"`
+	// PasswordFile holds the password (a mounted Secret), read once at
+	// start; a trailing newline is dropped. Not with Password.
+	PasswordFile string `yaml:"password_file" env:"DRIFTGUARD_CLICKHOUSE_PASSWORD_FILE"`
+	// TLS to the native port; ClickHouse serves it on tcp_port_secure.
+	TLS ClickHouseTLS `yaml:"tls"`
+	// Cluster, when set, makes the migrations create every table and view
+	// ON CLUSTER with Replicated engines: the name of a cluster of the
+	// servers' remote_servers, whose macros define {shard} and {replica}.
+	// Empty (the default): one server, plain MergeTree engines.
+	Cluster string `yaml:"cluster" env:"DRIFTGUARD_CLICKHOUSE_CLUSTER"`
 	// BatchRows, BatchBytes and BatchPeriod bound one flush (one INSERT
 	// per table): the sink flushes when it has gathered BatchRows records
 	// or BatchBytes of record keys and values, or BatchPeriod after the
@@ -281,6 +294,9 @@ func Load(path string, environ []string) (*Config, error) {
 	}
 	c.applyDefaults()
 	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if err := c.ClickHouse.readPasswordFile(); err != nil {
 		return nil, err
 	}
 	c.warnDurability()
@@ -512,9 +528,7 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.validateNaming()...)
 	errs = append(errs, c.HTTP.validate(c.StreamList())...)
-	if !validIdent(c.ClickHouse.Database) {
-		add("clickhouse.database", "%q must be letters, digits and underscores, starting with a letter", c.ClickHouse.Database)
-	}
+	errs = append(errs, c.ClickHouse.validate()...)
 	if c.Processing.CommitInterval < 10*time.Millisecond || c.Processing.CommitInterval > time.Minute {
 		add("processing.commit_interval", "must be between 10ms and 1m, got %s", c.Processing.CommitInterval)
 	}
@@ -607,10 +621,18 @@ http:
   read_timeout: 30s              # a request's head and body must arrive within this
   max_connections: 1024          # open connections; more wait in the accept queue
 clickhouse:
-  addr: 127.0.0.1:9000           # DRIFTGUARD_CLICKHOUSE_ADDR (native protocol)
+  addr: 127.0.0.1:9000           # DRIFTGUARD_CLICKHOUSE_ADDR (native protocol); a cluster's replicas: a:9440,b:9440
   database: driftguard           # DRIFTGUARD_CLICKHOUSE_DATABASE
-  username: default
-  password: ""                   # prefer DRIFTGUARD_CLICKHOUSE_PASSWORD to the file
+  username: default              # DRIFTGUARD_CLICKHOUSE_USERNAME
+  password: ""                   # prefer DRIFTGUARD_CLICKHOUSE_PASSWORD to the file,
+  # password_file: /etc/driftguard/clickhouse/password   # or a mounted Secret (DRIFTGUARD_CLICKHOUSE_PASSWORD_FILE)
+  tls:                           # DRIFTGUARD_CLICKHOUSE_TLS_*; on when any key below is set
+    enabled: false               # the secure native port (9440), with the system's roots unless ca_file
+    # ca_file: /etc/driftguard/clickhouse/ca.crt       # PEM CAs the server's certificate is checked against
+    # cert_file: /etc/driftguard/clickhouse/tls.crt    # a client certificate (mTLS), with key_file
+    # key_file: /etc/driftguard/clickhouse/tls.key
+    # server_name: clickhouse.example.com              # default: the host dialled
+  cluster: ""                    # DRIFTGUARD_CLICKHOUSE_CLUSTER: migrations ON CLUSTER, Replicated engines
   batch_rows: 50000              # flush after this many records,
   batch_bytes: 16777216          # or this many bytes of keys and values (16 MiB),
   batch_period: 1s               # or this long after the batch's first record

@@ -51,7 +51,7 @@ func TestSinkRidesOutClickHouseStoppedFor30s(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse.Database, nil); err != nil {
+	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse, nil); err != nil {
 		t.Fatal(err)
 	}
 	cl := testenv.Topics(t, ctx, cfg, cfg.Kafka.Brokers)

@@ -122,7 +122,7 @@ func TestPositionsMigrationHonoursEarlierRows(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if _, err := sinkch.Migrate(ctx, conn, c.Database, nil); err != nil {
+	if _, err := sinkch.Migrate(ctx, conn, c, nil); err != nil {
 		t.Fatal(err)
 	}
 	var held int64
