@@ -13,8 +13,7 @@ import (
 // the system roots, the user and the cluster.
 func TestClickHouseOverTLSOnACluster(t *testing.T) {
 	r := render(t, valuesYAML(t, `
-clickhouse: {addr: "ch-1:9440,ch-2:9440", database: driftguard}
-config: {clickhouse: {username: driftguard, cluster: analytics, tls: {enabled: true}}}
+clickhouse: {addr: "ch-1:9440,ch-2:9440", database: driftguard, username: driftguard, cluster: analytics, tls: {enabled: true}}
 `))
 	for cmName, c := range map[string]corev1.Container{
 		fullName("config"):      r.deployment(t, "sink").Spec.Template.Spec.Containers[0],
@@ -29,7 +28,14 @@ config: {clickhouse: {username: driftguard, cluster: analytics, tls: {enabled: t
 			t.Errorf("%s: addresses %v, TLS %v, user %q, cluster %q", cmName, ch.Addrs(), ch.TLS.On(), ch.Username, ch.Cluster)
 		}
 	}
-	if _, _, err := renderValues(loadChart(t), valuesYAML(t, "config: {clickhouse: {cluster: 'my-cluster'}}")); err == nil {
-		t.Error("a cluster name that is not an identifier rendered, want the schema to refuse it")
+	for _, bad := range []string{
+		"clickhouse: {cluster: 'my-cluster'}",
+		// One place for each setting: the values, not the config file.
+		"config: {clickhouse: {cluster: analytics}}",
+		"config: {clickhouse: {tls: {enabled: true}}}",
+	} {
+		if _, _, err := renderValues(loadChart(t), valuesYAML(t, bad)); err == nil {
+			t.Errorf("values %s rendered, want the schema to refuse them", bad)
+		}
 	}
 }
