@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // imageScript is the script that builds and tags the image.
@@ -34,11 +36,18 @@ func TestDefaultImageIsTheBuiltOne(t *testing.T) {
 	}
 	want := scriptVar(t, "REPO") + ":" + loadChart(t).Metadata.AppVersion
 	r := render(t, nil)
-	if len(r.podTemplates()) == 0 {
-		t.Fatal("no pod templates rendered")
-	}
+	specs := map[string]*corev1.PodSpec{}
 	for owner, pod := range r.podTemplates() {
-		for _, c := range allContainers(&pod.Spec) {
+		specs[owner] = &pod.Spec
+	}
+	for _, pod := range r.pods { // the `helm test` pod
+		specs["Pod/"+pod.Name] = &pod.Spec
+	}
+	if len(specs) == 0 {
+		t.Fatal("no pods rendered")
+	}
+	for owner, spec := range specs {
+		for _, c := range allContainers(spec) {
 			if c.Image != want {
 				t.Errorf("%s container %s runs %s, want %s", owner, c.Name, c.Image, want)
 			}
