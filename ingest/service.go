@@ -117,6 +117,7 @@ func (s *Service) Run(ctx context.Context) error {
 		MaxPerSource:     s.cfg.HTTP.MaxPerSource,
 		TrustedProxies:   trusted,
 		MaxConnections:   s.cfg.HTTP.MaxConnections,
+		Naming:           s.cfg.Kafka.Naming(),
 	})
 	if err != nil {
 		return err

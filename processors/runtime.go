@@ -20,7 +20,6 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
-	"github.com/driftguard/driftguard/internal/topics"
 )
 
 // Runtime decides a stream exactly once, on Kafka transactions: what goka
@@ -168,7 +167,7 @@ func NewRuntime(brokers []string, s *config.Stream, opts Options, ropts RuntimeO
 	// its table write: there is nothing to remember.
 	h.noRedelivery = true
 	r := &Runtime{h: h, brokers: brokers, opts: ropts, table: h.names.Table,
-		group: topics.Group(s.Name), parts: map[int32]*ownedPartition{}}
+		group: h.group, parts: map[int32]*ownedPartition{}}
 	// Decisions are made under r.mu, in gather.
 	h.onDecided = func(ms int64) { r.receivedAt = append(r.receivedAt, ms) }
 	return r, nil

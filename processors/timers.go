@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-
-	"github.com/driftguard/driftguard/internal/topics"
 )
 
 // Timers. goka has no punctuator, so driftguard adds one: every entity
@@ -64,7 +62,7 @@ func (p *Processor) RunTimers(ctx context.Context, tick time.Duration, adm *kadm
 	}
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	w := &watermark{adm: adm, topic: p.h.names.In, group: topics.Group(p.h.stream.Name), committed: &p.h.committed}
+	w := &watermark{adm: adm, topic: p.h.names.In, group: p.h.group, committed: &p.h.committed}
 	for {
 		select {
 		case <-ctx.Done():
@@ -218,7 +216,7 @@ func (h *handler) watchLag(ctx context.Context, adm *kadm.Client, period time.Du
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
-		ends, committed, err := inputOffsets(ctx, adm, h.names.In, topics.Group(h.stream.Name))
+		ends, committed, err := inputOffsets(ctx, adm, h.names.In, h.group)
 		if err == nil {
 			gauge.Set(float64(inputLag(ends, committed)))
 		} else if ctx.Err() == nil {

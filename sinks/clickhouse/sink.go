@@ -22,7 +22,6 @@ import (
 	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/telemetry"
-	"github.com/driftguard/driftguard/internal/topics"
 )
 
 // maxBackoff caps the wait between tries while ClickHouse is down: a
@@ -98,7 +97,7 @@ func New(opts Options) *Sink {
 	s := &Sink{cfg: opts.Config, brokers: opts.Config.BrokersOr(opts.Brokers), conn: opts.Conn, log: telemetry.OrDiscard(opts.Logger), ops: opts.Ops, kinds: map[string]topicKind{}, streams: map[string]string{},
 		held: map[heldKey]int64{}, loaded: map[string]bool{}, ids: map[string]string{}, metrics: newMetrics(opts.Ops)}
 	for _, name := range s.cfg.StreamNames() {
-		n := topics.For(name)
+		n := s.cfg.Kafka.Naming().For(name)
 		s.kinds[n.Outcomes] = outcomesTopic
 		s.kinds[n.State] = stateTopic
 		s.kinds[n.DLQ] = dlqTopic
@@ -126,7 +125,7 @@ func (s *Sink) ClientOptions() []kgo.Opt {
 	// until they are copied into the columns, which pooled buffers could
 	// overwrite.
 	return kafka.Options(s.brokers, append([]kgo.Opt{
-		kgo.ConsumerGroup(ch.ConsumerGroup),
+		kgo.ConsumerGroup(s.cfg.Kafka.Naming().ConsumerGroup(ch.ConsumerGroup)),
 		kgo.SessionTimeout(ch.SessionTimeout),
 		kgo.ConsumeTopics(names...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
