@@ -64,6 +64,10 @@ func TestRuntimeMetricsWhileWorkingAndStalled(t *testing.T) {
 		t.Errorf("last commit at %v, before the runtime started (%d)", at, started.Unix())
 	}
 	testenv.WaitFor(t, ctx, "no lag", func() bool { return testutil.ToFloat64(lag) == 0 })
+	// Idle, the loop still commits (empty transactions): the gauge keeps
+	// up with the clock while the processor runs.
+	idleFrom := testutil.ToFloat64(lastCommit)
+	testenv.WaitFor(t, testenv.Context(t, 10*time.Second), "an idle commit", func() bool { return testutil.ToFloat64(lastCommit) > idleFrom })
 
 	// Stalled: the loop blocks at its next decision or commit. Unstalled
 	// before the runtime is stopped, however the test ends.
