@@ -14,48 +14,51 @@ import (
 // metricFamilies are the families the dashboard and the alerts may query:
 // what driftguard serves. A histogram's series carry _bucket, _sum, _count.
 var metricFamilies = map[string]bool{
-	"driftguard_ingest_requests_total":              true,
-	"driftguard_ingest_rejections_total":            true,
-	"driftguard_ingest_produce_seconds":             true,
-	"driftguard_ingest_in_flight_requests":          true,
-	"driftguard_ingest_connections":                 true,
-	"driftguard_ingest_connections_limit":           true,
-	"driftguard_processor_decisions_total":          true,
-	"driftguard_processor_gaps_current":             true,
-	"driftguard_processor_buffered_events_current":  true,
-	"driftguard_quarantine_events_current":          true,
-	"driftguard_quarantine_events_stored_total":     true,
-	"driftguard_quarantine_events_reconciled_total": true,
-	"driftguard_quarantine_events_expired_total":    true,
-	"driftguard_processor_consumer_lag":             true,
-	"driftguard_processor_session_restarts_total":   true,
-	"driftguard_sink_consumer_lag":                  true,
-	"driftguard_sink_rows_total":                    true,
-	"driftguard_sink_batches_total":                 true,
-	"driftguard_sink_insert_seconds":                true,
-	"driftguard_sink_retries_total":                 true,
-	"driftguard_bridge_clients":                     true,
-	"driftguard_bridge_messages_total":              true,
-	"driftguard_bridge_resets_total":                true,
-	"driftguard_bridge_cursor_gone_total":           true,
-	"driftguard_build_info":                         true,
-}
-
-// alertFamilies are what the alerts may query besides metricFamilies:
-// driftguard's gauges of the last commit and the last insert, which only
-// the staleness alerts read, the bridge's dropped entities, and the
-// scrape's `up` and kube-state-metrics' pod readiness, which say whether a
-// component runs at all. franz-go's client metrics (driftguard_kafka_*) are
-// not among them: their names follow the library, not driftguard.
-var alertFamilies = map[string]bool{
+	"driftguard_ingest_requests_total":                   true,
+	"driftguard_ingest_rejections_total":                 true,
+	"driftguard_ingest_produce_seconds":                  true,
+	"driftguard_ingest_in_flight_requests":               true,
+	"driftguard_ingest_connections":                      true,
+	"driftguard_ingest_connections_limit":                true,
+	"driftguard_processor_decisions_total":               true,
+	"driftguard_processor_gaps_current":                  true,
+	"driftguard_processor_buffered_events_current":       true,
+	"driftguard_quarantine_events_current":               true,
+	"driftguard_quarantine_events_stored_total":          true,
+	"driftguard_quarantine_events_reconciled_total":      true,
+	"driftguard_quarantine_events_expired_total":         true,
+	"driftguard_processor_consumer_lag":                  true,
+	"driftguard_processor_session_restarts_total":        true,
+	"driftguard_sink_consumer_lag":                       true,
+	"driftguard_sink_rows_total":                         true,
+	"driftguard_sink_batches_total":                      true,
+	"driftguard_sink_insert_seconds":                     true,
+	"driftguard_sink_retries_total":                      true,
+	"driftguard_bridge_clients":                          true,
+	"driftguard_bridge_messages_total":                   true,
+	"driftguard_bridge_resets_total":                     true,
+	"driftguard_bridge_cursor_gone_total":                true,
+	"driftguard_build_info":                              true,
+	"driftguard_ingest_request_duration_seconds":         true,
+	"driftguard_processor_decision_latency_seconds":      true,
 	"driftguard_processor_last_commit_timestamp_seconds": true,
 	"driftguard_sink_last_insert_timestamp_seconds":      true,
 	"driftguard_bridge_entities_dropped_total":           true,
+	"driftguard_bridge_entities_over_limit":              true,
+}
+
+// alertFamilies are what the alerts may query besides metricFamilies:
+// the scrape's `up` and kube-state-metrics' pod readiness, which say
+// whether a component runs at all. franz-go's client metrics
+// (driftguard_kafka_*) are not among them: their names follow the
+// library, not driftguard.
+var alertFamilies = map[string]bool{
 	"up":                    true,
 	"kube_pod_status_ready": true,
 }
 
-var histograms = []string{"driftguard_ingest_produce_seconds", "driftguard_sink_insert_seconds"}
+var histograms = []string{"driftguard_ingest_produce_seconds", "driftguard_sink_insert_seconds",
+	"driftguard_ingest_request_duration_seconds", "driftguard_processor_decision_latency_seconds"}
 
 var metricName = regexp.MustCompile(`\bdriftguard_[a-z0-9_]+`)
 

@@ -73,8 +73,9 @@ type edgeStream struct {
 	// ephemeral signals by type (the catalogue's ephemeral_types, which
 	// go to the ephemeral topic): series bound once, since looking one up
 	// by its labels is most of what counting a request costs.
-	accepted  prometheus.Counter
-	ephemeral map[string]prometheus.Counter
+	accepted         prometheus.Counter
+	acceptedDuration prometheus.Observer
+	ephemeral        map[string]prometheus.Counter
 }
 
 // eventSchema is an event type's schema and, when the schema has one, its
@@ -142,8 +143,8 @@ func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Han
 		names := opts.Naming.For(s.Name)
 		es := &edgeStream{cfg: s, topic: names.In, ephemeralTopic: names.Ephemeral, scheme: scheme,
 			nameBytes: []byte(s.Name), schemeBytes: []byte(scheme.Name()),
-			schemas: map[string]eventSchema{}, accepted: h.metrics.acceptedCounter(s.Name),
-			ephemeral: map[string]prometheus.Counter{}}
+			schemas: map[string]eventSchema{}, ephemeral: map[string]prometheus.Counter{}}
+		es.accepted, es.acceptedDuration = h.metrics.acceptedSeries(s.Name)
 		for _, typ := range s.EphemeralTypes {
 			es.ephemeral[typ] = h.metrics.ephemeral.WithLabelValues(s.Name, typ)
 		}
@@ -197,6 +198,7 @@ type Accepted struct {
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
 	h.metrics.inFlight.Inc()
 	defer h.metrics.inFlight.Dec()
 	name := r.PathValue("stream")
@@ -204,9 +206,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	res := h.serve(w, r, name, s)
 	if s != nil && res.status == http.StatusAccepted {
 		s.accepted.Inc()
+		s.acceptedDuration.Observe(time.Since(start).Seconds())
 		return
 	}
-	h.metrics.observe(name, res, s != nil)
+	h.metrics.observe(name, res, s != nil, time.Since(start))
 }
 
 // serve follows design §3's order of work for stream s (nil when name is

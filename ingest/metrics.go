@@ -3,6 +3,7 @@ package ingest
 import (
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -14,7 +15,13 @@ type metrics struct {
 	inFlight       prometheus.Gauge
 	produceLatency prometheus.Histogram
 	retryAfter     prometheus.Histogram
+	duration       *prometheus.HistogramVec
 }
+
+// durationBuckets span a webhook's time at the edge, from a refusal
+// answered in a millisecond to a produce that waits out a 5 s
+// kafka.produce_timeout and a slow body up to http.read_timeout.
+var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
 func newMetrics(reg prometheus.Registerer, b *budget, bl *backlog, conns *connectionLimit) *metrics {
 	m := &metrics{
@@ -44,13 +51,18 @@ func newMetrics(reg prometheus.Registerer, b *budget, bl *backlog, conns *connec
 			Help:    "The Retry-After of each 503: how long the oldest record the producer holds had waited for its ack (1 to 60).",
 			Buckets: []float64{1, 2, 5, 10, 20, 30, 60},
 		}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "driftguard_ingest_request_duration_seconds",
+			Help:    "Time of each webhook request by stream and HTTP status, from its routing to its reply (the body's read included): what publishers wait.",
+			Buckets: durationBuckets,
+		}, []string{"stream", "code"}),
 	}
 	if reg != nil {
 		// gauge reads a figure the edge keeps at each scrape.
 		gauge := func(name, help string, read func() int64) prometheus.Collector {
 			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(read()) })
 		}
-		reg.MustRegister(m.requests, m.rejections, m.ephemeral, m.inFlight, m.produceLatency, m.retryAfter,
+		reg.MustRegister(m.requests, m.rejections, m.ephemeral, m.inFlight, m.produceLatency, m.retryAfter, m.duration,
 			gauge("driftguard_ingest_in_flight_bytes",
 				"Bytes of request bodies the edge holds, from the start of their read until the producer is done with their records.", b.inUse),
 			gauge("driftguard_ingest_in_flight_bytes_limit",
@@ -65,25 +77,31 @@ func newMetrics(reg prometheus.Registerer, b *budget, bl *backlog, conns *connec
 	return m
 }
 
-// acceptedCounter is the 202 series of a stream the edge serves. It also
-// makes the 503 series, and their reason's, exist from the start at 0: the
-// alert on 503s and the dashboard's rates then see a stream before its
-// first failure. Other statuses appear when first served.
-func (m *metrics) acceptedCounter(stream string) prometheus.Counter {
-	m.requests.WithLabelValues(stream, strconv.Itoa(http.StatusServiceUnavailable))
+// acceptedSeries are the 202 series of a stream the edge serves: its
+// request counter and its duration histogram. It also makes the 503
+// series, and their reason's, exist from the start at 0: the alerts on
+// 503s and on slow requests and the dashboard's rates then see a stream
+// before its first failure. Other statuses appear when first served.
+func (m *metrics) acceptedSeries(stream string) (prometheus.Counter, prometheus.Observer) {
+	unavailable := strconv.Itoa(http.StatusServiceUnavailable)
+	m.requests.WithLabelValues(stream, unavailable)
+	m.duration.WithLabelValues(stream, unavailable)
 	m.rejections.WithLabelValues(stream, "unavailable")
 	m.rejections.WithLabelValues(stream, "overloaded")
-	return m.requests.WithLabelValues(stream, strconv.Itoa(http.StatusAccepted))
+	accepted := strconv.Itoa(http.StatusAccepted)
+	return m.requests.WithLabelValues(stream, accepted), m.duration.WithLabelValues(stream, accepted)
 }
 
 // observe counts a request but an accepted one of a known stream, which
-// its stream's bound counter counts; unknown stream names are folded into
+// its stream's bound series count; unknown stream names are folded into
 // one label so a scanner cannot blow up the series count.
-func (m *metrics) observe(stream string, res result, known bool) {
+func (m *metrics) observe(stream string, res result, known bool, took time.Duration) {
 	if !known {
 		stream = "unknown"
 	}
-	m.requests.WithLabelValues(stream, strconv.Itoa(res.status)).Inc()
+	code := strconv.Itoa(res.status)
+	m.requests.WithLabelValues(stream, code).Inc()
+	m.duration.WithLabelValues(stream, code).Observe(took.Seconds())
 	if res.reason != "" {
 		m.rejections.WithLabelValues(stream, res.reason).Inc()
 	}

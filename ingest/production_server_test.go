@@ -17,8 +17,9 @@ import (
 )
 
 // edgeRoutes routes like Service.Run does: the webhook route plus /metrics,
-// /healthz and /readyz, ready when the edge's own Kafka client answers. The
-// client is returned so a test can watch what the edge's producer sees.
+// /healthz and /readyz, ready whether the broker answers or not (see
+// readinessCheck). The client is returned so a test can watch what the
+// edge's producer sees.
 func edgeRoutes(t testing.TB, brokers []string, streams []*config.Stream, opts Options) (*http.ServeMux, *kgo.Client) {
 	t.Helper()
 	cl, err := kafka.NewClient(brokers)
@@ -34,7 +35,7 @@ func edgeRoutes(t testing.TB, brokers []string, streams []*config.Stream, opts O
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops.AddReadiness("kafka", cl.Ping)
+	ops.AddReadiness(readinessCheck, func(context.Context) error { return nil })
 	mux := http.NewServeMux()
 	h.Register(mux)
 	ops.Register(mux)

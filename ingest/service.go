@@ -59,9 +59,18 @@ func NewService(opts ServiceOptions) *Service {
 	}
 	// Not ready until the webhook port accepts: a load balancer that sends
 	// traffic on /readyz alone must not meet a refused connection.
-	s.ops.AddReadiness("kafka", func(context.Context) error { return errNotListening })
+	s.ops.AddReadiness(readinessCheck, func(context.Context) error { return errNotListening })
 	return s
 }
+
+// readinessCheck names the edge's readiness check. Ready means this
+// process answers webhooks; it does not ask the broker. While the broker
+// is away the edge stays in its Service and answers 503 with Retry-After
+// itself (counted as driftguard_ingest_requests_total{status="503"} and
+// rejections{reason="unavailable"}): were every replica taken out of the
+// Service instead, publishers would meet a load balancer's error without
+// Retry-After, or no answer at all.
+const readinessCheck = "webhooks"
 
 var errNotListening = errors.New("the webhook port is not listening yet")
 
@@ -90,7 +99,7 @@ func ProducerOptions(linger time.Duration) []kgo.Opt {
 
 // Run serves until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
-	cl, err := kafka.NewClient(s.brokers, ProducerOptions(s.cfg.Kafka.Linger)...)
+	cl, err := kafka.NewClient(s.brokers, append(ProducerOptions(s.cfg.Kafka.Linger), kafka.ClientMetrics(s.ops.Registry, "ingest")...)...)
 	if err != nil {
 		return err
 	}
@@ -124,7 +133,7 @@ func (s *Service) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	s.ops.AddReadiness("kafka", cl.Ping)
+	s.ops.AddReadiness(readinessCheck, func(context.Context) error { return nil })
 	s.log.Info("ingest listening", "addr", ln.Addr().String(), "streams", s.cfg.StreamNames(),
 		"max_in_flight_bytes", s.cfg.HTTP.MaxInFlightBytes, "max_per_source", s.cfg.HTTP.MaxPerSource,
 		"max_connections", s.cfg.HTTP.MaxConnections)

@@ -20,9 +20,11 @@ import (
 	"github.com/lovoo/goka"
 	"github.com/lovoo/goka/codec"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/telemetry"
@@ -56,7 +58,18 @@ type Metrics struct {
 	// sessionRestarts counts Kafka sessions of the runtime begun anew
 	// after one failed.
 	sessionRestarts *prometheus.CounterVec
+	// decisionLatency is received_at → committed, per decision;
+	// lastCommit the time of the last committed transaction.
+	decisionLatency *prometheus.HistogramVec
+	lastCommit      *prometheus.GaugeVec
+	// registry receives the Kafka clients' metrics.
+	registry prometheus.Registerer
 }
+
+// decisionLatencyBuckets span a decision's wait from its webhook's 202:
+// tens of milliseconds when caught up (processing.commit_interval is
+// 100ms), minutes behind a backlog or while a child waits for its parent.
+var decisionLatencyBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 
 // NewMetrics registers the processor metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -87,8 +100,27 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.buffered = gauge("driftguard_processor_buffered_events_current",
 		"Events held ahead of a gap in the partitions this instance owns, as of the last timer tick.")
 	m.lag = gauge("driftguard_processor_consumer_lag",
-		"Records of <stream>.in the stream's group has not committed, summed over all partitions, as of the last timer tick.")
+		"Records of <stream>.in the stream's group has not committed, summed over all partitions, read from the broker every processing.timer_tick whether or not the processor makes progress.")
+	m.lastCommit = gauge("driftguard_processor_last_commit_timestamp_seconds",
+		"Unix time of the stream's last committed transaction on this instance (idle, the loop commits an empty one every processing.commit_interval); 0 before the first.")
+	m.decisionLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "driftguard_processor_decision_latency_seconds",
+		Help:    "Time from an event's received_at (its webhook's 202) to the commit of the transaction that wrote its decision, when readers see it; once per outcome committed.",
+		Buckets: decisionLatencyBuckets,
+	}, []string{"stream"})
+	reg.MustRegister(m.decisionLatency)
+	m.registry = reg
 	return m
+}
+
+// clientOpts are the options of a Kafka client the processors build for
+// role: its id, and its metrics on the processors' registry when there is
+// one (m nil: the id alone).
+func (m *Metrics) clientOpts(role string) []kgo.Opt {
+	if m == nil {
+		return kafka.ClientMetrics(nil, role)
+	}
+	return kafka.ClientMetrics(m.registry, role)
 }
 
 // serve makes a stream's series exist at 0 from the start, every outcome
@@ -101,9 +133,10 @@ func (m *Metrics) serve(stream string) {
 	for _, v := range []*prometheus.CounterVec{m.evicted, m.stored, m.reconciled, m.expired, m.sessionRestarts} {
 		v.WithLabelValues(stream)
 	}
-	for _, v := range []*prometheus.GaugeVec{m.quarantined, m.gaps, m.buffered, m.lag} {
+	for _, v := range []*prometheus.GaugeVec{m.quarantined, m.gaps, m.buffered, m.lag, m.lastCommit} {
 		v.WithLabelValues(stream)
 	}
+	m.decisionLatency.WithLabelValues(stream)
 }
 
 // New builds the goka processor of stream s. goka options come last so a
@@ -169,6 +202,33 @@ type handler struct {
 	// timer loop last read it; nil until then. It bounds the redelivery
 	// memory (redeliver.go).
 	committed atomic.Pointer[map[int32]int64]
+	// onDecided takes the received_at (unix ms) of each decision written;
+	// nil observes its latency at once. The transactional runtime holds
+	// them until its transaction commits.
+	onDecided func(receivedAtMs int64)
+}
+
+// decided is called for each decision written, with its event's
+// received_at.
+func (h *handler) decided(receivedAtMs int64) {
+	if h.onDecided != nil {
+		h.onDecided(receivedAtMs)
+		return
+	}
+	h.observeLatency(h.opts.Now(), receivedAtMs)
+}
+
+// observeLatency observes the decision latencies of events received at
+// receivedAtMs (unix ms) and decided, readable, at now.
+func (h *handler) observeLatency(now time.Time, receivedAtMs ...int64) {
+	if h.opts.Metrics == nil || len(receivedAtMs) == 0 {
+		return
+	}
+	o := h.opts.Metrics.decisionLatency.WithLabelValues(h.stream.Name)
+	nowMs := now.UnixMilli()
+	for _, ms := range receivedAtMs {
+		o.Observe(float64(max(0, nowMs-ms)) / 1000)
+	}
 }
 
 // decisionContext is what deciding one input or one timer visit needs of
@@ -310,6 +370,7 @@ func (h *handler) emitEffects(ctx decisionContext, effects decide.Effects, atMs 
 			DecisionID: origin.id(h.stream.Name, ctx.Key(), &d, i), Payload: d.Event.Body,
 		}
 		ctx.Emit(goka.Stream(h.names.Outcomes), ctx.Key(), record.AppendOutcome(make([]byte, 0, 512+len(o.Key)+len(o.EventID)+len(o.Payload)), &o))
+		h.decided(d.Event.ReceivedAtMs)
 		if d.DeadLetter != "" {
 			h.emitDeadLetter(ctx, d.Event, d.DeadLetter, fmt.Sprintf("event %s at version %d", d.Event.EventID, d.Version), atMs)
 		}

@@ -73,6 +73,11 @@ type Runtime struct {
 	joined    atomic.Bool
 	// produceErr is the first failed write of the running transaction.
 	produceErr atomic.Pointer[error]
+	// receivedAt are the received_at (unix ms) of the decisions of the
+	// running transaction, whose latency is observed once it commits: a
+	// decision of an aborted transaction is never seen by readers, and is
+	// observed only when decided again and committed. r.mu guards it.
+	receivedAt []int64
 }
 
 // RuntimeOptions configure the transactional runtime. Zero values mean
@@ -161,8 +166,11 @@ func NewRuntime(brokers []string, s *config.Stream, opts Options, ropts RuntimeO
 	// Inputs are decided again only when their first decision aborted with
 	// its table write: there is nothing to remember.
 	h.noRedelivery = true
-	return &Runtime{h: h, brokers: brokers, opts: ropts, table: h.names.Table,
-		group: h.group, parts: map[int32]*ownedPartition{}}, nil
+	r := &Runtime{h: h, brokers: brokers, opts: ropts, table: h.names.Table,
+		group: h.group, parts: map[int32]*ownedPartition{}}
+	// Decisions are made under r.mu, in gather.
+	h.onDecided = func(ms int64) { r.receivedAt = append(r.receivedAt, ms) }
+	return r, nil
 }
 
 // Recovered reports whether the instance has joined its group and holds
@@ -201,7 +209,7 @@ func (r *Runtime) ClientOptions() []kgo.Opt {
 		kgo.OnPartitionsAssigned(r.assigned),
 		kgo.OnPartitionsRevoked(r.dropped),
 		kgo.OnPartitionsLost(r.dropped),
-	}, r.opts.Client...)...)
+	}, append(r.h.opts.Metrics.clientOpts("process-"+r.h.stream.Name), r.opts.Client...)...)...)
 }
 
 // Run consumes, decides and commits until ctx ends, then commits what it
@@ -223,6 +231,20 @@ func (r *Runtime) Run(ctx context.Context) error {
 		if began {
 			r.leave()
 		}
+	}()
+	// The lag is read by a client of its own, beside the sessions: it
+	// keeps moving while a session stalls or is begun anew.
+	lagClient, err := kafka.NewClient(r.brokers, r.h.opts.Metrics.clientOpts("process-"+r.h.stream.Name+"-lag")...)
+	if err != nil {
+		return fmt.Errorf("processor %s: %w", r.h.stream.Name, err)
+	}
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	watching := make(chan struct{})
+	go func() { defer close(watching); r.h.watchLag(watchCtx, kadm.NewClient(lagClient), r.opts.TimerTick) }()
+	defer func() {
+		stopWatching()
+		<-watching
+		lagClient.Close()
 	}()
 	backoff := sessionBackoffMin
 	for {
@@ -338,7 +360,7 @@ func (r *Runtime) session(ctx context.Context, began *bool) (committed bool, err
 func (r *Runtime) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), producerCloseTimeout)
 	defer cancel()
-	cl, err := kafka.NewClient(r.brokers)
+	cl, err := kafka.NewClient(r.brokers, r.h.opts.Metrics.clientOpts("process-"+r.h.stream.Name+"-leave")...)
 	if err == nil {
 		defer cl.Close()
 		var left kadm.LeaveGroupResponses
@@ -544,6 +566,14 @@ func (r *Runtime) end(commit bool, fence map[int32]kgo.EpochOffset) (bool, error
 	committed, err := r.sess.End(ctx, try)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if committed {
+		now := r.h.opts.Now()
+		r.h.observeLatency(now, r.receivedAt...)
+		if m := r.h.opts.Metrics; m != nil {
+			m.lastCommit.WithLabelValues(r.h.stream.Name).Set(float64(now.UnixMilli()) / 1000)
+		}
+	}
+	r.receivedAt = r.receivedAt[:0]
 	for _, part := range r.parts {
 		if committed {
 			if serr := part.apply(); serr != nil && err == nil {
@@ -695,11 +725,12 @@ func (r *Runtime) restore(ctx context.Context, p int32, ends kadm.ListedOffsets)
 // restores table partition p from offset from: committed records only,
 // with the transaction markers that tell where the end is.
 func (r *Runtime) ChangelogReaderOptions(p int32, from int64) []kgo.Opt {
-	return kafka.Options(r.brokers,
+	return kafka.Options(r.brokers, append([]kgo.Opt{
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{r.table: {p: kgo.NewOffset().At(from)}}),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords())
+		kgo.KeepControlRecords(),
+	}, r.h.opts.Metrics.clientOpts("process-"+r.h.stream.Name+"-restore")...)...)
 }
 
 // readChangelog applies the committed table records of partition p in

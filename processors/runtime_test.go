@@ -684,6 +684,15 @@ func TestRuntimeBeginsANewSessionWhenATransactionCannotEnd(t *testing.T) {
 	if n := testutil.ToFloat64(metrics.sessionRestarts.WithLabelValues(s.Name)); n != 1 {
 		t.Errorf("driftguard_processor_session_restarts_total = %v, want 1", n)
 	}
+	// The transaction that did not end was decided again: its decisions
+	// are counted as made twice, their latency observed once, at the
+	// commit readers see.
+	if made := testutil.ToFloat64(metrics.decisions.WithLabelValues(s.Name, string(record.Applied))); made <= 3 {
+		t.Errorf("%v decisions made: the refused transaction's were not decided again", made)
+	}
+	if n := histogramCount(t, metrics.decisionLatency.WithLabelValues(s.Name).(prometheus.Histogram)); n != 3 {
+		t.Errorf("%d decision latencies observed, want one per committed decision, 3", n)
+	}
 }
 
 // refuseACommit makes the fake broker answer the first commit of a

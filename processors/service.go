@@ -79,7 +79,7 @@ func (s *Service) Name() string { return "process" }
 // when one is missing or a stream's topics are not co-partitioned, then
 // runs one goka group per stream.
 func (s *Service) Run(ctx context.Context) error {
-	cl, err := kafka.NewClient(s.brokers)
+	cl, err := kafka.NewClient(s.brokers, s.metrics.clientOpts("process")...)
 	if err != nil {
 		return err
 	}

@@ -51,8 +51,15 @@ func (h *handler) tick(ctx decisionContext, meta any) {
 // cut short by a rebalance is simply retried at the next tick: deadlines
 // live in the table, not here. A complete visit also counts the children
 // waiting in lost+found, for the quarantine gauge. With adm nil (goka's
-// tester) ticks carry the clock instead of the input watermark.
+// tester) ticks carry the clock instead of the input watermark, and no
+// lag is read; otherwise the consumer lag is read every tick, apart from
+// the visits.
 func (p *Processor) RunTimers(ctx context.Context, tick time.Duration, adm *kadm.Client) error {
+	if adm != nil {
+		watching := make(chan struct{})
+		go func() { defer close(watching); p.h.watchLag(ctx, adm, tick) }()
+		defer func() { <-watching }()
+	}
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	w := &watermark{adm: adm, topic: p.h.names.In, group: p.h.group, committed: &p.h.committed}
@@ -75,9 +82,9 @@ func (p *Processor) RunTimers(ctx context.Context, tick time.Duration, adm *kadm
 }
 
 // timerTick is one tick of either runtime's timers: it advances the input
-// watermark (a tick whose watermark cannot advance is skipped), exports
-// the input lag, runs visit over every key at the watermark and, once the
-// visit is complete, the gauges of what it saw.
+// watermark (a tick whose watermark cannot advance is skipped), runs visit
+// over every key at the watermark and, once the visit is complete, the
+// gauges of what it saw.
 func (h *handler) timerTick(ctx context.Context, w *watermark, visit func(safeMs int64) error) error {
 	safe, err := w.advance(ctx, h.opts.Now())
 	if err != nil {
@@ -85,9 +92,6 @@ func (h *handler) timerTick(ctx context.Context, w *watermark, visit func(safeMs
 		return nil
 	}
 	m := h.opts.Metrics
-	if m != nil {
-		m.lag.WithLabelValues(h.stream.Name).Set(float64(w.lag()))
-	}
 	h.visited.reset()
 	if err := visit(safe.UnixMilli()); err != nil {
 		return err
@@ -148,23 +152,11 @@ func (w *watermark) advance(ctx context.Context, now time.Time) (time.Time, erro
 	if w.adm == nil {
 		return now, nil
 	}
-	ends, err := w.adm.ListEndOffsets(ctx, w.topic)
+	ends, read, err := inputOffsets(ctx, w.adm, w.topic, w.group)
 	if err != nil {
 		return w.safe, err
 	}
-	sample := endSample{at: now, ends: map[int32]int64{}}
-	ends.Each(func(o kadm.ListedOffset) { sample.ends[o.Partition] = o.Offset })
-	w.samples = append(w.samples, sample)
-	committed, err := w.adm.FetchOffsetsForTopics(ctx, w.group, w.topic)
-	if err != nil {
-		return w.safe, err
-	}
-	read := map[int32]int64{}
-	committed.Each(func(o kadm.OffsetResponse) {
-		if o.Err == nil && o.Topic == w.topic && o.At > 0 {
-			read[o.Partition] = o.At
-		}
-	})
+	w.samples = append(w.samples, endSample{at: now, ends: ends})
 	w.committed.Store(&read)
 	for len(w.samples) > 0 && consumed(w.samples[0], read) {
 		w.safe = w.samples[0].at
@@ -174,21 +166,68 @@ func (w *watermark) advance(ctx context.Context, now time.Time) (time.Time, erro
 	return w.safe, nil
 }
 
-// lag is how many records of the input the group has not committed, as of
-// the latest sample: a partition without a commit counts from offset 0.
-func (w *watermark) lag() int64 {
-	if len(w.samples) == 0 {
-		return 0
+// inputOffsets reads the end offset of each partition of the input topic
+// and the group's committed offset of each (absent where it has none).
+func inputOffsets(ctx context.Context, adm *kadm.Client, topic, group string) (ends, committed map[int32]int64, err error) {
+	listed, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return nil, nil, err
 	}
-	committed := map[int32]int64{}
-	if c := w.committed.Load(); c != nil {
-		committed = *c
+	if err := listed.Error(); err != nil {
+		return nil, nil, err
 	}
+	ends = map[int32]int64{}
+	listed.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
+	fetched, err := adm.FetchOffsetsForTopics(ctx, group, topic)
+	if err != nil {
+		return nil, nil, err
+	}
+	committed = map[int32]int64{}
+	fetched.Each(func(o kadm.OffsetResponse) {
+		if o.Err == nil && o.Topic == topic && o.At > 0 {
+			committed[o.Partition] = o.At
+		}
+	})
+	return ends, committed, nil
+}
+
+// inputLag is how many records of the input the group has not committed:
+// a partition without a commit counts from offset 0.
+func inputLag(ends, committed map[int32]int64) int64 {
 	var lag int64
-	for partition, end := range w.samples[len(w.samples)-1].ends {
+	for partition, end := range ends {
 		lag += max(0, end-committed[partition])
 	}
 	return lag
+}
+
+// watchLag sets the stream's consumer-lag gauge every period from the
+// broker's end offsets and the group's commits, until ctx ends. It runs
+// beside the loop that decides, never inside it: a processor that stalls
+// (a broker that does not answer its transactions, a decision that hangs)
+// shows its lag rising, not the lag of the moment it stopped. A read that
+// fails leaves the gauge as it was, and is tried again next period.
+func (h *handler) watchLag(ctx context.Context, adm *kadm.Client, period time.Duration) {
+	m := h.opts.Metrics
+	if m == nil {
+		return
+	}
+	gauge := m.lag.WithLabelValues(h.stream.Name)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		ends, committed, err := inputOffsets(ctx, adm, h.names.In, h.group)
+		if err == nil {
+			gauge.Set(float64(inputLag(ends, committed)))
+		} else if ctx.Err() == nil {
+			h.opts.Logger.Debug("consumer lag not read; tried again", "stream", h.stream.Name, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // sampleWindow bounds the end offsets a watermark keeps while its group

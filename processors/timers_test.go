@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,15 +106,11 @@ func TestTimerVisitCountsGapsAndBufferedEvents(t *testing.T) {
 
 // The lag sums each partition's records past its commit, from offset 0
 // where the group has committed none.
-func TestWatermarkLag(t *testing.T) {
-	var committed atomic.Pointer[map[int32]int64]
-	w := watermark{committed: &committed}
-	if lag := w.lag(); lag != 0 {
-		t.Fatalf("lag %d before any sample", lag)
+func TestInputLag(t *testing.T) {
+	if lag := inputLag(nil, nil); lag != 0 {
+		t.Fatalf("lag %d of no partition", lag)
 	}
-	w.samples = []endSample{{ends: map[int32]int64{0: 3, 1: 9}}, {ends: map[int32]int64{0: 10, 1: 20, 2: 7}}}
-	committed.Store(&map[int32]int64{0: 4, 1: 20})
-	if lag := w.lag(); lag != 6+0+7 {
-		t.Fatalf("lag %d, want 13 (the latest sample: 6 on partition 0, none on 1, 7 uncommitted on 2)", lag)
+	if lag := inputLag(map[int32]int64{0: 10, 1: 20, 2: 7}, map[int32]int64{0: 4, 1: 20}); lag != 6+0+7 {
+		t.Fatalf("lag %d, want 13 (6 on partition 0, none on 1, 7 uncommitted on 2)", lag)
 	}
 }

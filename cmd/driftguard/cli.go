@@ -146,8 +146,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if c.component {
 		b := telemetry.BuildInfo()
 		env.log.Info("driftguard starting", "component", c.name, "version", b.Version, "revision", b.Revision, "go", b.GoVersion)
-		stop, err := telemetry.StartProfiling(telemetry.Profiling{Addr: env.cfg.Telemetry.PyroscopeAddr,
-			UploadEvery: env.cfg.Telemetry.PyroscopeUploadEvery}, c.name, env.log)
+		tc := env.cfg.Telemetry
+		stop, err := telemetry.StartProfiling(telemetry.Profiling{Addr: tc.PyroscopeAddr, UploadEvery: tc.PyroscopeUploadEvery,
+			BasicAuthUser: tc.PyroscopeBasicAuthUser, BasicAuthPassword: tc.PyroscopeBasicAuthPassword, TenantID: tc.PyroscopeTenantID}, c.name, env.log)
 		if err != nil {
 			fmt.Fprintf(stderr, "driftguard %s: %s\n", c.name, err)
 			return 1

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"mime"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/testenv"
 )
 
@@ -97,6 +99,9 @@ type pyroscopeStandIn struct {
 	mu       sync.Mutex
 	names    []string
 	profiles []*profile.Profile
+	// auth and tenant are the Authorization and X-Scope-OrgID headers of
+	// each profile's request.
+	auth, tenant []string
 }
 
 func (p *pyroscopeStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -122,6 +127,8 @@ func (p *pyroscopeStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.mu.Lock()
 			p.names = append(p.names, r.URL.Query().Get("name"))
 			p.profiles = append(p.profiles, prof)
+			p.auth = append(p.auth, r.Header.Get("Authorization"))
+			p.tenant = append(p.tenant, r.Header.Get("X-Scope-OrgID"))
 			p.mu.Unlock()
 		}
 	}
@@ -171,14 +178,21 @@ func contains(values []string, v string) bool {
 }
 
 // With DRIFTGUARD_PYROSCOPE_ADDR set, a component sends its profiles there,
-// tagged with the component, and a processor's work carries its stream:
-// `dev --demo` on the embedded broker, profiled into a stand-in server.
+// tagged with the component, the pod, its namespace and the version, and
+// a processor's work carries its stream; with the basic auth and tenant
+// settings, every upload carries them: `dev --demo` on the embedded
+// broker, profiled into a stand-in server.
 func TestProfilesArriveTaggedByComponentAndStream(t *testing.T) {
 	isolateEnv(t)
 	stand := &pyroscopeStandIn{}
 	srv := httptest.NewServer(stand)
 	defer srv.Close()
 	t.Setenv("DRIFTGUARD_PYROSCOPE_ADDR", srv.URL)
+	t.Setenv("DRIFTGUARD_PYROSCOPE_BASIC_AUTH_USER", "profiler")
+	t.Setenv("DRIFTGUARD_PYROSCOPE_BASIC_AUTH_PASSWORD", "s3cret-token")
+	t.Setenv("DRIFTGUARD_PYROSCOPE_TENANT_ID", "team-a")
+	t.Setenv("POD_NAME", "driftguard-processors-0")
+	t.Setenv("POD_NAMESPACE", "streams")
 	t.Setenv("DRIFTGUARD_HTTP_ADDR", freeLoopbackAddr(t))
 	t.Setenv("DRIFTGUARD_BRIDGE_ADDR", freeLoopbackAddr(t))
 	config := testenv.WriteConfig(t, "", "telemetry: {pyroscope_upload_every: 1s}\n")
@@ -204,4 +218,18 @@ func TestProfilesArriveTaggedByComponentAndStream(t *testing.T) {
 		return stand.labelled("component=dev", map[string]string{"service": "processor presence", "stream": "presence"}) &&
 			stand.labelled("component=dev", map[string]string{"service": "ingest"})
 	})
+	version := "version=" + telemetry.BuildInfo().Version
+	wantAuth := "Basic " + base64.StdEncoding.EncodeToString([]byte("profiler:s3cret-token"))
+	stand.mu.Lock()
+	defer stand.mu.Unlock()
+	for i, name := range stand.names {
+		for _, tag := range []string{"pod=driftguard-processors-0", "namespace=streams", version} {
+			if !strings.Contains(name, tag) {
+				t.Errorf("profile %q has no tag %s", name, tag)
+			}
+		}
+		if stand.auth[i] != wantAuth || stand.tenant[i] != "team-a" {
+			t.Errorf("profile %q sent with Authorization %q and X-Scope-OrgID %q, want the configured user, password and tenant", name, stand.auth[i], stand.tenant[i])
+		}
+	}
 }

@@ -247,6 +247,14 @@ type Telemetry struct {
 	PyroscopeAddr string `yaml:"pyroscope_addr" env:"DRIFTGUARD_PYROSCOPE_ADDR"`
 	// PyroscopeUploadEvery is how often profiles are sent. Default 15s.
 	PyroscopeUploadEvery time.Duration `yaml:"pyroscope_upload_every"`
+	// PyroscopeBasicAuthUser and PyroscopeBasicAuthPassword authenticate
+	// to the Pyroscope server (Grafana Cloud Profiles: the stack's user id
+	// and an access token); empty: no authentication.
+	PyroscopeBasicAuthUser     string `yaml:"pyroscope_basic_auth_user" env:"DRIFTGUARD_PYROSCOPE_BASIC_AUTH_USER"`
+	PyroscopeBasicAuthPassword string `yaml:"pyroscope_basic_auth_password" env:"DRIFTGUARD_PYROSCOPE_BASIC_AUTH_PASSWORD" redact:"true"`
+	// PyroscopeTenantID is sent as X-Scope-OrgID, the tenant of a
+	// multi-tenant server (Grafana Pyroscope, Phlare); empty: none.
+	PyroscopeTenantID string `yaml:"pyroscope_tenant_id" env:"DRIFTGUARD_PYROSCOPE_TENANT_ID"`
 }
 
 // Default returns the configuration with every default filled in and the
@@ -571,6 +579,9 @@ func (c *Config) Validate() error {
 	if a := c.Telemetry.PyroscopeAddr; a != "" && !strings.HasPrefix(a, "http://") && !strings.HasPrefix(a, "https://") {
 		add("telemetry.pyroscope_addr", "%q is not an http:// or https:// address", a)
 	}
+	if c.Telemetry.PyroscopeBasicAuthPassword != "" && c.Telemetry.PyroscopeBasicAuthUser == "" {
+		add("telemetry.pyroscope_basic_auth_user", "is required with telemetry.pyroscope_basic_auth_password (DRIFTGUARD_PYROSCOPE_BASIC_AUTH_PASSWORD)")
+	}
 	if c.Telemetry.PyroscopeUploadEvery < time.Second {
 		add("telemetry.pyroscope_upload_every", "must be at least 1s, got %s", c.Telemetry.PyroscopeUploadEvery)
 	}
@@ -660,6 +671,9 @@ telemetry:
   log_level: info
   pyroscope_addr: ""             # DRIFTGUARD_PYROSCOPE_ADDR, e.g. http://pyroscope:4040: continuous profiles
   pyroscope_upload_every: 15s
+  pyroscope_basic_auth_user: ""  # DRIFTGUARD_PYROSCOPE_BASIC_AUTH_USER
+  # pyroscope_basic_auth_password: prefer DRIFTGUARD_PYROSCOPE_BASIC_AUTH_PASSWORD to the file
+  pyroscope_tenant_id: ""        # DRIFTGUARD_PYROSCOPE_TENANT_ID, sent as X-Scope-OrgID
 data_dir: ~/.local/state/driftguard   # DRIFTGUARD_DATA_DIR
 streams:
   presence:

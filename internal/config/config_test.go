@@ -384,6 +384,11 @@ func TestLoadRejectsInvalidFileNamingTheConfigPath(t *testing.T) {
 			want: []string{"in telemetry.log_level:"},
 		},
 		{
+			name: "pyroscope password without a user",
+			yaml: "telemetry: {pyroscope_basic_auth_password: token}",
+			want: []string{"in telemetry.pyroscope_basic_auth_user:", "is required with telemetry.pyroscope_basic_auth_password"},
+		},
+		{
 			name: "stream name that cannot name a topic",
 			yaml: "streams: {Bad-Name: {policy: latest, key: /id, type: {fixed: t}, schemas: {t: streams/presence.schema.json}}}",
 			want: []string{"in streams.Bad-Name:", "stream name"},
@@ -588,6 +593,9 @@ streams:
 		"DRIFTGUARD_CLICKHOUSE_DATABASE=fromenv",
 		"DRIFTGUARD_CLICKHOUSE_PASSWORD=from-env",
 		"DRIFTGUARD_DATA_DIR=/from/env",
+		"DRIFTGUARD_PYROSCOPE_BASIC_AUTH_USER=profiler",
+		"DRIFTGUARD_PYROSCOPE_BASIC_AUTH_PASSWORD=token",
+		"DRIFTGUARD_PYROSCOPE_TENANT_ID=team-a",
 		"DRIFTGUARD_SECRETS_PRESENCE=" + otherValidSecret + "," + validSecret,
 		// Variables of other tools and of the test harness share the prefix
 		// and must be left alone.
@@ -604,6 +612,9 @@ streams:
 		{"ClickHouse.Database", cfg.ClickHouse.Database, "fromenv"},
 		{"ClickHouse.Password", cfg.ClickHouse.Password, "from-env"},
 		{"DataDir", cfg.DataDir, "/from/env"},
+		{"Telemetry.PyroscopeBasicAuthUser", cfg.Telemetry.PyroscopeBasicAuthUser, "profiler"},
+		{"Telemetry.PyroscopeBasicAuthPassword", cfg.Telemetry.PyroscopeBasicAuthPassword, "token"},
+		{"Telemetry.PyroscopeTenantID", cfg.Telemetry.PyroscopeTenantID, "team-a"},
 		{"presence secrets", cfg.Streams["presence"].Signature.Secrets, []string{otherValidSecret, validSecret}},
 	})
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/chlocal"
@@ -102,9 +104,19 @@ func TestSinkRidesOutClickHouseStoppedFor30s(t *testing.T) {
 		err := ops.Ready(ctx)
 		return err != nil && strings.Contains(err.Error(), "clickhouse")
 	})
+	// What the sink inserted last, and its lag, once it stalled: the lag
+	// keeps rising while it consumes nothing, the last insert stays put.
+	stalled := sinkMetricSums(t, ops)
 	time.Sleep(time.Until(stoppedAt.Add(outage)))
 	if during := produced.Load() - before; during < 10_000 {
 		t.Fatalf("only %d records were produced during the outage; the load must go on", during)
+	}
+	down := sinkMetricSums(t, ops)
+	if rose := down["driftguard_sink_consumer_lag"] - stalled["driftguard_sink_consumer_lag"]; rose < 5_000 {
+		t.Errorf("the consumer lag rose by %v through the outage (from %v), while 10,000 records or more were written", rose, stalled["driftguard_sink_consumer_lag"])
+	}
+	if last := down["driftguard_sink_last_insert_timestamp_seconds"]; last == 0 || last != stalled["driftguard_sink_last_insert_timestamp_seconds"] {
+		t.Errorf("the last insert times summed to %v once stalled and %v at the outage's end, want the same, not 0", stalled["driftguard_sink_last_insert_timestamp_seconds"], last)
 	}
 	if err := srv.Restart(ctx, time.Minute); err != nil {
 		t.Fatal(err)
@@ -140,5 +152,19 @@ func TestSinkRidesOutClickHouseStoppedFor30s(t *testing.T) {
 	}
 	if lag, ok := sums["driftguard_sink_consumer_lag"]; !ok || lag != 0 {
 		t.Errorf("consumer lag %v (reported: %v) once every record is in, want 0", lag, ok)
+	}
+	if last := sums["driftguard_sink_last_insert_timestamp_seconds"]; last <= down["driftguard_sink_last_insert_timestamp_seconds"] {
+		t.Errorf("the last insert times did not move after the outage (%v)", last)
+	}
+	families, err := ops.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(families, func(f *dto.MetricFamily) bool {
+		return f.GetName() == "driftguard_kafka_fetch_records_total" && slices.ContainsFunc(f.GetMetric(), func(m *dto.Metric) bool {
+			return slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == "client_id" && l.GetValue() == "driftguard-sink" })
+		})
+	}) {
+		t.Error("no driftguard_kafka_fetch_records_total of client driftguard-sink")
 	}
 }

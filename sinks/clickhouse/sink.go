@@ -13,6 +13,7 @@ import (
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -123,7 +124,7 @@ func (s *Sink) ClientOptions() []kgo.Opt {
 	// No kgo.WithPools: record.DecodeOutcome reads strings over record values
 	// until they are copied into the columns, which pooled buffers could
 	// overwrite.
-	return kafka.Options(s.brokers,
+	return kafka.Options(s.brokers, append([]kgo.Opt{
 		kgo.ConsumerGroup(s.cfg.Kafka.Naming().ConsumerGroup(ch.ConsumerGroup)),
 		kgo.SessionTimeout(ch.SessionTimeout),
 		kgo.ConsumeTopics(names...),
@@ -142,7 +143,15 @@ func (s *Sink) ClientOptions() []kgo.Opt {
 		// away: read its position again when it comes back.
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, lost map[string][]int32) { s.forget(lost) }),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, lost map[string][]int32) { s.forget(lost) }),
-	)
+	}, kafka.ClientMetrics(s.registry(), "sink")...)...)
+}
+
+// registry is where the sink's Kafka client reports; nil without Ops.
+func (s *Sink) registry() prometheus.Registerer {
+	if s.ops == nil {
+		return nil
+	}
+	return s.ops.Registry
 }
 
 // Run consumes until ctx is done. It gathers polls into one batch until the
@@ -161,6 +170,10 @@ func (s *Sink) Run(ctx context.Context) error {
 	defer cl.Close()
 	// Close leaves the group, which waits for a rebalance a poll may block.
 	defer cl.AllowRebalance()
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	watching := make(chan struct{})
+	go func() { defer close(watching); s.metrics.watchLag(watchCtx, kadm.NewClient(cl)) }()
+	defer func() { stopWatching(); <-watching }()
 	ch := s.cfg.ClickHouse
 	if s.ops != nil {
 		s.ops.AddReadiness("clickhouse", func(ctx context.Context) error {

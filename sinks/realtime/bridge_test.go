@@ -189,9 +189,14 @@ func TestCursorsThatCannotResumeAreGone(t *testing.T) {
 }
 
 // A stream with more entities than bridge.max_entities: the new ones are
-// dropped and counted, and /readyz says why the bridge is not ready.
+// dropped and counted, and the bridge degrades instead of leaving its
+// Service: /readyz stays ready, the gauge says the stream is over its
+// limit, and the entities held are still served.
 func TestEntityLimit(t *testing.T) {
 	e := newBridgeEnv(t, testenv.Fake(t), func(c *config.Config) { c.Bridge.MaxEntities = 3 }, "presence")
+	if n := gathered(t, e, "driftguard_bridge_entities_over_limit"); n != 0 {
+		t.Errorf("over the limit (%v) before any entity", n)
+	}
 	for i := range 5 {
 		e.publish("presence", fmt.Sprintf("u%d", i), 1, `{"presence":"ONLINE"}`)
 	}
@@ -204,11 +209,17 @@ func TestEntityLimit(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "bridge.max_entities") {
-		t.Errorf("/readyz %d %s, want 503 naming bridge.max_entities", resp.StatusCode, body)
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/readyz %d %s, want 200: a stream over its limit degrades, it does not take the replica out", resp.StatusCode, body)
+	}
+	if n := gathered(t, e, "driftguard_bridge_entities_over_limit"); n != 1 {
+		t.Errorf("driftguard_bridge_entities_over_limit %v, want 1", n)
 	}
 	if n := gathered(t, e, "driftguard_bridge_entities"); n != 3 {
 		t.Errorf("%v entities held, want 3", n)
+	}
+	if _, ents := e.snapshot("presence", e.token("alice", "presence"), 10); len(ents) != 3 {
+		t.Errorf("the snapshot serves %d entities, want the 3 held", len(ents))
 	}
 }
 

@@ -12,6 +12,7 @@ type metrics struct {
 	catchUp   *prometheus.HistogramVec
 	entities  *prometheus.GaugeVec
 	dropped   *prometheus.CounterVec
+	overLimit *prometheus.GaugeVec
 	forbidden *prometheus.CounterVec
 }
 
@@ -43,12 +44,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "driftguard_bridge_entities_dropped_total", Help: "New entities not held because the stream is at bridge.max_entities.",
 		}, []string{"stream"}),
+		overLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "driftguard_bridge_entities_over_limit", Help: "1 while the stream has dropped entities over bridge.max_entities since the bridge began reading it (the bridge serves the others and stays ready), else 0.",
+		}, []string{"stream"}),
 		forbidden: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "driftguard_bridge_auth_failures_total", Help: "Requests refused by status (401 no valid token, 403 not allowed).",
 		}, []string{"stream", "status"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.clients, m.sent, m.resets, m.gone, m.snapshot, m.catchUp, m.entities, m.dropped, m.forbidden)
+		reg.MustRegister(m.clients, m.sent, m.resets, m.gone, m.snapshot, m.catchUp, m.entities, m.dropped, m.overLimit, m.forbidden)
 	}
 	return m
 }
@@ -64,6 +68,7 @@ func (m *metrics) serve(stream string) {
 	m.catchUp.WithLabelValues(stream)
 	m.entities.WithLabelValues(stream)
 	m.dropped.WithLabelValues(stream)
+	m.overLimit.WithLabelValues(stream)
 	for _, status := range []string{"401", "403"} {
 		m.forbidden.WithLabelValues(stream, status)
 	}

@@ -31,6 +31,24 @@ type stream struct {
 	chat *chat
 	// failure is why reading the stream last failed, for /readyz.
 	failure atomic.Pointer[error]
+	// droppedLogAt is when entities dropped over bridge.max_entities were
+	// last logged; only the stream's reader reads and writes it.
+	droppedLogAt time.Time
+}
+
+// dropLogEvery is how often a stream over bridge.max_entities is logged
+// while it keeps dropping entities: a stream at its limit drops on most
+// fetches, and one line per fetch would flood the logs.
+const dropLogEvery = time.Minute
+
+// dropLogged logs that the stream dropped entities over
+// bridge.max_entities, at most once per dropLogEvery.
+func (st *stream) dropLogged(b *Bridge, s *store) {
+	if now := time.Now(); now.Sub(st.droppedLogAt) >= dropLogEvery {
+		st.droppedLogAt = now
+		b.log.Error("stream over bridge.max_entities: new entities are dropped (counted in driftguard_bridge_entities_dropped_total); the bridge keeps serving those it holds; raise the limit",
+			"stream", st.cfg.Name, "max_entities", b.cfg.MaxEntities, "dropped", s.droppedCount())
+	}
 }
 
 // errEpochChanged ends a reading of a topic that was deleted and created
@@ -89,12 +107,13 @@ func (b *Bridge) readEpoch(ctx context.Context, st *stream) error {
 	s := newStore(epoch, partitions, b.cfg.Window*partitions, b.cfg.MaxEntities, st.cfg.Policy == config.PolicyAssign)
 	st.caughtUp.Store(false)
 	st.store.Store(s)
+	b.metrics.overLimit.WithLabelValues(st.cfg.Name).Set(0)
 	defer close(s.retired)
 	start := map[int32]kgo.Offset{}
 	for p := range int32(partitions) {
 		start[p] = kgo.NewOffset().AtStart()
 	}
-	cl, err := b.reader(st.topic, start, 200*time.Millisecond)
+	cl, err := b.reader("bridge-"+st.topic, st.topic, start, 200*time.Millisecond)
 	if err != nil {
 		return err
 	}
@@ -139,8 +158,8 @@ func (b *Bridge) readEpoch(ctx context.Context, st *stream) error {
 			}
 			if dropped := s.apply(fp.Partition, recs); dropped > 0 {
 				b.metrics.dropped.WithLabelValues(st.cfg.Name).Add(float64(dropped))
-				b.log.Error("stream over bridge.max_entities: new entities dropped; raise the limit",
-					"stream", st.cfg.Name, "max_entities", b.cfg.MaxEntities, "dropped", dropped)
+				b.metrics.overLimit.WithLabelValues(st.cfg.Name).Set(1)
+				st.dropLogged(b, s)
 			}
 			b.metrics.entities.WithLabelValues(st.cfg.Name).Set(float64(s.len()))
 		})
@@ -187,7 +206,7 @@ func (b *Bridge) readRange(ctx context.Context, topic string, from, to map[int32
 	if len(start) == 0 {
 		return nil
 	}
-	cl, err := b.reader(topic, start, 100*time.Millisecond)
+	cl, err := b.reader("bridge-"+topic+"-catchup", topic, start, 100*time.Millisecond)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,140 @@
+package processors
+
+import (
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/driftguard/driftguard/internal/record"
+	"github.com/driftguard/driftguard/internal/testenv"
+)
+
+// What an operator reads of a processor holds while it works and while it
+// stalls: each committed decision's latency from received_at, the time of
+// the last commit, the input lag (which keeps rising while the loop is
+// blocked, and the last commit time stays put), and the Kafka client's
+// own metrics, labelled with its client id.
+func TestRuntimeMetricsWhileWorkingAndStalled(t *testing.T) {
+	brokers, ctx, s, names, cl := onePartitionStream(t, "presence")
+	reg := prometheus.NewRegistry()
+	metrics := NewMetrics(reg)
+	r, err := NewRuntime(brokers, s, Options{Logger: testenv.Logger(t), Metrics: metrics},
+		RuntimeOptions{TransactionalID: "metrics-a", CommitEvery: 50 * time.Millisecond, TimerTick: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	latency := metrics.decisionLatency.WithLabelValues(s.Name).(prometheus.Histogram)
+	lastCommit := metrics.lastCommit.WithLabelValues(s.Name)
+	lag := metrics.lag.WithLabelValues(s.Name)
+	if n := histogramCount(t, latency); n != 0 || testutil.ToFloat64(lastCommit) != 0 {
+		t.Fatalf("before running: %d latencies, last commit %v", n, testutil.ToFloat64(lastCommit))
+	}
+	started := time.Now()
+	stop := runRuntime(ctx, r)
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	})
+
+	// Received two seconds ago: each latency is at least that.
+	const waited = 2 * time.Second
+	receivedAt := strconv.FormatInt(time.Now().Add(-waited).UnixMilli(), 10)
+	produce := func(from, to int64) {
+		for v := from; v <= to; v++ {
+			rec := bob(names.In, v)
+			rec.Headers = []kgo.RecordHeader{{Key: record.HeaderReceivedAt, Value: []byte(receivedAt)}}
+			if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	produce(1, 3)
+	testenv.WaitFor(t, ctx, "three decisions committed", func() bool { return histogramCount(t, latency) == 3 })
+	if sum := histogramSum(t, latency); sum < 3*waited.Seconds() || sum > 3*(waited.Seconds()+30) {
+		t.Errorf("latencies sum to %.3fs, want three of at least %s", sum, waited)
+	}
+	if at := testutil.ToFloat64(lastCommit); at < float64(started.Unix()) {
+		t.Errorf("last commit at %v, before the runtime started (%d)", at, started.Unix())
+	}
+	testenv.WaitFor(t, ctx, "no lag", func() bool { return testutil.ToFloat64(lag) == 0 })
+	// Idle, the loop still commits (empty transactions): the gauge keeps
+	// up with the clock while the processor runs.
+	idleFrom := testutil.ToFloat64(lastCommit)
+	testenv.WaitFor(t, testenv.Context(t, 10*time.Second), "an idle commit", func() bool { return testutil.ToFloat64(lastCommit) > idleFrom })
+
+	// Stalled: the loop blocks at its next decision or commit. Unstalled
+	// before the runtime is stopped, however the test ends.
+	r.mu.Lock()
+	unstall := sync.OnceFunc(r.mu.Unlock)
+	t.Cleanup(unstall)
+	stalledAt := testutil.ToFloat64(lastCommit)
+	produce(4, 8)
+	testenv.WaitFor(t, testenv.Context(t, 20*time.Second), "the lag of a stalled processor rising to 5", func() bool { return testutil.ToFloat64(lag) == 5 })
+	time.Sleep(200 * time.Millisecond) // four commit intervals
+	if at := testutil.ToFloat64(lastCommit); at != stalledAt {
+		t.Errorf("last commit moved from %v to %v while the processor was stalled", stalledAt, at)
+	}
+	unstall()
+	testenv.WaitFor(t, ctx, "the backlog decided and the lag back to 0", func() bool {
+		return histogramCount(t, latency) == 8 && testutil.ToFloat64(lag) == 0
+	})
+	if at := testutil.ToFloat64(lastCommit); at <= stalledAt {
+		t.Errorf("last commit still at %v after the stall", at)
+	}
+
+	// The session's client reports as driftguard_kafka_*, by client id.
+	clientID := "driftguard-process-" + s.Name
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mf := range families {
+		if mf.GetName() != "driftguard_kafka_fetch_records_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := labelsOf(m)
+			if labels["client_id"] == clientID && labels["topic"] == names.In && m.GetCounter().GetValue() >= 8 {
+				found = true
+			}
+			if _, ok := labels["partition"]; ok {
+				t.Errorf("a client metric by partition: %v", labels)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no driftguard_kafka_fetch_records_total of %s counting the 8 inputs of %s", clientID, names.In)
+	}
+}
+
+func histogramCount(t *testing.T, h prometheus.Histogram) uint64 {
+	return histogramOf(t, h).GetSampleCount()
+}
+func histogramSum(t *testing.T, h prometheus.Histogram) float64 {
+	return histogramOf(t, h).GetSampleSum()
+}
+
+func histogramOf(t *testing.T, h prometheus.Histogram) *dto.Histogram {
+	t.Helper()
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram()
+}
+
+func labelsOf(m *dto.Metric) map[string]string {
+	out := map[string]string{}
+	for _, l := range m.GetLabel() {
+		out[l.GetName()] = l.GetValue()
+	}
+	return out
+}
