@@ -17,8 +17,11 @@ import (
 
 // Service runs the processor of every stream in the catalogue.
 type Service struct {
-	cfg     *config.Config
-	brokers []string
+	cfg *config.Config
+	// kc and kcErr are the Kafka connection of kafka.tls and kafka.sasl,
+	// or why it could not be made (returned by Run).
+	kc      kafka.Conn
+	kcErr   error
 	log     *slog.Logger
 	ops     *telemetry.Ops
 	metrics *Metrics
@@ -45,7 +48,8 @@ type ServiceOptions struct {
 
 // NewService builds the processors service.
 func NewService(opts ServiceOptions) *Service {
-	s := &Service{cfg: opts.Config, brokers: opts.Config.BrokersOr(opts.Brokers), log: telemetry.OrDiscard(opts.Logger), ops: opts.Ops}
+	s := &Service{cfg: opts.Config, log: telemetry.OrDiscard(opts.Logger), ops: opts.Ops}
+	s.kc, s.kcErr = kafka.Connect(opts.Config, opts.Brokers)
 	if s.ops != nil {
 		s.metrics = NewMetrics(s.ops.Registry)
 	}
@@ -71,14 +75,24 @@ func (s *Service) Name() string { return "process" }
 // Run creates or checks the topics, refusing to start when a stream's topics
 // are not co-partitioned, then runs one goka group per stream.
 func (s *Service) Run(ctx context.Context) error {
-	cl, err := kafka.NewClient(s.brokers)
+	if s.kcErr != nil {
+		return s.kcErr
+	}
+	cl, err := kafka.NewClient(s.kc)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	need := kafka.AccessOf(kafka.ACLs(kafka.ComponentProcess, s.cfg))
+	for _, name := range s.cfg.StreamNames() {
+		need.TransactionalIDs = append(need.TransactionalIDs, TransactionalID(s.cfg.Processing.InstanceID, name))
+	}
+	if err := s.kc.Check(ctx, cl, need); err != nil {
+		return err
+	}
 	statuses, err := kafka.EnsureTopics(ctx, cl, s.cfg, true)
 	if err != nil {
-		return fmt.Errorf("topics: %w", err)
+		return fmt.Errorf("topics: %w", s.kc.Explain(err))
 	}
 	// Weaker than configured is said, not refused: an operator may have
 	// lowered min.insync.replicas to keep accepting through an outage.
@@ -101,7 +115,7 @@ func (s *Service) Run(ctx context.Context) error {
 			continue
 		}
 		running = append(running, name)
-		p, err := NewRuntime(s.brokers, stream, Options{Logger: s.log, Metrics: s.metrics}, RuntimeOptions{
+		p, err := NewRuntime(s.kc, stream, Options{Logger: s.log, Metrics: s.metrics}, RuntimeOptions{
 			TransactionalID: TransactionalID(s.cfg.Processing.InstanceID, name),
 			Storage:         store,
 			CommitEvery:     s.cfg.Processing.CommitInterval,
@@ -128,7 +142,7 @@ func (s *Service) Run(ctx context.Context) error {
 			return nil
 		})
 	}
-	s.log.Info("processors starting", "streams", running, "brokers", s.brokers)
+	s.log.Info("processors starting", "streams", running, "brokers", s.kc.Brokers)
 	err = service.RunAll(ctx, services...)
 	if errors.Is(err, context.Canceled) {
 		return nil
@@ -139,5 +153,5 @@ func (s *Service) Run(ctx context.Context) error {
 // TransactionalID is the transactional id of a stream's processor on an
 // instance.
 func TransactionalID(instance, stream string) string {
-	return "driftguard-" + stream + "-" + instance
+	return kafka.TransactionalIDPrefix(stream) + instance
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -63,6 +64,9 @@ type Kafka struct {
 	// one each, which under load is most of its CPU. Default 5ms; 1µs is
 	// as good as none.
 	Linger time.Duration `yaml:"linger"`
+	// TLS and SASL of every client (kafkasec.go).
+	TLS  KafkaTLS  `yaml:"tls"`
+	SASL KafkaSASL `yaml:"sasl"`
 }
 
 // HTTP configures the ingest edge's listener and its limits.
@@ -268,7 +272,11 @@ func Load(path string, environ []string) (*Config, error) {
 			return nil, err
 		}
 	}
+	passwordInFile := c.Kafka.SASL.Password != ""
 	if err := c.applyEnv(environ); err != nil {
+		return nil, err
+	}
+	if err := c.readSecretFiles(); err != nil {
 		return nil, err
 	}
 	c.applyDefaults()
@@ -276,6 +284,7 @@ func Load(path string, environ []string) (*Config, error) {
 		return nil, err
 	}
 	c.warnDurability()
+	c.warnSecurity(passwordInFile)
 	return c, nil
 }
 
@@ -368,6 +377,30 @@ func (c *Config) applyEnv(environ []string) error {
 			c.Bridge.Addr = value
 		case "DRIFTGUARD_BRIDGE_SECRET":
 			c.Bridge.Secret = value
+		case "DRIFTGUARD_KAFKA_TLS_ENABLED":
+			on, err := strconv.ParseBool(value)
+			if err != nil {
+				return fmt.Errorf("config: %s (kafka.tls.enabled) must be true or false, got %q", name, value)
+			}
+			c.Kafka.TLS.Enabled = on
+		case "DRIFTGUARD_KAFKA_TLS_CA_FILE":
+			c.Kafka.TLS.CAFile = value
+		case "DRIFTGUARD_KAFKA_TLS_CERT_FILE":
+			c.Kafka.TLS.CertFile = value
+		case "DRIFTGUARD_KAFKA_TLS_KEY_FILE":
+			c.Kafka.TLS.KeyFile = value
+		case "DRIFTGUARD_KAFKA_TLS_SERVER_NAME":
+			c.Kafka.TLS.ServerName = value
+		case "DRIFTGUARD_KAFKA_SASL_MECHANISM":
+			c.Kafka.SASL.Mechanism = value
+		case "DRIFTGUARD_KAFKA_SASL_USERNAME":
+			c.Kafka.SASL.Username = value
+		case "DRIFTGUARD_KAFKA_SASL_PASSWORD":
+			c.Kafka.SASL.Password = value
+		case "DRIFTGUARD_KAFKA_SASL_PASSWORD_FILE":
+			c.Kafka.SASL.PasswordFile = value
+		case "DRIFTGUARD_KAFKA_SASL_TOKEN_FILE":
+			c.Kafka.SASL.TokenFile = value
 		default:
 			stream, isSecret := strings.CutPrefix(name, "DRIFTGUARD_SECRETS_")
 			if !isSecret {
@@ -554,6 +587,7 @@ func (c *Config) Validate() error {
 	if c.ClickHouse.FetchMinBytes < 1 {
 		add("clickhouse.fetch_min_bytes", "must be at least 1, got %d", c.ClickHouse.FetchMinBytes)
 	}
+	c.Kafka.validateSecurity(add)
 	for i, b := range c.Kafka.Brokers {
 		if !strings.Contains(b, ":") {
 			add(fmt.Sprintf("kafka.brokers[%d]", i), "%q needs host:port", b)
@@ -645,6 +679,19 @@ kafka:
   # min_insync_replicas: 1       # default 2 when replication_factor is 3 or more
   produce_timeout: 5s            # ingest answers 503 after this
   linger: 5ms                    # ingest's producer batches webhooks this long
+  tls:                           # every client; any key below turns TLS on
+    enabled: false               # DRIFTGUARD_KAFKA_TLS_ENABLED; system roots unless ca_file
+    # ca_file: /etc/kafka-tls/ca.crt     # DRIFTGUARD_KAFKA_TLS_CA_FILE: PEM CAs of the brokers
+    # cert_file: /etc/kafka-tls/tls.crt  # DRIFTGUARD_KAFKA_TLS_CERT_FILE: client certificate (mTLS),
+    # key_file: /etc/kafka-tls/tls.key   # DRIFTGUARD_KAFKA_TLS_KEY_FILE: and its key
+    # server_name: kafka.internal        # DRIFTGUARD_KAFKA_TLS_SERVER_NAME: when not the dialed host
+  sasl:
+    mechanism: ""                # DRIFTGUARD_KAFKA_SASL_MECHANISM: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, AWS_MSK_IAM
+    # username: driftguard               # DRIFTGUARD_KAFKA_SASL_USERNAME (PLAIN, SCRAM)
+    # password: prefer DRIFTGUARD_KAFKA_SASL_PASSWORD or password_file to the file
+    # password_file: /etc/kafka-sasl/password  # DRIFTGUARD_KAFKA_SASL_PASSWORD_FILE: read at start
+    # token_file: /var/run/secrets/kafka/token # DRIFTGUARD_KAFKA_SASL_TOKEN_FILE (OAUTHBEARER): read at every login
+    # AWS_MSK_IAM: credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN
 http:
   addr: 127.0.0.1:8080           # DRIFTGUARD_HTTP_ADDR
   # max_in_flight_bytes: 64 bodies at the largest limits.max_body_bytes (16 MiB); 503 beyond it

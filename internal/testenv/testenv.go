@@ -188,7 +188,7 @@ func ProcessCPU(t testing.TB) time.Duration {
 // client of the brokers, with opts, for the caller to close.
 func Topics(t testing.TB, ctx context.Context, cfg *config.Config, brokers []string, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
-	cl, err := kafka.NewClient(brokers, opts...)
+	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,8 @@ type Options struct {
 // Bridge serves every stream of the catalogue.
 type Bridge struct {
 	cfg     config.Bridge
-	brokers []string
+	kc      kafka.Conn
+	need    kafka.Access
 	log     *slog.Logger
 	ops     *telemetry.Ops
 	ln      net.Listener
@@ -72,7 +73,11 @@ func New(opts Options) (*Bridge, error) {
 	if len(cfg.Bridge.Secret) < config.MinBridgeSecretBytes {
 		return nil, ErrNoSecret
 	}
-	b := &Bridge{cfg: cfg.Bridge, brokers: cfg.BrokersOr(opts.Brokers), log: telemetry.OrDiscard(opts.Logger),
+	kc, err := kafka.Connect(cfg, opts.Brokers)
+	if err != nil {
+		return nil, err
+	}
+	b := &Bridge{cfg: cfg.Bridge, kc: kc, need: kafka.AccessOf(kafka.ACLs(kafka.ComponentBridge, cfg)), log: telemetry.OrDiscard(opts.Logger),
 		ops: opts.Ops, ln: opts.Listener, now: opts.Now, streams: map[string]*stream{}}
 	if b.ops == nil {
 		b.ops = telemetry.NewOps()
@@ -107,7 +112,7 @@ func (b *Bridge) reader(topic string, start map[int32]kgo.Offset, wait time.Dura
 
 // ReaderOptions are the franz-go options of a reader (see reader).
 func (b *Bridge) ReaderOptions(topic string, start map[int32]kgo.Offset, wait time.Duration) []kgo.Opt {
-	return kafka.Options(b.brokers, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
+	return kafka.Options(b.kc, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
 		kgo.FetchMaxWait(wait), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
 }
 
@@ -116,11 +121,14 @@ func (b *Bridge) Name() string { return "bridge" }
 
 // Run reads every stream and serves until ctx is done.
 func (b *Bridge) Run(ctx context.Context) error {
-	cl, err := kafka.NewClient(b.brokers)
+	cl, err := kafka.NewClient(b.kc)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	if err := b.kc.Check(ctx, cl, b.need); err != nil {
+		return err
+	}
 	b.adm = kadm.NewClient(cl)
 	b.ops.AddReadiness("bridge", b.ready)
 	ln := b.ln
