@@ -120,6 +120,7 @@ func (s *Service) Run(ctx context.Context) error {
 		MaxPerSource:     s.cfg.HTTP.MaxPerSource,
 		TrustedProxies:   trusted,
 		MaxConnections:   s.cfg.HTTP.MaxConnections,
+		ExplainKafka:     s.kc.Explain,
 	})
 	if err != nil {
 		return err

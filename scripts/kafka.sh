@@ -375,6 +375,7 @@ cluster_restart() {
 # start. Tests make their own users and ACLs through it.
 secure_start() {
   fetch
+  command -v openssl >/dev/null || apt_install openssl
   local dir
   dir="$(new_run_dir "$KAFKA_SECURE_SASL_SSL_PORT" "$KAFKA_SECURE_MTLS_PORT" \
     "$KAFKA_SECURE_SASL_PLAINTEXT_PORT" "$KAFKA_SECURE_CONTROLLER_PORT")"

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/aws"
 	"github.com/twmb/franz-go/pkg/sasl/oauth"
@@ -195,17 +196,29 @@ func (c Conn) Check(ctx context.Context, cl *kgo.Client, need Access) error {
 		return nil
 	}
 	adm := kadm.NewClient(cl)
-	for op, names := range map[string][]string{"READ": need.ReadTopics, "WRITE": need.WriteTopics} {
+	for _, topics := range []struct {
+		op    string
+		names []string
+	}{{"READ", need.ReadTopics}, {"WRITE", need.WriteTopics}} {
+		op, names := topics.op, topics.names
 		if len(names) == 0 {
 			continue
 		}
-		md, err := adm.Metadata(ctx, names...)
-		if err != nil {
-			return c.Explain(err)
-		}
+		// The raw request: kadm folds a refused topic into one error
+		// that names none.
+		req := kmsg.NewPtrMetadataRequest()
 		for _, name := range names {
-			if t, ok := md.Topics[name]; ok && errors.Is(t.Err, kerr.TopicAuthorizationFailed) {
-				return c.Denied(t.Err, op, "TOPIC", name)
+			t := kmsg.NewMetadataRequestTopic()
+			t.Topic = kmsg.StringPtr(name)
+			req.Topics = append(req.Topics, t)
+		}
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			return nil
+		}
+		for _, t := range resp.Topics {
+			if err := kerr.ErrorForCode(t.ErrorCode); errors.Is(err, kerr.TopicAuthorizationFailed) && t.Topic != nil {
+				return c.Denied(err, op, "TOPIC", *t.Topic)
 			}
 		}
 	}
@@ -267,7 +280,9 @@ func (c Conn) Explain(err error) error {
 	case !c.tlsOn && errors.Is(err, io.EOF):
 		return fmt.Errorf("kafka.tls: the brokers closed the connection at once, as a TLS listener does to a plaintext client: set kafka.tls.enabled if the listener is TLS: %w", err)
 	case errors.Is(err, kerr.ClusterAuthorizationFailed):
-		return c.Denied(err, "the operation refused", "CLUSTER", "")
+		// A producer meets it without WRITE on any topic: Kafka then
+		// wants IDEMPOTENT_WRITE on the cluster, which WRITE implies.
+		return fmt.Errorf("kafka: %s was refused an operation on the cluster: a producer needs WRITE on its topics, `topics` DESCRIBE_CONFIGS on the cluster (docs/deploy.md lists each component's ACLs): %w", c.principal(), err)
 	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.GroupAuthorizationFailed),
 		errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
 		return fmt.Errorf("kafka: %s lacks an ACL that docs/deploy.md lists for this component: %w", c.principal(), err)

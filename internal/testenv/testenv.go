@@ -184,11 +184,16 @@ func ProcessCPU(t testing.TB) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// Topics creates the topics of cfg's streams on the brokers and returns a
-// client of the brokers, with opts, for the caller to close.
+// Topics creates the topics of cfg's streams on the brokers (with cfg's
+// kafka.tls and kafka.sasl) and returns a client of the brokers, with
+// opts, for the caller to close.
 func Topics(t testing.TB, ctx context.Context, cfg *config.Config, brokers []string, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
-	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers}, opts...)
+	conn, err := kafka.Connect(cfg, brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kafka.NewClient(conn, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

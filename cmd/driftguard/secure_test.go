@@ -1,0 +1,372 @@
+package main
+
+// The pipeline on a broker that authenticates and authorizes its clients
+// (scripts/kafka.sh secure start): SCRAM-SHA-512 over TLS with each
+// component holding only the ACLs docs/deploy.md lists, mTLS, and the
+// errors that name the setting when one is wrong.
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/driftguard/driftguard/ingest"
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/service"
+	"github.com/driftguard/driftguard/internal/telemetry"
+	"github.com/driftguard/driftguard/internal/testenv"
+	"github.com/driftguard/driftguard/internal/topics"
+	"github.com/driftguard/driftguard/internal/webhook"
+	"github.com/driftguard/driftguard/processors"
+	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
+	"github.com/driftguard/driftguard/sinks/realtime"
+)
+
+const secureBridgeSecret = "secure-test-bridge-secret-of-32-bytes-at-least"
+
+func TestSecureKafka(t *testing.T) {
+	k := testenv.Secure(t)
+	chAddr := testenv.ClickHouse(t)
+	ctx := testenv.Context(t, 5*time.Minute)
+	admin := secureAdmin(t, ctx, k)
+
+	t.Run("SCRAM-SHA-512 over TLS, each component with only its ACLs", func(t *testing.T) {
+		cfg := secureStream(t, chAddr)
+		users := map[string]*config.Config{}
+		for _, component := range kafka.Components {
+			user, password := testenv.UniqueName("dg-"+component), testenv.UniqueName("pw")
+			createUser(t, ctx, admin, user, password)
+			grant(t, ctx, admin, "User:"+user, kafka.ACLs(component, cfg))
+			c := *cfg
+			k.SCRAM(&c, user, password)
+			users[component] = &c
+		}
+		runSecurePipeline(t, ctx, func(component string) *config.Config { return users[component] })
+	})
+
+	t.Run("mTLS", func(t *testing.T) {
+		cfg := secureStream(t, chAddr)
+		k.MutualTLS(cfg)
+		runSecurePipeline(t, ctx, func(string) *config.Config { return cfg })
+	})
+
+	t.Run("errors name the setting", func(t *testing.T) {
+		cfg := secureStream(t, chAddr)
+		k.Admin(cfg)
+		testenv.Topics(t, ctx, cfg, nil).Close()
+		in := kafka.ACLs(kafka.ComponentIngest, cfg)[0].Name
+
+		wrong := *cfg
+		wrong.Kafka.SASL.Password = "not-the-password"
+		expectStartError(t, ctx, &wrong, everywhere("kafka.sasl: the brokers refused user"))
+
+		foreign := *cfg
+		foreign.Kafka.TLS.CAFile = foreignCA(t)
+		expectStartError(t, ctx, &foreign, everywhere("kafka.tls.ca_file: the brokers' certificate is signed by a CA not in "+foreign.Kafka.TLS.CAFile))
+
+		user, password := testenv.UniqueName("dg-none"), testenv.UniqueName("pw")
+		createUser(t, ctx, admin, user, password)
+		none := *cfg
+		k.SCRAM(&none, user, password)
+		names := topics.For(cfg.StreamNames()[0])
+		expectStartError(t, ctx, &none, map[string]string{
+			"ingest":  fmt.Sprintf(`user %q lacks the ACL ALLOW WRITE on TOPIC %q`, user, names.In),
+			"process": fmt.Sprintf(`user %q lacks the ACL ALLOW READ on TOPIC %q`, user, names.In),
+			"bridge":  fmt.Sprintf(`user %q lacks the ACL ALLOW READ on TOPIC %q`, user, names.State),
+		})
+
+		// DESCRIBE but not WRITE: the edge starts, and refuses every
+		// webhook with 503 instead of acknowledging what was not written.
+		grant(t, ctx, admin, "User:"+user, []kafka.ACL{{Resource: "TOPIC", Pattern: "LITERAL", Name: in, Operations: []string{"DESCRIBE"}}})
+		url := startIngest(t, ctx, &none, telemetry.NewOps())
+		pub := &webhook.Publisher{URL: url + "/v1/webhooks/" + cfg.StreamNames()[0], Secret: testSecret}
+		resp, err := pub.Post(ctx, "denied-1", testenv.Presence{EventID: "denied-1", User: "bob", Version: 1, Timestamp: 1_700_000_000}.Body())
+		if err != nil || resp.Status != http.StatusServiceUnavailable {
+			t.Errorf("a webhook the broker refuses to store: status %d err %v body %s; want 503", resp.Status, err, resp.Body)
+		}
+		if n := written(t, ctx, admin, in); n != 0 {
+			t.Errorf("%s took %d records, all refused", in, n)
+		}
+
+		// The other mechanisms of the issue reach the same broker.
+		for _, m := range []struct{ mechanism, addr string }{
+			{config.SASLPlain, k.SASLSSL}, {config.SASLScramSHA256, k.SASLSSL}, {config.SASLScramSHA512, k.SASLPlaintext},
+		} {
+			c := *cfg
+			c.Kafka.Brokers = []string{m.addr}
+			c.Kafka.SASL.Mechanism = m.mechanism
+			if m.addr == k.SASLPlaintext {
+				c.Kafka.TLS = config.KafkaTLS{}
+			}
+			if err := checkConn(ctx, &c); err != nil {
+				t.Errorf("%s on %s: %v", m.mechanism, m.addr, err)
+			}
+		}
+	})
+}
+
+// secureStream is the configuration of a fresh copy of the presence
+// stream, its database and sink group, with no Kafka address yet.
+func secureStream(t *testing.T, chAddr string) *config.Config {
+	t.Helper()
+	s := testenv.Shipped(t, "presence")
+	s.Name = testenv.UniqueName("secure")
+	s.Signature.Secrets = []string{testSecret}
+	s.Limits.Partitions = 2
+	cfg := testenv.OnlyStream(t, s)
+	cfg.ClickHouse.Addr = chAddr
+	cfg.ClickHouse.Database = testenv.UniqueName("dg_test")
+	cfg.ClickHouse.BatchPeriod = 100 * time.Millisecond
+	cfg.ClickHouse.ConsumerGroup = testenv.UniqueName("dg-sink")
+	cfg.Bridge.Secret = secureBridgeSecret
+	return cfg
+}
+
+// runSecurePipeline creates the topics as `topics` does, runs ingest,
+// the processors, the sink and the bridge, each with the configuration
+// as gives its component, and follows one webhook to ClickHouse and the
+// bridge.
+func runSecurePipeline(t *testing.T, ctx context.Context, as func(component string) *config.Config) {
+	cfg := as(kafka.ComponentIngest)
+	for _, component := range kafka.Components {
+		if err := as(component).Validate(); err != nil {
+			t.Fatalf("%s: %v", component, err)
+		}
+	}
+	conn := openDroppedAtEnd(t, ctx, cfg.ClickHouse)
+	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse.Database, nil); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := runTopics(ctx, &environment{cfg: as(kafka.ComponentTopics), log: testenv.Logger(t), stdout: &out, stderr: io.Discard}, true); err != nil {
+		t.Fatalf("topics: %v\n%s", err, out.String())
+	}
+	log := testenv.Logger(t)
+	ops := telemetry.NewOps()
+	bln := listen(t)
+	bridge, err := realtime.New(realtime.Options{Config: as(kafka.ComponentBridge), Logger: log, Listener: bln})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := startIngest(t, ctx, cfg, ops,
+		processors.NewService(processors.ServiceOptions{Config: as(kafka.ComponentProcess), Logger: log, Ops: ops, InMemoryTables: true}),
+		sinkch.New(sinkch.Options{Config: as(kafka.ComponentSink), Conn: conn, Logger: log, Ops: ops}),
+		bridge)
+	p := &pipeline{cfg: cfg, stream: cfg.StreamNames()[0], url: url, ch: conn}
+	p.waitReady(t, ctx)
+
+	p.send(t, ctx, []delivery{{ID: "carol-7", Key: "carol", Version: 7,
+		Body: testenv.Presence{EventID: "carol-7", User: "carol", Version: 7, Timestamp: 1_700_000_007}.Body()}})
+	testenv.WaitFor(t, ctx, "the decision in ClickHouse", func() bool {
+		var outcome string
+		err := conn.QueryRow(ctx, fmt.Sprintf("SELECT outcome FROM %s.events WHERE stream = '%s' AND event_id = 'carol-7'", cfg.ClickHouse.Database, p.stream)).Scan(&outcome)
+		return err == nil && outcome == "applied"
+	})
+	tok, err := realtime.Sign([]byte(secureBridgeSecret), "watcher", []string{p.stream}, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, ctx, "the entity on the bridge", func() bool {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+bln.Addr().String()+"/v1/streams/"+p.stream+"/entities/carol", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var e struct{ Version int64 }
+		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&e) == nil && e.Version > 0
+	})
+}
+
+// startIngest runs ingest with cfg, and more services, until the test
+// ends, with ops on the webhook listener, and returns its URL.
+func startIngest(t *testing.T, ctx context.Context, cfg *config.Config, ops *telemetry.Ops, more ...service.Service) string {
+	t.Helper()
+	ln := listen(t)
+	svcs := append([]service.Service{ingest.NewService(ingest.ServiceOptions{Config: cfg, Logger: testenv.Logger(t), Ops: ops, Listener: ln, OpsOnListener: true})}, more...)
+	runServices(t, ctx, "secure pipeline", svcs...)
+	return "http://" + ln.Addr().String()
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+// everywhere is the same error expected of every component.
+func everywhere(want string) map[string]string {
+	return map[string]string{"ingest": want, "process": want, "bridge": want}
+}
+
+// expectStartError runs ingest, the processors and the bridge with cfg
+// and expects each to stop at start with an error containing want[its
+// name].
+func expectStartError(t *testing.T, ctx context.Context, cfg *config.Config, want map[string]string) {
+	t.Helper()
+	bridge, err := realtime.New(realtime.Options{Config: cfg, Listener: listen(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, svc := range []service.Service{
+		ingest.NewService(ingest.ServiceOptions{Config: cfg, Listener: listen(t)}),
+		processors.NewService(processors.ServiceOptions{Config: cfg, InMemoryTables: true}),
+		bridge,
+	} {
+		runCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := svc.Run(runCtx)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), want[svc.Name()]) {
+			t.Errorf("%s: got %v, want an error containing %q", svc.Name(), err, want[svc.Name()])
+		}
+	}
+}
+
+// checkConn connects with cfg and asks the brokers one metadata request.
+func checkConn(ctx context.Context, cfg *config.Config) error {
+	conn, err := kafka.Connect(cfg, nil)
+	if err != nil {
+		return err
+	}
+	cl, err := kafka.NewClient(conn)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	return conn.Explain(cl.Ping(ctx))
+}
+
+// secureAdmin is a client of the super user.
+func secureAdmin(t *testing.T, ctx context.Context, k testenv.SecureKafka) *kadm.Client {
+	t.Helper()
+	cfg, err := config.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Admin(cfg)
+	if err := checkConn(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := kafka.Connect(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kafka.NewClient(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return kadm.NewClient(cl)
+}
+
+func createUser(t *testing.T, ctx context.Context, adm *kadm.Client, user, password string) {
+	t.Helper()
+	res, err := adm.AlterUserSCRAMs(ctx, nil, []kadm.UpsertSCRAM{{User: user, Mechanism: kadm.ScramSha512, Iterations: 4096, Password: password}})
+	if err == nil {
+		err = res.Error()
+	}
+	if err != nil {
+		t.Fatalf("creating SCRAM user %s: %v", user, err)
+	}
+}
+
+// grant creates acls for principal, each as its own ACL binding.
+func grant(t *testing.T, ctx context.Context, adm *kadm.Client, principal string, acls []kafka.ACL) {
+	t.Helper()
+	for _, acl := range acls {
+		var ops []kadm.ACLOperation
+		for _, op := range acl.Operations {
+			o, err := kmsg.ParseACLOperation(op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ops = append(ops, o)
+		}
+		pattern, err := kmsg.ParseACLResourcePatternType(acl.Pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := kadm.NewACLs().Allow(principal).AllowHosts("*").Operations(ops...).ResourcePatternType(pattern)
+		switch acl.Resource {
+		case "TOPIC":
+			b.Topics(acl.Name)
+		case "GROUP":
+			b.Groups(acl.Name)
+		case "TRANSACTIONAL_ID":
+			b.TransactionalIDs(acl.Name)
+		case "CLUSTER":
+			b.Clusters()
+		default:
+			t.Fatalf("no ACL resource %q", acl.Resource)
+		}
+		res, err := adm.CreateACLs(ctx, b)
+		for _, r := range res {
+			err = errors.Join(err, r.Err)
+		}
+		if err != nil {
+			t.Fatalf("granting %+v to %s: %v", acl, principal, err)
+		}
+	}
+}
+
+// written is how many records topic ever took: the sum of its end
+// offsets.
+func written(t *testing.T, ctx context.Context, adm *kadm.Client, topic string) int64 {
+	t.Helper()
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := int64(0)
+	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+	return n
+}
+
+// foreignCA writes the certificate of a CA that signed nothing the broker
+// holds, and returns its path.
+func foreignCA(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "not the broker's CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "foreign-ca.pem")
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
