@@ -51,7 +51,9 @@ func TestSecureKafka(t *testing.T) {
 	admin := secureAdmin(t, ctx, k)
 
 	t.Run("SCRAM-SHA-512 over TLS, each component with only its ACLs", func(t *testing.T) {
-		cfg := secureStream(t, chAddr)
+		// A stream of each policy, one with ephemeral types (chat): every
+		// kind of ACL the docs list is granted and needed.
+		cfg := secureStream(t, chAddr, "presence", "workflow", "chat")
 		users := map[string]*config.Config{}
 		for _, component := range kafka.Components {
 			user, password := testenv.UniqueName("dg-"+component), testenv.UniqueName("pw")
@@ -65,13 +67,13 @@ func TestSecureKafka(t *testing.T) {
 	})
 
 	t.Run("mTLS", func(t *testing.T) {
-		cfg := secureStream(t, chAddr)
+		cfg := secureStream(t, chAddr, "presence")
 		k.MutualTLS(cfg)
 		runSecurePipeline(t, ctx, func(string) *config.Config { return cfg })
 	})
 
 	t.Run("errors name the setting", func(t *testing.T) {
-		cfg := secureStream(t, chAddr)
+		cfg := secureStream(t, chAddr, "presence")
 		k.Admin(cfg)
 		testenv.Topics(t, ctx, cfg, nil).Close()
 		in := kafka.ACLs(kafka.ComponentIngest, cfg)[0].Name
@@ -88,7 +90,7 @@ func TestSecureKafka(t *testing.T) {
 		createUser(t, ctx, admin, user, password)
 		none := *cfg
 		k.SCRAM(&none, user, password)
-		names := topics.For(cfg.StreamNames()[0])
+		names := topics.For(presenceOf(cfg))
 		expectStartError(t, ctx, &none, map[string]string{
 			"ingest":  fmt.Sprintf(`user %q lacks the ACL ALLOW WRITE on TOPIC %q`, user, names.In),
 			"process": fmt.Sprintf(`user %q lacks the ACL ALLOW READ on TOPIC %q`, user, names.In),
@@ -99,7 +101,7 @@ func TestSecureKafka(t *testing.T) {
 		// webhook with 503 instead of acknowledging what was not written.
 		grant(t, ctx, admin, "User:"+user, []kafka.ACL{{Resource: "TOPIC", Pattern: "LITERAL", Name: in, Operations: []string{"DESCRIBE"}}})
 		url := startIngest(t, ctx, &none, telemetry.NewOps())
-		pub := &webhook.Publisher{URL: url + "/v1/webhooks/" + cfg.StreamNames()[0], Secret: testSecret}
+		pub := &webhook.Publisher{URL: url + "/v1/webhooks/" + presenceOf(cfg), Secret: testSecret}
 		resp, err := pub.Post(ctx, "denied-1", testenv.Presence{EventID: "denied-1", User: "bob", Version: 1, Timestamp: 1_700_000_000}.Body())
 		if err != nil || resp.Status != http.StatusServiceUnavailable {
 			t.Errorf("a webhook the broker refuses to store: status %d err %v body %s; want 503", resp.Status, err, resp.Body)
@@ -125,15 +127,22 @@ func TestSecureKafka(t *testing.T) {
 	})
 }
 
-// secureStream is the configuration of a fresh copy of the presence
-// stream, its database and sink group, with no Kafka address yet.
-func secureStream(t *testing.T, chAddr string) *config.Config {
+// secureStream is the configuration of fresh copies of the shipped
+// streams, a database and a sink group, with no Kafka address yet.
+func secureStream(t *testing.T, chAddr string, shipped ...string) *config.Config {
 	t.Helper()
-	s := testenv.Shipped(t, "presence")
-	s.Name = testenv.UniqueName("secure")
-	s.Signature.Secrets = []string{testSecret}
-	s.Limits.Partitions = 2
-	cfg := testenv.OnlyStream(t, s)
+	cfg, err := config.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Streams = map[string]*config.Stream{}
+	for _, name := range shipped {
+		s := testenv.Shipped(t, name)
+		s.Name = testenv.UniqueName("secure_" + name)
+		s.Signature.Secrets = []string{testSecret}
+		s.Limits.Partitions = 2
+		cfg.Streams[s.Name] = s
+	}
 	cfg.ClickHouse.Addr = chAddr
 	cfg.ClickHouse.Database = testenv.UniqueName("dg_test")
 	cfg.ClickHouse.BatchPeriod = 100 * time.Millisecond
@@ -172,15 +181,22 @@ func runSecurePipeline(t *testing.T, ctx context.Context, as func(component stri
 		processors.NewService(processors.ServiceOptions{Config: as(kafka.ComponentProcess), Logger: log, Ops: ops, InMemoryTables: true}),
 		sinkch.New(sinkch.Options{Config: as(kafka.ComponentSink), Conn: conn, Logger: log, Ops: ops}),
 		bridge)
-	p := &pipeline{cfg: cfg, stream: cfg.StreamNames()[0], url: url, ch: conn}
+	p := &pipeline{cfg: cfg, stream: presenceOf(cfg), url: url, ch: conn}
 	p.waitReady(t, ctx)
 
 	p.send(t, ctx, []delivery{{ID: "carol-7", Key: "carol", Version: 7,
 		Body: testenv.Presence{EventID: "carol-7", User: "carol", Version: 7, Timestamp: 1_700_000_007}.Body()}})
-	testenv.WaitFor(t, ctx, "the decision in ClickHouse", func() bool {
+	// Both tables, so that the sink is idle when the test ends: the
+	// database is dropped then, which an insert cut off midway would hold.
+	testenv.WaitFor(t, ctx, "the decision and the state in ClickHouse", func() bool {
 		var outcome string
+		var version uint64
 		err := conn.QueryRow(ctx, fmt.Sprintf("SELECT outcome FROM %s.events WHERE stream = '%s' AND event_id = 'carol-7'", cfg.ClickHouse.Database, p.stream)).Scan(&outcome)
-		return err == nil && outcome == "applied"
+		if err != nil || outcome != "applied" {
+			return false
+		}
+		err = conn.QueryRow(ctx, fmt.Sprintf("SELECT version FROM %s.entity_state FINAL WHERE stream = '%s' AND entity_key = 'carol'", cfg.ClickHouse.Database, p.stream)).Scan(&version)
+		return err == nil && version == 7
 	})
 	tok, err := realtime.Sign([]byte(secureBridgeSecret), "watcher", []string{p.stream}, time.Now().Add(time.Hour))
 	if err != nil {
@@ -197,6 +213,16 @@ func runSecurePipeline(t *testing.T, ctx context.Context, as func(component stri
 		var e struct{ Version int64 }
 		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&e) == nil && e.Version > 0
 	})
+}
+
+// presenceOf is the name of cfg's copy of the presence stream.
+func presenceOf(cfg *config.Config) string {
+	for _, name := range cfg.StreamNames() {
+		if strings.HasPrefix(name, "secure_presence") {
+			return name
+		}
+	}
+	panic("no presence stream")
 }
 
 // startIngest runs ingest with cfg, and more services, until the test

@@ -51,14 +51,27 @@ func ACLs(component string, cfg *config.Config) []ACL {
 		switch component {
 		case ComponentIngest:
 			topic(n.In, "WRITE")
+			if len(s.EphemeralTypes) > 0 {
+				// Typing and the like, routed past the processors.
+				topic(n.Ephemeral, "WRITE")
+			}
 		case ComponentProcess:
 			// The processors check their topics' settings at start
-			// (DESCRIBE_CONFIGS), and create those missing (CREATE)
-			// unless an admin ran `topics` first.
-			topic(n.In, "READ", "DESCRIBE_CONFIGS")
-			topic(n.Table, "READ", "WRITE", "DESCRIBE_CONFIGS")
-			for _, out := range []string{n.State, n.Outcomes, n.DLQ, n.Replay, n.Ephemeral} {
-				topic(out, "WRITE", "DESCRIBE_CONFIGS")
+			// (DESCRIBE_CONFIGS); an admin creates them first (`topics`),
+			// or they need CREATE as well.
+			for _, spec := range topics.Specs(s) {
+				switch spec.Name {
+				case n.In:
+					topic(n.In, "READ", "DESCRIBE_CONFIGS")
+				case n.Table:
+					// Its changelog: written, and read back to restore.
+					topic(n.Table, "READ", "WRITE", "DESCRIBE_CONFIGS")
+				case n.Ephemeral:
+					// Checked at start, written by ingest only.
+					topic(n.Ephemeral, "DESCRIBE", "DESCRIBE_CONFIGS")
+				default:
+					topic(spec.Name, "WRITE", "DESCRIBE_CONFIGS")
+				}
 			}
 			acls = append(acls,
 				ACL{Resource: "GROUP", Pattern: "LITERAL", Name: topics.Group(s.Name), Operations: []string{"READ"}},
