@@ -48,7 +48,7 @@ func aclDocRows(t *testing.T) []string {
 	return out
 }
 
-var aclRow = regexp.MustCompile("^\\| (ingest|process|sink|bridge|topics) \\|")
+var aclRow = regexp.MustCompile("^\\| (ingest|process|sink|bridge|topics) \\| (TOPIC|GROUP|TRANSACTIONAL_ID|CLUSTER) \\|")
 
 // docs/deploy.md lists exactly the ACLs kafka.ACLs grants, which the
 // secure broker test proves sufficient.
