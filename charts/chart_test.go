@@ -59,7 +59,7 @@ func TestProcessorGroups(t *testing.T) {
 			t.Fatalf("StatefulSet %s: args %v, want process --streams a,b", s.Name, c.Args)
 		}
 		groups[s.Name] = strings.Split(c.Args[2], ",")
-		checkTableStorage(t, s, "persistentVolumeClaim")
+		checkTableStorage(t, s, "persistentVolumeClaim", "")
 		if got := s.Spec.VolumeClaimTemplates[0].Spec.StorageClassName; got == nil || *got != "fast-ssd" {
 			t.Errorf("StatefulSet %s: storage class %v", s.Name, got)
 		}
@@ -87,16 +87,32 @@ func TestProcessorGroups(t *testing.T) {
 	if args := def.statefulSets[0].Spec.Template.Spec.Containers[0].Args; !slices.Equal(args, []string{"process"}) {
 		t.Errorf("default group runs %v, want every stream", args)
 	}
-	checkTableStorage(t, def.statefulSets[0], "persistentVolumeClaim")
+	checkTableStorage(t, def.statefulSets[0], "persistentVolumeClaim", "")
 
 	empty := render(t, valuesYAML(t, "processors: {storage: {type: emptyDir, emptyDirSizeLimit: 5Gi}}"))
-	checkTableStorage(t, empty.statefulSets[0], "emptyDir")
+	checkTableStorage(t, empty.statefulSets[0], "emptyDir", "5Gi")
 	if !strings.Contains(empty.notes, "rebuilds them from the") {
 		t.Error("NOTES.txt does not say that emptyDir tables are rebuilt on restart")
 	}
+	// Without a size limit the volume is still an emptyDir: `emptyDir:
+	// null` would leave the volume without a source, which the API server
+	// refuses.
+	unbounded := render(t, valuesYAML(t, "processors: {storage: {type: emptyDir}}"))
+	checkTableStorage(t, unbounded.statefulSets[0], "emptyDir", "")
+
+	// A group of replicas 0 is stopped, not run with one.
+	stopped := render(t, valuesYAML(t, "processors: {groups: [{name: a, streams: [presence], replicas: 0}, {name: b, streams: [chat, orders, workflow]}]}"))
+	for _, s := range stopped.statefulSets {
+		want := map[string]int32{fullName("processor-a"): 0, fullName("processor-b"): 1}[s.Name]
+		if *s.Spec.Replicas != want {
+			t.Errorf("StatefulSet %s: %d replicas, want %d", s.Name, *s.Spec.Replicas, want)
+		}
+	}
 }
 
-func checkTableStorage(t *testing.T, s *appsv1.StatefulSet, kind string) {
+// checkTableStorage checks a processor StatefulSet's table storage: kind,
+// and for emptyDir its size limit ("" for none).
+func checkTableStorage(t *testing.T, s *appsv1.StatefulSet, kind, sizeLimit string) {
 	t.Helper()
 	if !slices.ContainsFunc(s.Spec.Template.Spec.Containers[0].Env, func(e corev1.EnvVar) bool {
 		return e.Name == "DRIFTGUARD_INSTANCE_ID" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
@@ -130,8 +146,13 @@ func checkTableStorage(t *testing.T, s *appsv1.StatefulSet, kind string) {
 		if len(s.Spec.VolumeClaimTemplates) != 0 {
 			t.Errorf("StatefulSet %s: a volumeClaimTemplate with emptyDir storage", s.Name)
 		}
-		if dataVolume == nil || dataVolume.EmptyDir == nil || dataVolume.EmptyDir.SizeLimit.String() != "5Gi" {
-			t.Errorf("StatefulSet %s: data volume %+v, want emptyDir of 5Gi", s.Name, dataVolume)
+		switch {
+		case dataVolume == nil || dataVolume.EmptyDir == nil:
+			t.Errorf("StatefulSet %s: data volume %+v, want an emptyDir", s.Name, dataVolume)
+		case sizeLimit == "" && dataVolume.EmptyDir.SizeLimit != nil:
+			t.Errorf("StatefulSet %s: emptyDir size limit %s, want none", s.Name, dataVolume.EmptyDir.SizeLimit)
+		case sizeLimit != "" && (dataVolume.EmptyDir.SizeLimit == nil || dataVolume.EmptyDir.SizeLimit.String() != sizeLimit):
+			t.Errorf("StatefulSet %s: emptyDir size limit %v, want %s", s.Name, dataVolume.EmptyDir.SizeLimit, sizeLimit)
 		}
 	}
 	if env := envOf(s.Spec.Template.Spec.Containers[0])["DRIFTGUARD_DATA_DIR"]; env.Value != "/var/lib/driftguard" {
@@ -445,7 +466,7 @@ func TestSecretsOnlyFromSecrets(t *testing.T) {
 	for name, r := range renders(t) {
 		t.Run(name, func(t *testing.T) {
 			secretVar := func(n string) bool {
-				return strings.HasPrefix(n, "DRIFTGUARD_SECRETS_") || n == "DRIFTGUARD_BRIDGE_SECRET" || n == "DRIFTGUARD_CLICKHOUSE_PASSWORD"
+				return strings.HasPrefix(n, "DRIFTGUARD_SECRETS_") || strings.HasSuffix(n, "_PASSWORD") || n == "DRIFTGUARD_BRIDGE_SECRET"
 			}
 			seen := map[string]bool{}
 			for owner, pod := range r.podTemplates() {
@@ -556,8 +577,9 @@ func TestRenderRefuses(t *testing.T) {
 	}
 }
 
-// A pod is given more time to stop than ingest's last produce and the
-// sink's last flush (a batch period plus one insert) take.
+// A pod is given more time to stop than its preStop drain, then ingest's
+// last produce and the sink's last flush (a batch period plus one insert)
+// take.
 func TestGracePeriod(t *testing.T) {
 	const insert = 10 * time.Second
 	for name, r := range renders(t) {
@@ -566,21 +588,30 @@ func TestGracePeriod(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			need := cfg.Kafka.ProduceTimeout + cfg.ClickHouse.BatchPeriod + insert
 			for owner, pod := range r.podTemplates() {
 				if strings.HasPrefix(owner, "Job/") {
 					continue
 				}
+				drain := preStopSleep(pod.Spec.Containers[0])
+				need := drain + cfg.Kafka.ProduceTimeout + cfg.ClickHouse.BatchPeriod + insert
 				g := pod.Spec.TerminationGracePeriodSeconds
 				if g == nil {
 					t.Errorf("%s: no terminationGracePeriodSeconds", owner)
 				} else if time.Duration(*g)*time.Second <= need {
-					t.Errorf("%s: terminationGracePeriodSeconds %d, want more than %s (produce_timeout %s + batch_period %s + an insert)",
-						owner, *g, need, cfg.Kafka.ProduceTimeout, cfg.ClickHouse.BatchPeriod)
+					t.Errorf("%s: terminationGracePeriodSeconds %d, want more than %s (preStop %s + produce_timeout %s + batch_period %s + an insert)",
+						owner, *g, need, drain, cfg.Kafka.ProduceTimeout, cfg.ClickHouse.BatchPeriod)
 				}
 			}
 		})
 	}
+}
+
+// preStopSleep is how long a container's preStop sleep action holds it.
+func preStopSleep(c corev1.Container) time.Duration {
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil {
+		return 0
+	}
+	return time.Duration(c.Lifecycle.PreStop.Sleep.Seconds) * time.Second
 }
 
 // The setup Job runs topics, then migrate, as a pre-install/pre-upgrade

@@ -2,11 +2,13 @@ package charts
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // metricFamilies are the families the dashboard and the alerts may query:
@@ -39,14 +41,44 @@ var metricFamilies = map[string]bool{
 	"driftguard_build_info":                         true,
 }
 
+// alertFamilies are what the alerts may query besides metricFamilies:
+// driftguard's gauges of the last commit and the last insert, which only
+// the staleness alerts read, the bridge's dropped entities, and the
+// scrape's `up` and kube-state-metrics' pod readiness, which say whether a
+// component runs at all. franz-go's client metrics (driftguard_kafka_*) are
+// not among them: their names follow the library, not driftguard.
+var alertFamilies = map[string]bool{
+	"driftguard_processor_last_commit_timestamp_seconds": true,
+	"driftguard_sink_last_insert_timestamp_seconds":      true,
+	"driftguard_bridge_entities_dropped_total":           true,
+	"up":                    true,
+	"kube_pod_status_ready": true,
+}
+
 var histograms = []string{"driftguard_ingest_produce_seconds", "driftguard_sink_insert_seconds"}
 
 var metricName = regexp.MustCompile(`\bdriftguard_[a-z0-9_]+`)
 
+// externalSeries finds the series of others an alert may read.
+var externalSeries = regexp.MustCompile(`\b(up|kube_pod_status_ready)\{`)
+
 // familiesOf returns the metric families an expression names, or fails.
 func familiesOf(t *testing.T, where, expr string) []string {
 	t.Helper()
+	return familiesIn(t, where, expr, metricFamilies)
+}
+
+// familiesIn returns the metric families an expression names, or fails
+// when one is not in allowed.
+func familiesIn(t *testing.T, where, expr string, allowed map[string]bool) []string {
+	t.Helper()
 	var out []string
+	for _, m := range externalSeries.FindAllStringSubmatch(expr, -1) {
+		if !allowed[m[1]] {
+			t.Errorf("%s: %s is not a series this may read: %s", where, m[1], expr)
+		}
+		out = append(out, m[1])
+	}
 	for _, name := range metricName.FindAllString(expr, -1) {
 		family := name
 		for _, h := range histograms {
@@ -59,7 +91,7 @@ func familiesOf(t *testing.T, where, expr string) []string {
 		if slices.Contains(histograms, name) {
 			t.Errorf("%s: histogram %s without _bucket, _sum or _count: %s", where, name, expr)
 		}
-		if !metricFamilies[family] {
+		if !allowed[family] {
 			t.Errorf("%s: %s is not a metric driftguard serves: %s", where, name, expr)
 		}
 		out = append(out, family)
@@ -160,8 +192,10 @@ func TestDashboard(t *testing.T) {
 	}
 }
 
-// The alerts query only what driftguard serves and cover lag, dead
-// letters, the quarantine, sink retries and 503s.
+// The alerts query only what driftguard serves (and `up` and
+// kube-state-metrics), keep namespace in every aggregation, link a runbook
+// section of docs/operations.md, and cover lag, staleness, components down
+// or not ready, dead letters, the quarantine, sink retries and 503s.
 func TestPrometheusRule(t *testing.T) {
 	r := render(t, readValues(t, productionFile))
 	if len(r.rules) != 1 {
@@ -170,14 +204,37 @@ func TestPrometheusRule(t *testing.T) {
 	if r.rules[0].Labels["release"] != "kube-prometheus-stack" {
 		t.Errorf("PrometheusRule labels %v", r.rules[0].Labels)
 	}
+	allowed := maps.Clone(metricFamilies)
+	maps.Copy(allowed, alertFamilies)
+	anchors := runbookAnchors(t)
+	base, err := r.values.PathValue("Values.prometheusRule.runbookBaseURL")
+	if err != nil {
+		t.Fatal(err)
+	}
 	covered := map[string]bool{}
 	for _, g := range r.rules[0].Spec.Groups {
 		for _, rule := range g.Rules {
 			if rule.Alert == "" || rule.Labels["severity"] == "" || rule.Annotations["summary"] == "" {
 				t.Errorf("rule %+v: alert, severity and summary needed", rule)
 			}
-			for _, f := range familiesOf(t, "alert "+rule.Alert, rule.Expr.String()) {
+			expr := rule.Expr.String()
+			for _, f := range familiesIn(t, "alert "+rule.Alert, expr, allowed) {
 				covered[f] = true
+			}
+			for _, m := range grouping.FindAllStringSubmatch(expr, -1) {
+				if !slices.Contains(strings.Split(strings.ReplaceAll(m[2], " ", ""), ","), "namespace") {
+					t.Errorf("alert %s: %s (%s) drops namespace: %s", rule.Alert, m[1], m[2], expr)
+				}
+			}
+			if strings.Contains(expr, "driftguard_kafka_") {
+				t.Errorf("alert %s reads franz-go's client metrics: %s", rule.Alert, expr)
+			}
+			url := rule.Annotations["runbook_url"]
+			anchor, ok := strings.CutPrefix(url, base.(string)+"#")
+			if !ok || anchor != strings.ToLower(rule.Alert) {
+				t.Errorf("alert %s: runbook_url %q, want %s#%s", rule.Alert, url, base, strings.ToLower(rule.Alert))
+			} else if !anchors[anchor] {
+				t.Errorf("alert %s: docs/operations.md has no section #%s", rule.Alert, anchor)
 			}
 		}
 	}
@@ -186,6 +243,8 @@ func TestPrometheusRule(t *testing.T) {
 		"driftguard_processor_decisions_total", "driftguard_quarantine_events_current",
 		"driftguard_quarantine_events_expired_total", "driftguard_sink_retries_total", "driftguard_ingest_requests_total",
 		"driftguard_ingest_connections", "driftguard_processor_session_restarts_total",
+		"driftguard_processor_last_commit_timestamp_seconds", "driftguard_sink_last_insert_timestamp_seconds",
+		"driftguard_bridge_entities_dropped_total", "up", "kube_pod_status_ready",
 	} {
 		if !covered[f] {
 			t.Errorf("no alert on %s", f)
@@ -194,6 +253,38 @@ func TestPrometheusRule(t *testing.T) {
 	if len(render(t, nil).rules) != 0 {
 		t.Error("a PrometheusRule by default")
 	}
+}
+
+// grouping finds the label lists of aggregations and vector matches.
+var grouping = regexp.MustCompile(`\b(by|on)\s*\(([^)]*)\)`)
+
+// runbookAnchors are the anchors GitHub gives the headings of
+// docs/operations.md: lower case, spaces to dashes, punctuation dropped.
+func runbookAnchors(t *testing.T) map[string]bool {
+	t.Helper()
+	data, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, line := range strings.Split(string(data), "\n") {
+		title, ok := strings.CutPrefix(line, "#")
+		if !ok {
+			continue
+		}
+		title = strings.ToLower(strings.TrimSpace(strings.TrimLeft(title, "#")))
+		var b strings.Builder
+		for _, r := range title {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		out[b.String()] = true
+	}
+	return out
 }
 
 // The ServiceMonitor scrapes a port named metrics on a metrics Service of

@@ -30,6 +30,9 @@ const (
 	productionFile = "driftguard/ci/production-values.yaml"
 	releaseName    = "dg"
 	namespace      = "streams"
+	// kubeVersion is the oldest Kubernetes the chart supports (Chart.yaml's
+	// kubeVersion): the preStop sleep action is on by default from 1.30.
+	kubeVersion = "1.30"
 )
 
 // rendered is one render of the chart: every manifest, decoded, by kind.
@@ -45,6 +48,9 @@ type rendered struct {
 	pdbs            []*policyv1.PodDisruptionBudget
 	hpas            []*autoscalingv2.HorizontalPodAutoscaler
 	ingresses       []*networkingv1.Ingress
+	networkPolicies []*networkingv1.NetworkPolicy
+	// pods are the bare Pods: the `helm test` pod.
+	pods            []*corev1.Pod
 	serviceMonitors []*monitoringv1.ServiceMonitor
 	rules           []*monitoringv1.PrometheusRule
 	// annotations of every object by "Kind/name", hooks included.
@@ -92,6 +98,14 @@ func (r *rendered) kinds() map[string]func() (any, func()) {
 			o := &networkingv1.Ingress{}
 			return o, func() { r.ingresses = append(r.ingresses, o) }
 		},
+		"networking.k8s.io/v1/NetworkPolicy": func() (any, func()) {
+			o := &networkingv1.NetworkPolicy{}
+			return o, func() { r.networkPolicies = append(r.networkPolicies, o) }
+		},
+		"v1/Pod": func() (any, func()) {
+			o := &corev1.Pod{}
+			return o, func() { r.pods = append(r.pods, o) }
+		},
 		"monitoring.coreos.com/v1/ServiceMonitor": func() (any, func()) {
 			o := &monitoringv1.ServiceMonitor{}
 			return o, func() { r.serviceMonitors = append(r.serviceMonitors, o) }
@@ -129,9 +143,11 @@ func readValues(t *testing.T, file string) map[string]any {
 // checked against values.schema.json first, and returns the manifests by
 // template name.
 func renderValues(c *chart.Chart, vals map[string]any) (chartutil.Values, map[string]string, error) {
+	caps := *chartutil.DefaultCapabilities
+	caps.KubeVersion = chartutil.KubeVersion{Version: "v" + kubeVersion + ".0", Major: "1", Minor: strings.TrimPrefix(kubeVersion, "1.")}
 	top, err := chartutil.ToRenderValues(c, vals, chartutil.ReleaseOptions{
 		Name: releaseName, Namespace: namespace, Revision: 1, IsInstall: true,
-	}, chartutil.DefaultCapabilities)
+	}, &caps)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -240,7 +256,7 @@ func valuesYAML(t *testing.T, s string) map[string]any {
 }
 
 // podTemplates are the pod templates of every Deployment, StatefulSet and
-// Job, by "Kind/name".
+// Job, by "Kind/name" (the `helm test` Pod is apart, in pods).
 func (r *rendered) podTemplates() map[string]*corev1.PodTemplateSpec {
 	out := map[string]*corev1.PodTemplateSpec{}
 	for _, d := range r.deployments {

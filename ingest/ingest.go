@@ -28,10 +28,10 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/schemacheck"
 	"github.com/driftguard/driftguard/internal/telemetry"
-	"github.com/driftguard/driftguard/internal/topics"
 )
 
 // Producer is the part of *kgo.Client the edge uses.
@@ -115,6 +115,9 @@ type Options struct {
 	// ExplainKafka rewrites a failed produce's error, for the log, to name
 	// the setting or ACL behind it (kafka.Conn.Explain); nil keeps it.
 	ExplainKafka func(error) error
+	// Naming builds the topic names (the configured kafka.topic_prefix);
+	// zero: no prefix.
+	Naming naming.Prefixes
 }
 
 // NewHandler builds the edge for the streams. It fails when a stream has no
@@ -145,7 +148,7 @@ func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Han
 		if err != nil {
 			return nil, err
 		}
-		names := topics.For(s.Name)
+		names := opts.Naming.For(s.Name)
 		es := &edgeStream{cfg: s, topic: names.In, ephemeralTopic: names.Ephemeral, scheme: scheme,
 			nameBytes: []byte(s.Name), schemeBytes: []byte(scheme.Name()),
 			schemas: map[string]eventSchema{}, accepted: h.metrics.acceptedCounter(s.Name),

@@ -104,7 +104,7 @@ func (s *Service) Run(ctx context.Context) error {
 	defer cl.Close()
 	// A refused credential or ACL stops the edge at start, with the
 	// setting named, instead of answering 503 to every webhook.
-	if err := s.kc.Check(ctx, cl, kafka.AccessOf(kafka.ACLs(kafka.ComponentIngest, s.cfg))); err != nil {
+	if err := s.kc.Check(ctx, cl, kafka.Needs(kafka.ComponentIngest, s.cfg)); err != nil {
 		return err
 	}
 	trusted, err := s.cfg.HTTP.TrustedPrefixes()
@@ -121,6 +121,7 @@ func (s *Service) Run(ctx context.Context) error {
 		TrustedProxies:   trusted,
 		MaxConnections:   s.cfg.HTTP.MaxConnections,
 		ExplainKafka:     s.kc.Explain,
+		Naming:           s.cfg.Kafka.Naming(),
 	})
 	if err != nil {
 		return err

@@ -14,9 +14,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/partition"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
+
 	"github.com/driftguard/driftguard/internal/webhook"
 )
 
@@ -97,7 +98,7 @@ func TestEveryCatalogueStream(t *testing.T) {
 		})
 	}
 	// Typing never reaches the decided log; it is counted.
-	for _, rec := range testenv.ReadTopic(t, brokers, topics.For("chat").In) {
+	for _, rec := range testenv.ReadTopic(t, brokers, naming.Prefixes{}.For("chat").In) {
 		if strings.Contains(string(rec.Value), `"typing"`) {
 			t.Fatalf("a typing indicator reached chat.in: %s", rec.Value)
 		}

@@ -14,9 +14,9 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/procstat"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
 )
 
 // benchEvents is how many presence events each run decides.
@@ -35,7 +35,7 @@ func BenchmarkProcessorAgainstRawConsumer(b *testing.B) {
 		s := testenv.Shipped(b, "presence")
 		s.Name = testenv.UniqueName("bench")
 		produceBenchEvents(b, ctx, brokers, s)
-		in := topics.For(s.Name).In
+		in := naming.Prefixes{}.For(s.Name).In
 
 		b.StopTimer()
 		raw := rawConsume(b, ctx, brokers, in)
@@ -102,7 +102,7 @@ func BenchmarkExactlyOnceAgainstGoka(b *testing.B) {
 func produceBenchEvents(b *testing.B, ctx context.Context, brokers []string, s *config.Stream) {
 	cl := testenv.Topics(b, ctx, testenv.OnlyStream(b, s), brokers, kgo.ProducerLinger(5*time.Millisecond))
 	defer cl.Close()
-	in := topics.For(s.Name).In
+	in := naming.Prefixes{}.For(s.Name).In
 	for i := range benchEvents {
 		user := fmt.Sprintf("user-%d", i%5000)
 		cl.Produce(ctx, &kgo.Record{Topic: in, Key: []byte(user), Value: testenv.Presence{EventID: fmt.Sprint(i), User: user, Version: int64(i)}.Body()}, nil)
@@ -160,7 +160,7 @@ func decideAll(b *testing.B, ctx context.Context, brokers []string, s *config.St
 func decideAllExactlyOnce(b *testing.B, ctx context.Context, brokers []string, s *config.Stream) time.Duration {
 	metrics := NewMetrics(prometheus.NewRegistry())
 	rt, err := NewRuntime(kafka.Conn{Brokers: brokers}, s, Options{Metrics: metrics, Logger: testenv.Logger(b)}, RuntimeOptions{
-		TransactionalID: TransactionalID("bench", s.Name), Storage: tableStorageBuilder(b.TempDir()),
+		TransactionalID: naming.Prefixes{}.TransactionalID("bench", s.Name), Storage: tableStorageBuilder(b.TempDir()),
 	})
 	if err != nil {
 		b.Fatal(err)

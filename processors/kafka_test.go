@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/partition"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
@@ -56,7 +57,7 @@ func testRefuseNotCopartitioned(t *testing.T, brokers []string) {
 	}
 	defer cl.Close()
 	// Someone created the state topic by hand with another partition count.
-	stateTopic := topics.For(s.Name).State
+	stateTopic := naming.Prefixes{}.For(s.Name).State
 	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 2, 1, nil, stateTopic); err != nil {
 		t.Fatal(err)
 	}

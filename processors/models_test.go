@@ -12,9 +12,10 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
+
 	"github.com/driftguard/driftguard/processors/decide/decidetest"
 )
 
@@ -29,7 +30,7 @@ import (
 type gokaRun struct {
 	tt             *tester.Tester
 	proc           *Processor
-	names          topics.Names
+	names          naming.Topics
 	outQ, stateQ   *tester.QueueTracker
 	historiesSoFar int
 }

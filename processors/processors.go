@@ -1,6 +1,7 @@
 // Package processors is the goka runtime of driftguard's ordering rules
 // (package decide): one goka group per stream keeps each key's state in its
-// compacted table `<stream>-table`, feeds every input event and every due
+// compacted table `<stream>-table` (names under kafka.topic_prefix and
+// kafka.group_prefix, from internal/naming), feeds every input event and every due
 // timer to the rules, and emits each decision to `<stream>.outcomes`, the
 // new public state to `<stream>.state`, and what it cannot read to
 // `<stream>.dlq`. It owns what the rules must not know: goka, the Kafka
@@ -22,9 +23,9 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/telemetry"
-	"github.com/driftguard/driftguard/internal/topics"
 	"github.com/driftguard/driftguard/processors/decide"
 )
 
@@ -37,6 +38,9 @@ type Options struct {
 	// Now is the decision clock (processed_at only: decisions never read
 	// clocks); nil means time.Now.
 	Now func() time.Time
+	// Naming builds the stream's topic and group names (the configured
+	// kafka.topic_prefix and kafka.group_prefix); zero: no prefix.
+	Naming naming.Prefixes
 }
 
 // Metrics count decisions across streams.
@@ -118,7 +122,12 @@ func New(brokers []string, s *config.Stream, opts Options, gokaOpts ...goka.Proc
 	if s.Policy == config.PolicyGapless {
 		edges = append(edges, goka.Output(goka.Stream(h.names.Replay), new(codec.Bytes)))
 	}
-	p, err := goka.NewProcessor(brokers, goka.DefineGroup(goka.Group(topics.Group(s.Name)), edges...), gokaOpts...)
+	// goka's own processor names its table "<group>-table", and has no
+	// way to be told another name.
+	if table := goka.GroupTable(goka.Group(h.group)); string(table) != h.names.Table {
+		return nil, fmt.Errorf("goka's processor would keep the table of stream %s in %s, not %s: it needs kafka.topic_prefix equal to kafka.group_prefix", s.Name, table, h.names.Table)
+	}
+	p, err := goka.NewProcessor(brokers, goka.DefineGroup(goka.Group(h.group), edges...), gokaOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +136,7 @@ func New(brokers []string, s *config.Stream, opts Options, gokaOpts ...goka.Proc
 
 // newHandler builds the decisions of stream s, for either runtime.
 func newHandler(s *config.Stream, opts Options) *handler {
-	h := &handler{stream: s, names: topics.For(s.Name), opts: opts, rules: decide.For(s)}
+	h := &handler{stream: s, names: opts.Naming.For(s.Name), group: opts.Naming.Group(s.Name), opts: opts, rules: decide.For(s)}
 	h.opts.Logger = telemetry.OrDiscard(h.opts.Logger)
 	if h.opts.Now == nil {
 		h.opts.Now = time.Now
@@ -146,9 +155,11 @@ type Processor struct {
 
 type handler struct {
 	stream *config.Stream
-	names  topics.Names
-	opts   Options
-	rules  *decide.Rules
+	names  naming.Topics
+	// group is the stream's consumer group.
+	group string
+	opts  Options
+	rules *decide.Rules
 	// noRedelivery: the runtime never redelivers an input whose decision
 	// survived (the transactional one), so decisions are not remembered.
 	noRedelivery bool

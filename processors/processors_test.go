@@ -7,13 +7,13 @@ import (
 	"github.com/lovoo/goka"
 	"github.com/lovoo/goka/tester"
 
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
 )
 
 // runTester starts the presence processor on goka's tester.
-func runTester(t *testing.T) (*tester.Tester, topics.Names) {
+func runTester(t *testing.T) (*tester.Tester, naming.Topics) {
 	tt, _, names := startTester(t, testenv.Shipped(t, "presence"), Options{})
 	return tt, names
 }

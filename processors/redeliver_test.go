@@ -16,9 +16,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"pgregory.net/rapid"
 
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
+
 	"github.com/driftguard/driftguard/processors/decide"
 )
 
@@ -259,7 +260,7 @@ func TestRedeliveryMemoryForgetsCommittedInputs(t *testing.T) {
 	s.Limits.Partitions = 1
 	cl := testenv.Topics(t, ctx, testenv.OnlyStream(t, s), brokers)
 	defer cl.Close()
-	in := topics.For(s.Name).In
+	in := naming.Prefixes{}.For(s.Name).In
 	produce := func(version int64) {
 		body := testenv.Presence{EventID: fmt.Sprint("e", version), User: "alice", Version: version}.Body()
 		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: in, Key: []byte("alice"), Value: body}).FirstErr(); err != nil {

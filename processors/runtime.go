@@ -20,7 +20,6 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
-	"github.com/driftguard/driftguard/internal/topics"
 )
 
 // Runtime decides a stream exactly once, on Kafka transactions: what goka
@@ -163,7 +162,7 @@ func NewRuntime(conn kafka.Conn, s *config.Stream, opts Options, ropts RuntimeOp
 	// its table write: there is nothing to remember.
 	h.noRedelivery = true
 	return &Runtime{h: h, conn: conn, opts: ropts, table: h.names.Table,
-		group: topics.Group(s.Name), parts: map[int32]*ownedPartition{}}, nil
+		group: h.group, parts: map[int32]*ownedPartition{}}, nil
 }
 
 // Recovered reports whether the instance has joined its group and holds

@@ -21,9 +21,9 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
 )
 
 // holdProduceTo makes the fake broker leave topic out of every produce
@@ -49,7 +49,7 @@ func holdProduceTo(t *testing.T, ctx context.Context, c *kfake.Cluster, cl *kgo.
 
 // onePartitionStream gives the test an embedded broker with the topics of
 // a one-partition copy of a shipped stream, and a client of it.
-func onePartitionStream(t *testing.T, stream string) ([]string, context.Context, *config.Stream, topics.Names, *kgo.Client) {
+func onePartitionStream(t *testing.T, stream string) ([]string, context.Context, *config.Stream, naming.Topics, *kgo.Client) {
 	t.Helper()
 	cluster, ctx, s, names, cl := faultyPartitionStream(t, stream, nil)
 	return cluster.ListenAddrs(), ctx, s, names, cl
@@ -58,7 +58,7 @@ func onePartitionStream(t *testing.T, stream string) ([]string, context.Context,
 // faultyPartitionStream is onePartitionStream giving the embedded broker
 // itself, for a test that injects faults into it, with the stream changed
 // by tune (when not nil) before its topics are created.
-func faultyPartitionStream(t *testing.T, stream string, tune func(*config.Stream)) (*kfake.Cluster, context.Context, *config.Stream, topics.Names, *kgo.Client) {
+func faultyPartitionStream(t *testing.T, stream string, tune func(*config.Stream)) (*kfake.Cluster, context.Context, *config.Stream, naming.Topics, *kgo.Client) {
 	t.Helper()
 	cluster := testenv.FakeCluster(t)
 	ctx := testenv.Context(t, 2*time.Minute)
@@ -69,7 +69,7 @@ func faultyPartitionStream(t *testing.T, stream string, tune func(*config.Stream
 	}
 	cl := testenv.Topics(t, ctx, testenv.OnlyStream(t, s), cluster.ListenAddrs())
 	t.Cleanup(cl.Close)
-	return cluster, ctx, s, topics.For(s.Name), cl
+	return cluster, ctx, s, naming.Prefixes{}.For(s.Name), cl
 }
 
 // newRuntime builds the runtime of s, logging to the test, with metrics
@@ -205,9 +205,9 @@ func TestRuntimeDiesWithWritesInFlightAndLosesNothing(t *testing.T) {
 // of its one partition.
 func waitInputsCommitted(t *testing.T, ctx context.Context, cl *kgo.Client, s *config.Stream, n int64) {
 	t.Helper()
-	in := topics.For(s.Name).In
+	in := naming.Prefixes{}.For(s.Name).In
 	testenv.WaitFor(t, ctx, fmt.Sprintf("%d inputs committed", n), func() bool {
-		offsets, err := kadm.NewClient(cl).FetchOffsetsForTopics(ctx, topics.Group(s.Name), in)
+		offsets, err := kadm.NewClient(cl).FetchOffsetsForTopics(ctx, naming.Prefixes{}.Group(s.Name), in)
 		if err != nil {
 			return false
 		}
@@ -619,11 +619,11 @@ func TestRuntimeRestoresOnlyOncePreviousTransactionsEnded(t *testing.T) {
 	// partition, which it must not restore before the held commit.
 	second := zombieRuntime(t, ctx, brokers, s, "chat-b")
 	testenv.WaitFor(t, ctx, "the second instance assigned the partition", func() bool {
-		described, err := kadm.NewClient(cl).DescribeGroups(ctx, topics.Group(s.Name))
+		described, err := kadm.NewClient(cl).DescribeGroups(ctx, naming.Prefixes{}.Group(s.Name))
 		if err != nil {
 			return false
 		}
-		g := described[topics.Group(s.Name)]
+		g := described[naming.Prefixes{}.Group(s.Name)]
 		return len(g.Members) == 1 && g.Members[0].MemberID != *zombie.Load() && g.State == "Stable"
 	})
 	time.Sleep(time.Second) // a restore that did not wait would be done

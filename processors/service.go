@@ -27,6 +27,8 @@ type Service struct {
 	metrics *Metrics
 	// dataDir for table storage; empty keeps tables in memory.
 	dataDir string
+	// noCreate: check the topics, create none.
+	noCreate bool
 }
 
 // ServiceOptions configure the processors service. Zero values mean
@@ -44,11 +46,16 @@ type ServiceOptions struct {
 	// changelogs at every start (dev, tests). By default they are in
 	// LevelDB under data_dir/tables.
 	InMemoryTables bool
+	// NoCreate creates no topic: the processors check that every topic
+	// they need exists, co-partitioned, and refuse to start naming each
+	// one missing (`process --no-create`, where only an admin may create
+	// topics).
+	NoCreate bool
 }
 
 // NewService builds the processors service.
 func NewService(opts ServiceOptions) *Service {
-	s := &Service{cfg: opts.Config, log: telemetry.OrDiscard(opts.Logger), ops: opts.Ops}
+	s := &Service{cfg: opts.Config, log: telemetry.OrDiscard(opts.Logger), ops: opts.Ops, noCreate: opts.NoCreate}
 	s.kc, s.kcErr = kafka.Connect(opts.Config, opts.Brokers)
 	if s.ops != nil {
 		s.metrics = NewMetrics(s.ops.Registry)
@@ -72,8 +79,9 @@ func Unsupported(s *config.Stream) string {
 // Name implements service.Service.
 func (s *Service) Name() string { return "process" }
 
-// Run creates or checks the topics, refusing to start when a stream's topics
-// are not co-partitioned, then runs one goka group per stream.
+// Run creates (unless NoCreate) and checks the topics, refusing to start
+// when one is missing or a stream's topics are not co-partitioned, then
+// runs one goka group per stream.
 func (s *Service) Run(ctx context.Context) error {
 	if s.kcErr != nil {
 		return s.kcErr
@@ -83,21 +91,23 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	defer cl.Close()
-	need := kafka.AccessOf(kafka.ACLs(kafka.ComponentProcess, s.cfg))
+	need := kafka.Needs(kafka.ComponentProcess, s.cfg)
 	for _, name := range s.cfg.StreamNames() {
-		need.TransactionalIDs = append(need.TransactionalIDs, TransactionalID(s.cfg.Processing.InstanceID, name))
+		need.TransactionalIDs = append(need.TransactionalIDs, s.cfg.Kafka.Naming().TransactionalID(s.cfg.Processing.InstanceID, name))
 	}
 	if err := s.kc.Check(ctx, cl, need); err != nil {
 		return err
 	}
-	statuses, err := kafka.EnsureTopics(ctx, cl, s.cfg, true)
+	statuses, err := kafka.EnsureTopics(ctx, cl, s.cfg, !s.noCreate)
 	if err != nil {
 		return fmt.Errorf("topics: %w", s.kc.Explain(err))
 	}
-	// Weaker than configured is said, not refused: an operator may have
-	// lowered min.insync.replicas to keep accepting through an outage.
-	if err := topics.Weak(statuses); err != nil {
-		s.log.Warn("topics less durable than configured; `driftguard topics --check` lists them", "err", err)
+	// Weaker than configured, another retention or configs this principal
+	// may not read are said, not refused: an operator may have lowered
+	// min.insync.replicas to keep accepting through an outage, and none of
+	// them changes a decision.
+	if err := errors.Join(topics.Weak(statuses), topics.Drift(statuses), topics.Unchecked(statuses)); err != nil {
+		s.log.Warn("topics differ from the catalogue; `driftguard topics --check` lists them", "err", err)
 	}
 	var procs []*Runtime
 	var services []service.Service
@@ -106,6 +116,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.dataDir != "" {
 		store = tableStorageBuilder(filepath.Join(s.dataDir, "tables"))
 	}
+	names := s.cfg.Kafka.Naming()
 	for _, name := range s.cfg.StreamNames() {
 		stream := s.cfg.Streams[name]
 		if reason := Unsupported(stream); reason != "" {
@@ -115,8 +126,8 @@ func (s *Service) Run(ctx context.Context) error {
 			continue
 		}
 		running = append(running, name)
-		p, err := NewRuntime(s.kc, stream, Options{Logger: s.log, Metrics: s.metrics}, RuntimeOptions{
-			TransactionalID: TransactionalID(s.cfg.Processing.InstanceID, name),
+		p, err := NewRuntime(s.kc, stream, Options{Logger: s.log, Metrics: s.metrics, Naming: names}, RuntimeOptions{
+			TransactionalID: names.TransactionalID(s.cfg.Processing.InstanceID, name),
 			Storage:         store,
 			CommitEvery:     s.cfg.Processing.CommitInterval,
 			TimerTick:       s.cfg.Processing.TimerTick,
@@ -148,10 +159,4 @@ func (s *Service) Run(ctx context.Context) error {
 		return nil
 	}
 	return err
-}
-
-// TransactionalID is the transactional id of a stream's processor on an
-// instance.
-func TransactionalID(instance, stream string) string {
-	return kafka.TransactionalIDPrefix(stream) + instance
 }

@@ -9,13 +9,13 @@ import (
 	"github.com/lovoo/goka/tester"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
 )
 
 // startTester runs the processor of s on goka's tester until the test ends.
-func startTester(t *testing.T, s *config.Stream, opts Options) (*tester.Tester, *Processor, topics.Names) {
+func startTester(t *testing.T, s *config.Stream, opts Options) (*tester.Tester, *Processor, naming.Topics) {
 	t.Helper()
 	tt := tester.New(t)
 	proc, err := New(nil, s, opts, goka.WithTester(tt))
@@ -31,7 +31,7 @@ func startTester(t *testing.T, s *config.Stream, opts Options) (*tester.Tester, 
 			t.Errorf("processor: %v", err)
 		}
 	})
-	return tt, proc, topics.For(s.Name)
+	return tt, proc, proc.h.names
 }
 
 func outcomes(t testenv.Fataler, qt *tester.QueueTracker) []record.Outcome {

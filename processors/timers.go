@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-
-	"github.com/driftguard/driftguard/internal/topics"
 )
 
 // Timers. goka has no punctuator, so driftguard adds one: every entity
@@ -57,7 +55,7 @@ func (h *handler) tick(ctx decisionContext, meta any) {
 func (p *Processor) RunTimers(ctx context.Context, tick time.Duration, adm *kadm.Client) error {
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	w := &watermark{adm: adm, topic: p.h.names.In, group: topics.Group(p.h.stream.Name), committed: &p.h.committed}
+	w := &watermark{adm: adm, topic: p.h.names.In, group: p.h.group, committed: &p.h.committed}
 	for {
 		select {
 		case <-ctx.Done():

@@ -6,7 +6,9 @@
 #
 # Installs chdb (a current ClickHouse in a Python process) from PyPI into a
 # virtualenv under ~/.cache/driftguard once, then applies every migration
-# as `driftguard migrate --print` prints it and runs scripts/chdb_ddl.py.
+# as `driftguard migrate --print` prints it and runs scripts/chdb_ddl.py,
+# which also parses the statements `migrate --print` renders for a
+# cluster (clickhouse.cluster).
 set -euo pipefail
 
 CHDB_VERSION="${CHDB_VERSION:-4.4.0}"
@@ -26,10 +28,15 @@ if ! "$venv/bin/python" -c "import chdb" 2>/dev/null; then
     "chdb==$CHDB_VERSION" "chdb-core==$CHDB_CORE_VERSION"
 fi
 
-ddl="$(mktemp "${TMPDIR:-/tmp}/driftguard-ddl.XXXXXX")"
-trap 'rm -f "$ddl"' EXIT
+work="$(mktemp -d "${TMPDIR:-/tmp}/driftguard-ddl.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
 cd "$ROOT"
-# Only the database name matters to --print; no config file, no server.
-env -u DRIFTGUARD_CONFIG DRIFTGUARD_CLICKHOUSE_DATABASE=driftguard \
-  go run ./cmd/driftguard migrate --print >"$ddl"
-"$venv/bin/python" scripts/chdb_ddl.py "$ddl" docs/analyst-queries.md
+go build -o "$work/driftguard" ./cmd/driftguard
+# Only the database name (and the cluster's) matter to --print; no config
+# file, no server.
+cluster=driftguard_cluster
+env -u DRIFTGUARD_CONFIG -u DRIFTGUARD_CLICKHOUSE_CLUSTER DRIFTGUARD_CLICKHOUSE_DATABASE=driftguard \
+  "$work/driftguard" migrate --print >"$work/ddl.sql"
+env -u DRIFTGUARD_CONFIG DRIFTGUARD_CLICKHOUSE_DATABASE=driftguard DRIFTGUARD_CLICKHOUSE_CLUSTER="$cluster" \
+  "$work/driftguard" migrate --print >"$work/cluster.sql"
+"$venv/bin/python" scripts/chdb_ddl.py "$work/ddl.sql" docs/analyst-queries.md "$work/cluster.sql" "$cluster"

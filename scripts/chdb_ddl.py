@@ -9,7 +9,12 @@ docs/analyst-queries.md so none uses a feature the current engine lacks.
 The integration tests run the same queries on 18.16 and check their
 numbers.
 
-    python chdb_ddl.py DDL_FILE ANALYST_QUERIES_MD
+With CLUSTER_DDL_FILE, the statements `migrate --print` renders for
+clickhouse.cluster CLUSTER are parsed too (EXPLAIN AST: chdb has no
+cluster to run them on), and each, as the engine formats it back, must be
+ON CLUSTER, every CREATE TABLE with a Replicated engine.
+
+    python chdb_ddl.py DDL_FILE ANALYST_QUERIES_MD [CLUSTER_DDL_FILE CLUSTER]
 """
 
 import re
@@ -113,7 +118,29 @@ def named_queries(path):
     return out
 
 
-def main(ddl_path, doc_path):
+def check_cluster(s, path, cluster, single):
+    """Parse every statement of the cluster rendering at path, which has
+    as many as single, the one-server rendering. Returns how many."""
+    stmts = [stmt for _, part in migrations(path) for stmt in part]
+    if len(stmts) != len(single):
+        sys.exit(f"{path}: {len(stmts)} statements for the cluster, {len(single)} for one server")
+    for stmt in stmts:
+        try:
+            ast = s.query(f"EXPLAIN AST {stmt}", "TSV").bytes().decode()
+            literal = stmt.replace("\\", "\\\\").replace("'", "\\'")
+            formatted = s.query(f"SELECT formatQuerySingleLine('{literal}')", "TSV").bytes().decode()
+        except Exception as e:  # noqa: BLE001 - any engine error fails the check
+            sys.exit(f"cluster DDL does not parse on chdb: {e}\n{stmt}")
+        if stmt.startswith("INSERT INTO"):
+            continue
+        if f" ON CLUSTER {cluster} " not in formatted.strip() + " ":
+            sys.exit(f"cluster DDL without ON CLUSTER {cluster}, as chdb reads it:\n{formatted}")
+        if stmt.startswith("CREATE TABLE") and not re.search(r"^\s*Function Replicated\w*MergeTree ", ast, re.M):
+            sys.exit(f"cluster DDL: a table without a Replicated engine, as chdb reads it:\n{ast}")
+    return len(stmts)
+
+
+def main(ddl_path, doc_path, cluster_ddl_path=None, cluster=None):
     with tempfile.TemporaryDirectory() as data:
         s = session.Session(data)
         s.query(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
@@ -149,10 +176,15 @@ def main(ddl_path, doc_path):
                 s.query(sql)
             except Exception as e:  # noqa: BLE001 - any engine error fails the check
                 sys.exit(f"analyst query {name} fails on chdb: {e}")
+        clustered = ""
+        if cluster_ddl_path:
+            n = check_cluster(s, cluster_ddl_path, cluster, stmts)
+            clustered = f", {n} statements rendered for cluster {cluster} parsed (ON CLUSTER, Replicated engines)"
         version = s.query("SELECT version()", "TSV").bytes().decode().strip()
         print(
             f"chdb {chdb.__version__} (ClickHouse {version}): {len(stmts)} migration statements applied twice, "
             f"ordering_minute backfilled and fed by its view as expected, {len(queries)} analyst queries run"
+            f"{clustered}"
         )
 
 

@@ -3,6 +3,8 @@
 #
 #   scripts/clickhouse.sh install   apt-get install clickhouse-server/-client if missing
 #   scripts/clickhouse.sh start     fresh server in a temp dir; prints DRIFTGUARD_TEST_CLICKHOUSE=host:port
+#                                   and the secure port's DRIFTGUARD_TEST_CLICKHOUSE_SECURE,
+#                                   _CA, _USER and _PASSWORD (see secure_config)
 #   scripts/clickhouse.sh stop      stop the server started by `start`, delete its data
 #
 # ClickHouse comes from Debian's own archive (18.16 on bookworm) because that
@@ -17,6 +19,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 CLICKHOUSE_PORT="${CLICKHOUSE_PORT:-19000}"
 CLICKHOUSE_HTTP_PORT="${CLICKHOUSE_HTTP_PORT:-18123}"
+CLICKHOUSE_SECURE_PORT="${CLICKHOUSE_SECURE_PORT:-19440}"
 READY_TIMEOUT="${CLICKHOUSE_READY_TIMEOUT:-60}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -39,12 +42,65 @@ install() {
 
 stop() { stop_recorded "@DIR@/config.xml"; }
 
+# TLS_USER is the password user the tests connect as over TLS.
+TLS_USER=driftguard_tls
+
+# secure_config DIR PORT: a CA and a server certificate for 127.0.0.1 made
+# now with openssl (the CA is the tests' only trust anchor, so a client
+# trusting the system roots alone must fail), 18.16's secure native port
+# (tcp_port_secure, served with the <openSSL><server> settings) and a user
+# with a random password. Both go in the config.d and users.d folders the
+# server merges into config.xml and users.xml, so the templates shared with
+# `driftguard dev` stay plaintext and open.
+secure_config() {
+  local dir="$1" port="$2" tls="$1/tls"
+  mkdir -p "$tls" "$dir/config.d" "$dir/users.d"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=driftguard test CA" \
+    -keyout "$tls/ca.key" -out "$tls/ca.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" \
+    -keyout "$tls/server.key" -out "$tls/server.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$tls/san.ext"
+  openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" -CAcreateserial \
+    -days 2 -extfile "$tls/san.ext" -out "$tls/server.crt" 2>/dev/null
+  cat >"$dir/config.d/secure.xml" <<EOF
+<?xml version="1.0"?>
+<yandex>
+  <tcp_port_secure>$port</tcp_port_secure>
+  <openSSL>
+    <server>
+      <certificateFile>$tls/server.crt</certificateFile>
+      <privateKeyFile>$tls/server.key</privateKeyFile>
+      <verificationMode>none</verificationMode>
+      <loadDefaultCAFile>false</loadDefaultCAFile>
+      <cacheSessions>true</cacheSessions>
+      <disableProtocols>sslv2,sslv3,tlsv1,tlsv1_1</disableProtocols>
+      <preferServerCiphers>true</preferServerCiphers>
+    </server>
+  </openSSL>
+</yandex>
+EOF
+  TLS_PASSWORD="$(openssl rand -hex 16)"
+  cat >"$dir/users.d/$TLS_USER.xml" <<EOF
+<?xml version="1.0"?>
+<yandex>
+  <users>
+    <$TLS_USER>
+      <password>$TLS_PASSWORD</password>
+      <networks><ip>127.0.0.1</ip></networks>
+      <profile>default</profile>
+      <quota>default</quota>
+    </$TLS_USER>
+  </users>
+</yandex>
+EOF
+}
+
 start() {
   install
   local bin
   bin="$(server_bin)"
   local dir
-  dir="$(new_run_dir "$CLICKHOUSE_PORT" "$CLICKHOUSE_HTTP_PORT")"
+  dir="$(new_run_dir "$CLICKHOUSE_PORT" "$CLICKHOUSE_HTTP_PORT" "$CLICKHOUSE_SECURE_PORT")"
   mkdir -p "$dir"/{data,tmp,user_files,format_schemas,log}
   # 18.16 config format (root <yandex>). Only the IPv4 loopback: listening on
   # ::1 fails outright on hosts without IPv6. No interserver port: that is
@@ -54,6 +110,7 @@ start() {
   sed -e "s|{{DIR}}|$dir|g" -e "s|{{TCP_PORT}}|$CLICKHOUSE_PORT|g" -e "s|{{HTTP_PORT}}|$CLICKHOUSE_HTTP_PORT|g" \
     "$tmpl/config.xml" >"$dir/config.xml"
   cp "$tmpl/users.xml" "$dir/users.xml"
+  secure_config "$dir" "$CLICKHOUSE_SECURE_PORT"
 
   # setsid: the server must outlive this script and not get the caller's ^C
   # before `stop` runs. Output goes to a file so that $(clickhouse.sh start)
@@ -75,6 +132,10 @@ start() {
   done
   log "clickhouse $(clickhouse-client --host 127.0.0.1 --port "$CLICKHOUSE_PORT" -q "SELECT version()") ready (pid $pid, data $dir)"
   echo "DRIFTGUARD_TEST_CLICKHOUSE=127.0.0.1:$CLICKHOUSE_PORT"
+  echo "DRIFTGUARD_TEST_CLICKHOUSE_SECURE=127.0.0.1:$CLICKHOUSE_SECURE_PORT"
+  echo "DRIFTGUARD_TEST_CLICKHOUSE_CA=$dir/tls/ca.crt"
+  echo "DRIFTGUARD_TEST_CLICKHOUSE_USER=$TLS_USER"
+  echo "DRIFTGUARD_TEST_CLICKHOUSE_PASSWORD=$TLS_PASSWORD"
 }
 
 case "${1:-}" in

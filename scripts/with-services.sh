@@ -7,9 +7,10 @@
 # Starts the plain broker, the secure one (TLS, SASL, ACLs: `kafka.sh secure
 # start`) and ClickHouse in parallel, exports DRIFTGUARD_TEST_KAFKA (and the
 # broker's DRIFTGUARD_TEST_KAFKA_PID, for fault tests), the secure broker's
-# DRIFTGUARD_TEST_KAFKA_SECURE_* variables, DRIFTGUARD_TEST_CLICKHOUSE and
-# DRIFTGUARD_TEST_REQUIRE=1 (integration tests must then fail rather than
-# skip), runs the command, always stops them, and exits with the command's
+# DRIFTGUARD_TEST_KAFKA_SECURE_* variables, DRIFTGUARD_TEST_CLICKHOUSE (and
+# its secure port's DRIFTGUARD_TEST_CLICKHOUSE_SECURE, _CA, _USER and
+# _PASSWORD) and DRIFTGUARD_TEST_REQUIRE=1 (integration tests must then fail
+# rather than skip), runs the command, always stops them, and exits with the command's
 # exit code. With --cluster it also starts the three-broker cluster of the
 # fault tests (`kafka.sh cluster start`) and exports DRIFTGUARD_TEST_CLUSTER,
 # DRIFTGUARD_TEST_CLUSTER_PIDS and DRIFTGUARD_TEST_CLUSTER_CONTROL.
@@ -76,6 +77,10 @@ export DRIFTGUARD_TEST_KAFKA="$kafka" DRIFTGUARD_TEST_KAFKA_PID="$kafka_pid" \
 while IFS= read -r line; do
   [[ "$line" == DRIFTGUARD_TEST_KAFKA_SECURE_*=* ]] && export "${line?}"
 done <"$out/secure"
+for name in DRIFTGUARD_TEST_CLICKHOUSE_SECURE DRIFTGUARD_TEST_CLICKHOUSE_CA \
+  DRIFTGUARD_TEST_CLICKHOUSE_USER DRIFTGUARD_TEST_CLICKHOUSE_PASSWORD; do
+  export "$name=$(sed -n "s/^$name=//p" "$out/clickhouse")"
+done
 if ((with_cluster)); then
   for name in DRIFTGUARD_TEST_CLUSTER DRIFTGUARD_TEST_CLUSTER_PIDS DRIFTGUARD_TEST_CLUSTER_CONTROL; do
     export "$name=$(sed -n "s/^$name=//p" "$out/cluster")"

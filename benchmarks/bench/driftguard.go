@@ -22,7 +22,7 @@ import (
 	"github.com/driftguard/driftguard/benchmarks/model"
 	"github.com/driftguard/driftguard/benchmarks/stats"
 	"github.com/driftguard/driftguard/internal/config"
-	"github.com/driftguard/driftguard/internal/topics"
+	"github.com/driftguard/driftguard/internal/naming"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
 )
 
@@ -157,7 +157,7 @@ func (d *driftguardE2E) Start(ctx context.Context, ws *Workspace) (Instance, err
 // query costs ClickHouse little next to the inserts it measures.
 func (in *driftguardInstance) pollPositions(ctx context.Context) {
 	defer in.polled.Done()
-	outcomes := topics.For(in.stream).Outcomes
+	outcomes := naming.Prefixes{}.For(in.stream).Outcomes
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {

@@ -13,8 +13,8 @@ import (
 
 	"github.com/driftguard/driftguard/benchmarks/model"
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
-	"github.com/driftguard/driftguard/internal/topics"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
 )
 
@@ -27,6 +27,9 @@ type Driftguard struct {
 	// in `<stream>.in` and for the sink to write every outcome before
 	// judging; default 2 minutes.
 	Drain time.Duration
+	// Naming is the pipeline's kafka.topic_prefix and kafka.group_prefix;
+	// zero: none.
+	Naming naming.Prefixes
 }
 
 // input is one record of `<stream>.in`.
@@ -63,9 +66,9 @@ func (dg Driftguard) Check(ctx context.Context, sent []model.Delivery, want mode
 
 func (dg Driftguard) checkStream(ctx context.Context, conn driver.Conn, r *Report, stream string, sent []model.Delivery, got *model.State) error {
 	sr := r.Streams[stream]
-	names := topics.For(stream)
+	names := dg.Naming.For(stream)
 	deadline := time.Now().Add(dg.Drain)
-	behind, err := waitGroupCaughtUp(ctx, dg.Brokers, stream, names.In, dg.Drain)
+	behind, err := waitGroupCaughtUp(ctx, dg.Brokers, dg.Naming.Group(stream), names.In, dg.Drain)
 	if err != nil {
 		return err
 	}
@@ -261,7 +264,7 @@ func decodeInto[V any](state, key string, m *map[string]V, fix func(*V)) error {
 
 // waitSink waits until ClickHouse holds, per table, the rows up to the
 // last offset of each partition of its source topic, or the deadline.
-func waitSink(ctx context.Context, conn driver.Conn, db string, last map[string]map[int32]int64, names topics.Names, deadline time.Time) error {
+func waitSink(ctx context.Context, conn driver.Conn, db string, last map[string]map[int32]int64, names naming.Topics, deadline time.Time) error {
 	sources := map[string]string{"events": names.Outcomes, "entity_state": names.State}
 	for {
 		held, err := SinkPositions(ctx, conn, db)

@@ -9,8 +9,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/procstat"
-	"github.com/driftguard/driftguard/internal/topics"
 )
 
 // tail reads, as a read_committed reader such as the sink does, the
@@ -27,7 +27,7 @@ type tail struct {
 }
 
 func newTail(brokers []string, warmup, measure string) (*tail, error) {
-	w, m := topics.For(warmup), topics.For(measure)
+	w, m := naming.Prefixes{}.For(warmup), naming.Prefixes{}.For(measure)
 	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers},
 		kgo.ConsumeTopics(w.Outcomes, m.Outcomes, m.State),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),

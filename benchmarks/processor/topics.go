@@ -12,8 +12,8 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
-	"github.com/driftguard/driftguard/internal/topics"
 )
 
 // presenceConfig is the default configuration with the shipped presence
@@ -66,7 +66,7 @@ func preload(ctx context.Context, brokers []string, name string, ds []Delivery) 
 		return nil, err
 	}
 	defer cl.Close()
-	in := topics.For(name).In
+	in := naming.Prefixes{}.For(name).In
 	at := make([]placed, len(ds))
 	errc := make(chan error, 1)
 	receivedAt := []byte(strconv.FormatInt(time.Now().UnixMilli(), 10))
@@ -138,7 +138,7 @@ func logBytesPerEvent(ctx context.Context, adm *kadm.Client, name string, events
 	if err != nil {
 		return nil, err
 	}
-	n := topics.For(name)
+	n := naming.Prefixes{}.For(name)
 	kinds := map[string]string{n.In: "in", n.Outcomes: "outcomes", n.State: "state", n.Table: "table", name + "-presence-changelog": "table"}
 	out := map[string]float64{}
 	dirs.Each(func(d kadm.DescribedLogDir) {

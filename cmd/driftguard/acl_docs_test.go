@@ -45,6 +45,19 @@ func aclDocRows(t *testing.T) []string {
 			}
 		}
 	}
+	// With prefixes, one ACL per kind of resource, whatever the streams.
+	all := &config.Config{Streams: map[string]*config.Stream{}}
+	for i, s := range []config.Stream{{Policy: config.PolicyLatest}, {Policy: config.PolicyGapless}, {Policy: config.PolicyAssign, EphemeralTypes: []string{"typing"}}} {
+		s.Name = fmt.Sprintf("s%d", i)
+		all.Streams[s.Name] = &s
+	}
+	all.Kafka.TopicPrefix, all.Kafka.GroupPrefix = "<topic_prefix>", "<group_prefix>"
+	all.ClickHouse.ConsumerGroup = "sink"
+	for _, component := range kafka.Components {
+		for _, acl := range kafka.ACLs(component, all) {
+			out = append(out, fmt.Sprintf("| %s | %s | %s | `%s` | %s |", component, acl.Resource, acl.Pattern, acl.Name, strings.Join(acl.Operations, ", ")))
+		}
+	}
 	return out
 }
 

@@ -16,9 +16,10 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
+
 	"github.com/driftguard/driftguard/sinks/realtime"
 )
 
@@ -226,7 +227,7 @@ func bridgeResumeModel(t *testing.T, brokers []string, window int) {
 	}
 	publish := func(key string, version int64) {
 		st := record.State{Stream: stream, Key: key, Version: version, State: json.RawMessage(fmt.Sprintf(`{"v":%d}`, version))}
-		cl.Produce(ctx, &kgo.Record{Topic: topics.For(stream).State, Key: []byte(key), Value: record.AppendState(nil, &st)}, func(_ *kgo.Record, err error) {
+		cl.Produce(ctx, &kgo.Record{Topic: naming.Prefixes{}.For(stream).State, Key: []byte(key), Value: record.AppendState(nil, &st)}, func(_ *kgo.Record, err error) {
 			if err != nil {
 				t.Error(err)
 			}

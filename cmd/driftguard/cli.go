@@ -25,6 +25,10 @@ type command struct {
 	summary string
 	// noConfig: the command loads no configuration (and takes no --config).
 	noConfig bool
+	// noConfigFlag names a bool flag that, set, makes the command load no
+	// configuration: `config --example` prints the example file even
+	// where the configuration in force is broken.
+	noConfigFlag string
 	// component: the command runs a component, which logs the build at
 	// start and sends its continuous profiles where configured.
 	component bool
@@ -47,13 +51,14 @@ type environment struct {
 var commands = []command{
 	{name: "dev", args: "[--demo] [--no-sink]", summary: "every component in one process on an embedded Kafka (--demo sends demo traffic)", component: true, flags: devFlags},
 	{name: "ingest", summary: "the webhook HTTP edge", component: true, flags: func(*flag.FlagSet) runner { return runIngest }},
-	{name: "process", args: "[--streams a,b]", summary: "the ordering processors (one goka group per stream; --streams a,b for some)", component: true, flags: processFlags},
+	{name: "process", args: "[--streams a,b] [--no-create]", summary: "the ordering processors (one goka group per stream; --streams a,b for some; --no-create: only check the topics)", component: true, flags: processFlags},
 	{name: "sink", summary: "the ClickHouse sink", component: true, flags: func(*flag.FlagSet) runner { return runSink }},
 	{name: "bridge", summary: "the realtime bridge: ordered state to browsers over SSE, and the page", component: true, flags: func(*flag.FlagSet) runner { return runBridge }},
 	{name: "token", args: "--user U [--streams a,b] [--ttl 1h]", summary: "print a token for the bridge, signed with bridge.secret", flags: tokenFlags},
 	{name: "migrate", args: "[--print]", summary: "create or upgrade the ClickHouse database and tables (--print: only print the DDL)", flags: migrateFlags},
 	{name: "topics", args: "[--check]", summary: "create and check every Kafka topic of the catalogue (--check: only check)", flags: topicsFlags},
-	{name: "config", summary: "print an example configuration file", noConfig: true, flags: func(*flag.FlagSet) runner { return printExample }},
+	{name: "probe", args: "[--webhook URL --stream S --body JSON] [--ready URL]...", summary: "sign and post one webhook expecting 202, and read /readyz URLs expecting 200 (the chart's helm test)", noConfig: true, flags: probeFlags},
+	{name: "config", args: "[--example]", summary: "print the configuration in force, secrets redacted (--example: a commented example file)", noConfigFlag: "example", flags: configFlags},
 	{name: "version", summary: "print the version and the VCS revision the binary was built from", noConfig: true, flags: func(*flag.FlagSet) runner { return printVersion }},
 }
 
@@ -67,7 +72,8 @@ func usage() string {
 	}
 	b.WriteString(`
 The config file can also be named by DRIFTGUARD_CONFIG; DRIFTGUARD_* variables
-override it (see docs/operations.md). "driftguard <command> --help" shows a command's flags.
+override it (see docs/operations.md). "driftguard <command> --help" shows a command's flags;
+"driftguard --version" is "driftguard version".
 `)
 	return b.String()
 }
@@ -75,6 +81,9 @@ override it (see docs/operations.md). "driftguard <command> --help" shows a comm
 // run runs one command and returns the process exit code: 0, 1 when the
 // command failed, 2 for a usage or configuration error.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		args = []string{"version"}
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, usage())
 		if len(args) == 0 {
@@ -122,7 +131,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	env := &environment{stdout: stdout, stderr: stderr, log: telemetry.OrDiscard(nil)}
-	if !c.noConfig {
+	if !c.noConfig && !(c.noConfigFlag != "" && fs.Lookup(c.noConfigFlag).Value.String() == "true") {
 		cfg, err := config.Load(*configPath, os.Environ())
 		if err != nil {
 			fmt.Fprintf(stderr, "driftguard: configuration is not valid:\n%s\n", indent(err.Error()))
@@ -191,7 +200,17 @@ func printVersion(_ context.Context, env *environment) error {
 	return err
 }
 
-func printExample(_ context.Context, env *environment) error {
-	_, err := env.stdout.Write(config.Example())
-	return err
+func configFlags(fs *flag.FlagSet) runner {
+	example := fs.Bool("example", false, "print a commented example configuration file instead")
+	return func(_ context.Context, env *environment) error {
+		out := config.Example()
+		if !*example {
+			var err error
+			if out, err = env.cfg.EffectiveYAML(); err != nil {
+				return err
+			}
+		}
+		_, err := env.stdout.Write(out)
+		return err
+	}
 }

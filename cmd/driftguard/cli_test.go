@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"os"
 	"slices"
@@ -21,12 +22,10 @@ import (
 // their inputs with t.Setenv after this.
 func isolateEnv(t *testing.T) {
 	t.Helper()
-	for _, name := range []string{
-		"DRIFTGUARD_CONFIG", "DRIFTGUARD_KAFKA_BROKERS", "DRIFTGUARD_HTTP_ADDR", "DRIFTGUARD_BRIDGE_ADDR", "DRIFTGUARD_BRIDGE_SECRET",
-		"DRIFTGUARD_CLICKHOUSE_ADDR", "DRIFTGUARD_CLICKHOUSE_DATABASE", "DRIFTGUARD_DATA_DIR",
-		"DRIFTGUARD_TELEMETRY_ADDR", "DRIFTGUARD_LOG_LEVEL", "DRIFTGUARD_PYROSCOPE_ADDR", "DRIFTGUARD_CLICKHOUSE_PASSWORD",
-	} {
-		t.Setenv(name, "")
+	t.Setenv("DRIFTGUARD_CONFIG", "")
+	// Empty, a variable of the configuration sets nothing.
+	for _, v := range config.EnvVariables() {
+		t.Setenv(v.Name, "")
 	}
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
@@ -110,10 +109,10 @@ func TestRunUsageErrorsExit2(t *testing.T) {
 		// Each command takes only its own flags, and a wrong one shows
 		// that command's help.
 		{"another command's flag", []string{"migrate", "--print", "--demo", "--streams", "nonexistent"}, "flag provided but not defined: -demo\nUsage: driftguard migrate [--config FILE] [--print]"},
-		{"a flag of dev on process", []string{"process", "--demo"}, "Usage: driftguard process [--config FILE] [--streams a,b]"},
+		{"a flag of dev on process", []string{"process", "--demo"}, "Usage: driftguard process [--config FILE] [--streams a,b] [--no-create]"},
 		{"an argument", []string{"topics", "extra"}, `unexpected argument "extra"`},
 		{"a stream not in the catalogue", []string{"process", "--streams", "nonexistent"}, `--streams names "nonexistent", which is not in the catalogue`},
-		{"config takes no --config", []string{"config", "--config", "x.yaml"}, "flag provided but not defined: -config"},
+		{"version takes no --config", []string{"version", "--config", "x.yaml"}, "flag provided but not defined: -config"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -150,17 +149,19 @@ func TestRunInvalidConfigExits2NamingThePath(t *testing.T) {
 	}
 }
 
-// `driftguard config` is meant to be saved and edited: what it prints must
-// load, with no unknown keys, and (its header says "shown are the
-// defaults") configure exactly the defaults.
-func TestRunConfigPrintsLoadableDefaults(t *testing.T) {
+// `driftguard config --example` is meant to be saved and edited: what it
+// prints must load, with no unknown keys, and (its header says "shown are
+// the defaults") configure exactly the defaults.
+func TestRunConfigExamplePrintsLoadableDefaults(t *testing.T) {
 	isolateEnv(t)
 	// Pin the data dir default to the home folder form the example shows.
 	home := t.TempDir()
 	t.Setenv("HOME", home)
 	t.Setenv("XDG_STATE_HOME", "")
 
-	r := runCLI(t, "config")
+	// The example needs no configuration: a broken one does not stop it.
+	t.Setenv("DRIFTGUARD_CONFIG", testenv.WriteConfig(t, "", "kafka: ["))
+	r := runCLI(t, "config", "--example")
 	if r.code != 0 || r.stdout == "" {
 		t.Fatalf("config: %v", r)
 	}
@@ -187,11 +188,75 @@ func TestRunConfigPrintsLoadableDefaults(t *testing.T) {
 		{"telemetry", cfg.Telemetry, def.Telemetry},
 		{"data_dir", cfg.DataDir, def.DataDir},
 		{"presence limits", cfg.Streams["presence"].Limits, def.Streams["presence"].Limits},
+		{"presence retention", cfg.Streams["presence"].Retention, def.Streams["presence"].Retention},
+		{"kafka prefixes", cfg.Kafka.Naming(), def.Kafka.Naming()},
 	}
 	for _, c := range checks {
 		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
 			t.Errorf("%s from the example = %v, default %v", c.name, c.got, c.want)
 		}
+	}
+}
+
+// `driftguard config` prints the configuration in force, file and
+// environment over the defaults, every secret redacted wherever it was
+// set, and warns on stderr of a variable that looks like a typo.
+func TestRunConfigPrintsTheConfigurationInForceRedacted(t *testing.T) {
+	isolateEnv(t)
+	fileSecret := "whsec_" + base64.StdEncoding.EncodeToString([]byte("a webhook secret kept in the file"))
+	envSecret := "whsec_" + base64.StdEncoding.EncodeToString([]byte("a webhook secret from environment"))
+	path := testenv.WriteConfig(t, "", `
+clickhouse: {database: fromfile, password: password-in-the-file}
+streams:
+  orders: {signature: {secrets: [`+fileSecret+`]}}
+`)
+	bridgeSecret := "a-bridge-secret-from-the-environment-0123"
+	t.Setenv("DRIFTGUARD_BRIDGE_SECRET", bridgeSecret)
+	t.Setenv("DRIFTGUARD_SECRETS_PRESENCE", envSecret)
+	t.Setenv("DRIFTGUARD_HTTP_ADDR", "127.0.0.1:18080")
+	t.Setenv("DRIFTGUARD_KAFKA_BROKER", "127.0.0.1:1")
+
+	r := runCLI(t, "config", "--config", path)
+	if r.code != 0 {
+		t.Fatalf("config: %v", r)
+	}
+	for _, secret := range []string{fileSecret, envSecret, "password-in-the-file", bridgeSecret} {
+		if strings.Contains(r.stdout, secret) || strings.Contains(r.stderr, secret) {
+			t.Errorf("config shows the secret %q: %v", secret, r)
+		}
+	}
+	for _, want := range []string{
+		`password: "[redacted]"`, `secret: "[redacted]" # from DRIFTGUARD_BRIDGE_SECRET`,
+		"database: fromfile", "addr: 127.0.0.1:18080 # from DRIFTGUARD_HTTP_ADDR",
+		// The whole catalogue is in force, not only what the file names.
+		"\n  chat:\n", "\n  workflow:\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("config does not print %q:\n%s", want, r.stdout)
+		}
+	}
+	if n := strings.Count(r.stdout, `"[redacted]"`); n != 4 {
+		t.Errorf("%d values redacted, want 4 (two passwords and secrets, two streams' secrets):\n%s", n, r.stdout)
+	}
+	if want := "DRIFTGUARD_KAFKA_BROKER is not a driftguard variable; did you mean DRIFTGUARD_KAFKA_BROKERS?"; !strings.Contains(r.stderr, want) || strings.Contains(r.stdout, want) {
+		t.Errorf("want the warning %q on stderr only: %v", want, r)
+	}
+}
+
+// `driftguard --version` (and -version) is `driftguard version`.
+func TestRunVersionFlag(t *testing.T) {
+	want := runCLI(t, "version")
+	if want.code != 0 || !strings.HasPrefix(want.stdout, "driftguard ") || strings.Count(want.stdout, "\n") != 1 {
+		t.Fatalf("version: %v", want)
+	}
+	for _, flag := range []string{"--version", "-version"} {
+		if r := runCLI(t, flag); r != want {
+			t.Errorf("%s: %v, want %v", flag, r, want)
+		}
+	}
+	// Anywhere else it is a flag no command has.
+	if r := runCLI(t, "topics", "--version"); r.code != 2 {
+		t.Errorf("topics --version: %v, want a usage error", r)
 	}
 }
 
@@ -204,15 +269,15 @@ func TestRunTopicsCreatesThenReportsOK(t *testing.T) {
 		t.Fatalf("first topics run: %v", first)
 	}
 	rows := topicTable(t, first.stdout)
-	want := map[string]string{} // topic → cleanup policy
+	want := map[string]string{} // topic → cleanup policy and retention
 	for _, stream := range []string{"presence", "workflow", "chat", "orders"} {
-		for topic, policy := range map[string]string{".in": "delete", "-table": "compact", ".state": "compact", ".outcomes": "delete", ".dlq": "delete"} {
+		for topic, policy := range map[string]string{".in": "delete 168h", "-table": "compact -", ".state": "compact -", ".outcomes": "delete 168h", ".dlq": "delete 336h"} {
 			want[stream+topic] = policy
 		}
 	}
 	// The topics only some policies use.
-	want["workflow.replay"] = "delete"
-	want["chat.ephemeral"] = "delete"
+	want["workflow.replay"] = "delete 168h"
+	want["chat.ephemeral"] = "delete 10m"
 	checkTopicTable(t, "first run", rows, want, "created")
 
 	second := runCLI(t, "topics")
@@ -227,19 +292,19 @@ func TestRunTopicsCreatesThenReportsOK(t *testing.T) {
 	}
 }
 
-// topicTable parses the TOPIC/PARTITIONS/CLEANUP/REPLICAS/MIN_ISR/STATUS
+// topicTable parses the TOPIC/PARTITIONS/CLEANUP/RETENTION/REPLICAS/MIN_ISR/STATUS
 // table.
 func topicTable(t *testing.T, out string) map[string][]string {
 	t.Helper()
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) == 0 || strings.Join(strings.Fields(lines[0]), " ") != "TOPIC PARTITIONS CLEANUP REPLICAS MIN_ISR STATUS" {
+	if len(lines) == 0 || strings.Join(strings.Fields(lines[0]), " ") != "TOPIC PARTITIONS CLEANUP RETENTION REPLICAS MIN_ISR STATUS" {
 		t.Fatalf("no table header in:\n%s", out)
 	}
 	rows := map[string][]string{}
 	for _, line := range lines[1:] {
 		f := strings.Fields(line)
-		if len(f) != 6 {
-			t.Fatalf("table row %q does not have 6 columns", line)
+		if len(f) != 7 {
+			t.Fatalf("table row %q does not have 7 columns", line)
 		}
 		rows[f[0]] = f[1:]
 	}
@@ -301,7 +366,7 @@ func TestRunMigrateTwice(t *testing.T) {
 			t.Errorf("dropping %s: %v", database, err)
 		}
 	})
-	migrations, err := sinkch.Migrations(database)
+	migrations, err := sinkch.Migrations(config.ClickHouse{Database: database})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,6 +392,31 @@ func TestRunMigrateTwice(t *testing.T) {
 	}
 }
 
+// `driftguard migrate` over TLS as a password user, configured from the
+// environment as a Deployment would be (the password from a mounted
+// Secret's file); a wrong password fails naming the setting.
+func TestRunMigrateOverTLSWithAPasswordFile(t *testing.T) {
+	isolateEnv(t)
+	secure := testenv.ClickHouseSecure(t)
+	secure.Database = testenv.UniqueName("dg_cli_tls")
+	password := testenv.WriteFile(t, t.TempDir(), "password", secure.Password+"\n")
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_ADDR", secure.Addr)
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_DATABASE", secure.Database)
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_USERNAME", secure.Username)
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_TLS_CA_FILE", secure.TLS.CAFile)
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_PASSWORD", "not-"+secure.Password)
+	if r := runCLI(t, "migrate"); r.code != 1 || !strings.Contains(r.stderr, "clickhouse.password") {
+		t.Errorf("with a wrong password: want exit 1 naming clickhouse.password; got %v", r)
+	}
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_PASSWORD", "")
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_PASSWORD_FILE", password)
+	openDroppedAtEnd(t, testenv.Context(t, time.Minute), secure)
+	r := runCLI(t, "migrate")
+	if want := "database " + secure.Database + " is up to date"; r.code != 0 || !strings.Contains(r.stdout, want) {
+		t.Errorf("migrate: want exit 0 and %q; got %v", want, r)
+	}
+}
+
 // migrate --print writes the statements Migrate would run, with the
 // configured database, without reaching any server.
 func TestRunMigratePrintNeedsNoServer(t *testing.T) {
@@ -337,11 +427,15 @@ func TestRunMigratePrintNeedsNoServer(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("migrate --print: %v", r)
 	}
-	migrations, err := sinkch.Migrations("dg_print")
+	target := config.ClickHouse{Database: "dg_print"}
+	want, err := sinkch.Bootstrap(target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want []string
+	migrations, err := sinkch.Migrations(target)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, m := range migrations {
 		want = append(want, m.Statements...)
 	}
@@ -362,6 +456,11 @@ func TestRunMigratePrintNeedsNoServer(t *testing.T) {
 	}
 	if !strings.Contains(r.stdout, "dg_print.ordering_minute") {
 		t.Errorf("the configured database is not substituted:\n%s", r.stdout)
+	}
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_CLUSTER", "analytics")
+	cluster := runCLI(t, "migrate", "--print")
+	if cluster.code != 0 || !strings.Contains(cluster.stdout, "CREATE TABLE IF NOT EXISTS dg_print.events ON CLUSTER analytics") {
+		t.Errorf("migrate --print with clickhouse.cluster: %v", cluster)
 	}
 }
 

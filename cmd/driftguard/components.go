@@ -29,12 +29,13 @@ func runIngest(ctx context.Context, env *environment) error {
 
 func processFlags(fs *flag.FlagSet) runner {
 	only := fs.String("streams", "", "run only these streams (comma-separated), e.g. to scale one stream on its own")
+	noCreate := fs.Bool("no-create", false, "create no topic: check that every topic exists, co-partitioned, and refuse to start naming each one missing (where only an admin creates topics, with `driftguard topics`)")
 	return func(ctx context.Context, env *environment) error {
 		if err := keepStreams(env.cfg, *only); err != nil {
 			return usageError{err}
 		}
 		return withTelemetry(ctx, env, func(ops *telemetry.Ops) service.Service {
-			return processors.NewService(processors.ServiceOptions{Config: env.cfg, Logger: env.log, Ops: ops})
+			return processors.NewService(processors.ServiceOptions{Config: env.cfg, Logger: env.log, Ops: ops, NoCreate: *noCreate})
 		})
 	}
 }
@@ -46,7 +47,7 @@ func keepStreams(cfg *config.Config, list string) error {
 		return nil
 	}
 	keep := map[string]*config.Stream{}
-	for _, name := range splitList(list) {
+	for _, name := range config.SplitList(list) {
 		s, ok := cfg.Streams[name]
 		if !ok {
 			return fmt.Errorf("--streams names %q, which is not in the catalogue (%s)", name, strings.Join(cfg.StreamNames(), ", "))
@@ -65,7 +66,7 @@ func runSink(ctx context.Context, env *environment) error {
 	defer conn.Close()
 	// Idempotent, so every replica may run it; `migrate` exists for teams
 	// that prefer a separate step.
-	if _, err := sinkch.Migrate(ctx, conn, env.cfg.ClickHouse.Database, env.log); err != nil {
+	if _, err := sinkch.Migrate(ctx, conn, env.cfg.ClickHouse, env.log); err != nil {
 		return err
 	}
 	return withTelemetry(ctx, env, func(ops *telemetry.Ops) service.Service {
@@ -96,24 +97,13 @@ func tokenFlags(fs *flag.FlagSet) runner {
 		case env.cfg.Bridge.Secret == "":
 			return realtime.ErrNoSecret
 		}
-		tok, err := realtime.Sign([]byte(env.cfg.Bridge.Secret), *user, splitList(*streams), time.Now().Add(*ttl))
+		tok, err := realtime.Sign([]byte(env.cfg.Bridge.Secret), *user, config.SplitList(*streams), time.Now().Add(*ttl))
 		if err != nil {
 			return err
 		}
 		_, err = fmt.Fprintln(env.stdout, tok)
 		return err
 	}
-}
-
-// splitList splits a comma-separated flag, dropping empty items.
-func splitList(s string) []string {
-	var out []string
-	for _, item := range strings.Split(s, ",") {
-		if item = strings.TrimSpace(item); item != "" {
-			out = append(out, item)
-		}
-	}
-	return out
 }
 
 // withTelemetry runs a component and serves its /metrics, /healthz and

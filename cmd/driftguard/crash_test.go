@@ -22,9 +22,10 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
+
 	"github.com/driftguard/driftguard/processors"
 )
 
@@ -82,7 +83,7 @@ func TestEveryDecisionOnceThroughCrashesAndAZombie(t *testing.T) {
 	proxy := testenv.NewKafkaProxy(t, brokers)
 	var heldTopics []string
 	for _, name := range names {
-		heldTopics = append(heldTopics, topics.For(name).DLQ, topics.For(name).Replay)
+		heldTopics = append(heldTopics, naming.Prefixes{}.For(name).DLQ, naming.Prefixes{}.For(name).Replay)
 	}
 	runner := newProcessRunner(t, dir, configFile, proxy.Addrs(), cfg.StreamNames()...)
 	out := newOutputReader(t, brokers, names)
@@ -286,7 +287,7 @@ func newOutputReader(t *testing.T, brokers []string, names map[string]string) *o
 		states: map[string]map[string]json.RawMessage{}, tables: map[string]map[string]json.RawMessage{}, next: map[string]map[int32]int64{}}
 	var ts []string
 	for base, name := range names {
-		n := topics.For(name)
+		n := naming.Prefixes{}.For(name)
 		for kind, topic := range map[string]string{"outcomes": n.Outcomes, "state": n.State, "table": n.Table} {
 			r.base[topic], r.kinds[topic] = base, kind
 			ts = append(ts, topic)

@@ -177,6 +177,11 @@ func startClickHouse(ctx context.Context, cfg *config.Config, brokers []string, 
 	stop := func() {}
 	conn, err := sinkch.Open(ctx, cfg.ClickHouse)
 	note := "ClickHouse at " + cfg.ClickHouse.Addr
+	if err != nil && external(cfg.ClickHouse) {
+		// Set up for a server of the user's own: a private, open one in
+		// its place would hide the mistake.
+		return nil, fmt.Sprintf("ClickHouse: %v; running without the ClickHouse sink", err), stop
+	}
 	if err != nil {
 		srv, startErr := chlocal.Start(ctx, 60*time.Second)
 		switch {
@@ -192,13 +197,19 @@ func startClickHouse(ctx context.Context, cfg *config.Config, brokers []string, 
 			return nil, fmt.Sprintf("ClickHouse: the private server at %s does not answer (%v); running without the ClickHouse sink", srv.Addr, err), stop
 		}
 	}
-	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse.Database, log); err != nil {
+	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse, log); err != nil {
 		conn.Close()
 		return nil, fmt.Sprintf("ClickHouse at %s: migrations failed (%v); running without the ClickHouse sink", cfg.ClickHouse.Addr, err), stop
 	}
 	prevStop := stop
 	stop = func() { conn.Close(); prevStop() }
 	return sinkch.New(sinkch.Options{Config: cfg, Brokers: brokers, Conn: conn, Logger: log, Ops: ops}), note + ", database " + cfg.ClickHouse.Database, stop
+}
+
+// external reports whether c is set up for a server of the user's own
+// (TLS, a user, a password or a cluster), not just an address.
+func external(c config.ClickHouse) bool {
+	return c.TLS.On() || c.Username != "default" || c.Password != "" || c.Cluster != ""
 }
 
 // openWithRetry waits out a fresh server that listens before it serves.

@@ -19,9 +19,10 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
+
 	"github.com/driftguard/driftguard/internal/webhook"
 )
 
@@ -176,7 +177,7 @@ func TestDevDecidesStreamsOfAConfigFile(t *testing.T) {
 		for _, ev := range events {
 			want = append(want, ev.id+" "+ev.want)
 		}
-		if got := readOutcomes(t, ctx, brokers, topics.For(stream).Outcomes, len(want)); !slices.Equal(got, want) {
+		if got := readOutcomes(t, ctx, brokers, naming.Prefixes{}.For(stream).Outcomes, len(want)); !slices.Equal(got, want) {
 			t.Errorf("%s outcomes\n%s\nwant\n%s", stream, strings.Join(got, "\n"), strings.Join(want, "\n"))
 		}
 	}
@@ -218,7 +219,7 @@ func TestDevDemoShowsEveryPolicyOnTheEmbeddedBroker(t *testing.T) {
 	streams := []string{"presence", "workflow", "chat", "orders"}
 	var outcomeTopics []string
 	for _, s := range streams {
-		outcomeTopics = append(outcomeTopics, topics.For(s).Outcomes)
+		outcomeTopics = append(outcomeTopics, naming.Prefixes{}.For(s).Outcomes)
 		if !strings.Contains(out.String(), "\n               "+s+" ") {
 			t.Errorf("the banner's demo line does not name %s:\n%s", s, out.String())
 		}

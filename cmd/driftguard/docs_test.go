@@ -540,7 +540,12 @@ func readByConfig(t *testing.T, name string) bool {
 		t.Fatal(err)
 	}
 	got, err := config.Load("", []string{name + "=warn"})
-	return err != nil || !reflect.DeepEqual(base, got)
+	if err != nil {
+		return true
+	}
+	// A variable it does not read changes only the warnings: it warns of it.
+	got.Warnings = base.Warnings
+	return !reflect.DeepEqual(base, got)
 }
 
 // readByCommand reports whether the command line reads DRIFTGUARD_CONFIG:
@@ -561,6 +566,7 @@ func readByCommand(t *testing.T) bool {
 func TestDocsEnvironmentVariables(t *testing.T) {
 	// Read by the tests, not by the configuration.
 	known := map[string]bool{testenv.EnvKafka: true, testenv.EnvKafkaPID: true, testenv.EnvClickHouse: true,
+		testenv.EnvClickHouseSecure: true, testenv.EnvClickHouseCA: true, testenv.EnvClickHouseUser: true, testenv.EnvClickHousePassword: true,
 		testenv.EnvRequire: true, envCrashSeed: true, envScreenshots: true,
 		testenv.EnvCluster: true, testenv.EnvClusterPIDs: true, testenv.EnvClusterControl: true, testenv.EnvFaults: true, envFaultSeed: true,
 		testenv.EnvSecureSASLSSL: true, testenv.EnvSecureMTLS: true, testenv.EnvSecureSASLPlaintext: true, testenv.EnvSecureCAFile: true,
@@ -570,9 +576,13 @@ func TestDocsEnvironmentVariables(t *testing.T) {
 	}
 	checked := map[string]bool{}
 	for _, p := range docPages(t) {
-		for _, name := range envVariable.FindAllString(p.text, -1) {
+		for _, at := range envVariable.FindAllStringIndex(p.text, -1) {
+			name := p.text[at[0]:at[1]]
 			if name == "DRIFTGUARD_" || checked[p.name+name] {
 				continue // the prefix itself, as in DRIFTGUARD_*
+			}
+			if strings.HasPrefix(p.text[at[1]:], notAVariable) {
+				continue // the typo of the warning's example
 			}
 			checked[p.name+name] = true
 			probe := strings.ReplaceAll(name, "<STREAM>", "PRESENCE")
@@ -587,6 +597,44 @@ func TestDocsEnvironmentVariables(t *testing.T) {
 			default:
 				t.Errorf("%s: %s is not a variable the code reads (config.Load ignores it)", p.name, name)
 			}
+		}
+	}
+}
+
+// notAVariable follows a variable the docs name as one the code does not
+// read, quoting the warning about it.
+const notAVariable = " is not a driftguard variable"
+
+// Every variable of the configuration (an `env` tag of config.Config) has
+// its row in the environment table of docs/operations.md, naming the key it
+// sets.
+func TestDocsEveryConfigVariable(t *testing.T) {
+	page := mustRead(t, "docs/operations.md")
+	_, table, ok := strings.Cut(page, "\n### Environment\n")
+	if !ok {
+		t.Fatal("docs/operations.md: no ### Environment section")
+	}
+	table, _, _ = strings.Cut(table, "\n#")
+	// A row may list several variables in its first cell, and then name
+	// their keys by the last part alone (`ca_file`, `cert_file`).
+	rows := map[string]string{}
+	for _, line := range strings.Split(table, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 3 || cells[0] != "" {
+			continue
+		}
+		for _, name := range envVariable.FindAllString(cells[1], -1) {
+			rows[name] = strings.Join(cells[2:], "|")
+		}
+	}
+	for _, v := range config.EnvVariables() {
+		row, ok := rows[v.Name]
+		leaf := v.Path[strings.LastIndex(v.Path, ".")+1:]
+		switch {
+		case !ok:
+			t.Errorf("docs/operations.md, ### Environment: %s (%s) has no row: add `| \x60%s\x60 | \x60%s\x60 |`", v.Name, v.Path, v.Name, v.Path)
+		case !strings.Contains(row, "`"+v.Path+"`") && !strings.Contains(row, "`"+leaf+"`"):
+			t.Errorf("docs/operations.md, ### Environment: the row of %s does not name `%s`, the key it sets: %s", v.Name, v.Path, row)
 		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/driftguard/driftguard/internal/naming"
+
 	"github.com/driftguard/driftguard/ingest"
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
@@ -51,7 +53,7 @@ func TestFaultClientSettingsOfEveryComponent(t *testing.T) {
 	cfg.Bridge.Secret = strings.Repeat("s", 32)
 	stream := cfg.Streams["presence"]
 
-	runtime, err := processors.NewRuntime(kafka.Conn{Brokers: brokers}, stream, processors.Options{}, processors.RuntimeOptions{TransactionalID: processors.TransactionalID("instance-0", stream.Name)})
+	runtime, err := processors.NewRuntime(kafka.Conn{Brokers: brokers}, stream, processors.Options{}, processors.RuntimeOptions{TransactionalID: naming.Prefixes{}.TransactionalID("instance-0", stream.Name)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,12 +23,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/procstat"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
 	"github.com/driftguard/driftguard/internal/webhook"
-	"github.com/driftguard/driftguard/processors"
 )
 
 // envFaultSeed replays a fault test (the cluster's, the ingest kills): set
@@ -182,7 +182,7 @@ type clusterPipeline struct {
 	cfg *config.Config
 	// txnID is the transactional id of the processor.
 	txnID      string
-	names      topics.Names
+	names      naming.Topics
 	partitions int
 	conn       driver.Conn
 	cl         *kgo.Client
@@ -203,9 +203,9 @@ func startClusterPipeline(t *testing.T, ctx context.Context, cluster *testenv.Cl
 	brokers := cluster.Brokers
 	cfg, conn, cl := loadOn(t, ctx, configFile, "fault", brokers, stream)
 	const instance = "fault"
-	p := &clusterPipeline{t: t, cfg: cfg, txnID: processors.TransactionalID(instance, stream), names: topics.For(stream), partitions: cfg.Streams[stream].Limits.Partitions, conn: conn, cl: cl}
+	p := &clusterPipeline{t: t, cfg: cfg, txnID: naming.Prefixes{}.TransactionalID(instance, stream), names: naming.Prefixes{}.For(stream), partitions: cfg.Streams[stream].Limits.Partitions, conn: conn, cl: cl}
 	// Leave the cluster with only what it had.
-	deleteAtEnd(t, kadm.NewClient(cl), topics.Specs(cfg.Streams[stream]))
+	deleteAtEnd(t, kadm.NewClient(cl), topics.Specs(naming.Prefixes{}, cfg.Streams[stream]))
 	p.out = newOutputReader(t, brokers, map[string]string{"presence": stream})
 
 	edge := newIngestRunner(t, configFile, brokers)
@@ -470,7 +470,7 @@ type leaderKill struct {
 // the edge, from the kill to the first 202 on each input partition the
 // node led; for the processor, from the kill to its first decision after
 // it on each input partition whose table partition the node led.
-func (k leaderKill) report(t *testing.T, pub *faultPublisher, out *outputReader, names topics.Names) {
+func (k leaderKill) report(t *testing.T, pub *faultPublisher, out *outputReader, names naming.Topics) {
 	t.Helper()
 	edge := pub.recovery(k.at, k.led)
 	n503, nErr := pub.failuresAfter(k.at, 30*time.Second)

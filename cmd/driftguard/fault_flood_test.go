@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/procstat"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
 )
 
 // The flood: junk at the body limit for 30 s from 128 connections as fast
@@ -159,11 +159,11 @@ func TestFaultFloodOfJunk(t *testing.T) {
 		want[id] = true
 	}
 	seen := map[string]int{}
-	for _, rec := range testenv.ReadTopic(t, brokers, topics.For(stream).In) {
+	for _, rec := range testenv.ReadTopic(t, brokers, naming.Prefixes{}.For(stream).In) {
 		id := eventIDOf(rec)
 		seen[id]++
 		if !want[id] {
-			t.Errorf("%s holds a record that is no accepted webhook: event id %q, %d bytes", topics.For(stream).In, id, len(rec.Value))
+			t.Errorf("%s holds a record that is no accepted webhook: event id %q, %d bytes", naming.Prefixes{}.For(stream).In, id, len(rec.Value))
 		}
 	}
 	for _, id := range accepted {

@@ -11,9 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
+
 	"github.com/driftguard/driftguard/internal/webhook"
 )
 
@@ -91,7 +92,7 @@ func TestFaultIngestKilledWhilePublishersRetry(t *testing.T) {
 		testenv.WaitFor(t, ctx, "the kill point", func() bool { return accepted.Load() >= min(target, total) })
 		held := kill%2 == 0
 		if held {
-			proxy.HoldAcks(topics.For(stream).In)
+			proxy.HoldAcks(naming.Prefixes{}.For(stream).In)
 			testenv.WaitFor(t, ctx, "a produce written and its ack held", func() bool { return proxy.Holding() > 0 })
 			heldKills++
 		}
@@ -115,7 +116,7 @@ func TestFaultIngestKilledWhilePublishersRetry(t *testing.T) {
 	}
 
 	// What landed in the input, and its decisions.
-	inputs := presenceInputs(t, brokers, topics.For(stream).In)
+	inputs := presenceInputs(t, brokers, naming.Prefixes{}.For(stream).In)
 	records := map[string]int{}
 	for _, in := range inputs {
 		records[in.eventID]++

@@ -14,10 +14,11 @@ import (
 
 	"github.com/driftguard/driftguard/ingest"
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
+
 	"github.com/driftguard/driftguard/internal/webhook"
 	"github.com/driftguard/driftguard/processors"
 )
@@ -63,7 +64,7 @@ func TestFaultReplayedWebhookIsDecidedOnce(t *testing.T) {
 		ingest.NewService(ingest.ServiceOptions{Config: cfg, Brokers: brokers, Logger: testenv.Logger(t), Ops: ops, Listener: ln, Now: clock.now}),
 		processors.NewService(processors.ServiceOptions{Config: cfg, Brokers: brokers, Logger: testenv.Logger(t), Ops: ops, InMemoryTables: true}))
 	url := "http://" + ln.Addr().String() + "/v1/webhooks/" + s.Name
-	outcomes := newOutcomeReader(t, brokers, topics.For(s.Name).Outcomes)
+	outcomes := newOutcomeReader(t, brokers, naming.Prefixes{}.For(s.Name).Outcomes)
 
 	const eventID = "evt-order-replayed"
 	body := []byte(`{"event_id":"` + eventID + `","event_type":"order.created","order_id":"order-1","payload":{"total":42}}`)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/driftguard/driftguard/internal/config"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
 )
 
@@ -16,7 +17,7 @@ func migrateFlags(fs *flag.FlagSet) runner {
 	printOnly := fs.Bool("print", false, "print every migration's statements, connect to nothing")
 	return func(ctx context.Context, env *environment) error {
 		if *printOnly {
-			return printMigrations(env.cfg.ClickHouse.Database, env.stdout)
+			return printMigrations(env.cfg.ClickHouse, env.stdout)
 		}
 		return runMigrate(ctx, env)
 	}
@@ -29,7 +30,7 @@ func runMigrate(ctx context.Context, env *environment) error {
 	}
 	defer conn.Close()
 	database := env.cfg.ClickHouse.Database
-	done, err := sinkch.Migrate(ctx, conn, database, env.log)
+	done, err := sinkch.Migrate(ctx, conn, env.cfg.ClickHouse, env.log)
 	for _, m := range done {
 		fmt.Fprintf(env.stdout, "applied %04d_%s\n", m.Version, m.Name)
 	}
@@ -39,15 +40,22 @@ func runMigrate(ctx context.Context, env *environment) error {
 	return err
 }
 
-// printMigrations writes every migration's statements as migrate would run
-// them, each ending in ";" and a blank line: for review, for applying by
-// hand, and for the check on a current ClickHouse (scripts/chdb-ddl.sh).
-func printMigrations(database string, out io.Writer) error {
-	migrations, err := sinkch.Migrations(database)
+// printMigrations writes the statements migrate would run, the bootstrap
+// (as "0000_bootstrap") and then every migration's, each ending in ";" and
+// a blank line: for review, for applying by hand, and for the check on a
+// current ClickHouse (scripts/chdb-ddl.sh). With clickhouse.cluster set
+// they are the cluster's: ON CLUSTER, Replicated engines.
+func printMigrations(c config.ClickHouse, out io.Writer) error {
+	bootstrap, err := sinkch.Bootstrap(c)
 	if err != nil {
 		return err
 	}
-	for _, m := range migrations {
+	migrations, err := sinkch.Migrations(c)
+	if err != nil {
+		return err
+	}
+	all := append([]sinkch.Migration{{Name: "bootstrap", Statements: bootstrap}}, migrations...)
+	for _, m := range all {
 		fmt.Fprintf(out, "-- %04d_%s\n", m.Version, m.Name)
 		for _, stmt := range m.Statements {
 			fmt.Fprintf(out, "%s;\n\n", stmt)

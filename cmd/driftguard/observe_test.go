@@ -42,27 +42,7 @@ func get(t *testing.T, url string) (int, string) {
 // /healthz and /readyz on telemetry.addr only: the internet, which reaches
 // the webhook port, sees neither metrics nor dependency errors.
 func TestIngestServesItsOperationsApart(t *testing.T) {
-	isolateEnv(t)
-	webhooks, ops := freeLoopbackAddr(t), freeLoopbackAddr(t)
-	t.Setenv("DRIFTGUARD_KAFKA_BROKERS", strings.Join(testenv.Fake(t), ","))
-	t.Setenv("DRIFTGUARD_HTTP_ADDR", webhooks)
-	t.Setenv("DRIFTGUARD_TELEMETRY_ADDR", ops)
-	for _, s := range []string{"PRESENCE", "WORKFLOW", "CHAT", "ORDERS"} {
-		t.Setenv("DRIFTGUARD_SECRETS_"+s, demoSecret)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"ingest"}, io.Discard, io.Discard) }()
-	defer func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("ingest exited %d", code)
-		}
-	}()
-	testenv.WaitFor(t, testenv.Context(t, time.Minute), "ingest ready", func() bool {
-		status, _ := get(t, "http://"+ops+"/readyz")
-		return status == http.StatusOK
-	})
+	webhooks, ops := runIngestOnKfake(t)
 	if status, body := get(t, "http://"+ops+"/metrics"); status != http.StatusOK ||
 		!strings.Contains(body, "driftguard_ingest_in_flight_requests") || !strings.Contains(body, "driftguard_build_info{") {
 		t.Errorf("telemetry /metrics: %d", status)
@@ -75,6 +55,40 @@ func TestIngestServesItsOperationsApart(t *testing.T) {
 	if status, _ := get(t, "http://"+webhooks+"/v1/webhooks/presence"); status != http.StatusMethodNotAllowed {
 		t.Errorf("the webhook port does not serve webhooks: GET %d", status)
 	}
+}
+
+// runIngestOnKfake runs `driftguard ingest` on a kfake broker holding the
+// shipped streams' topics, every stream signed with the demo secret, until
+// the test ends; it returns the webhook and the operations addresses once
+// ingest is ready.
+func runIngestOnKfake(t *testing.T) (webhooks, ops string) {
+	t.Helper()
+	isolateEnv(t)
+	webhooks, ops = freeLoopbackAddr(t), freeLoopbackAddr(t)
+	t.Setenv("DRIFTGUARD_KAFKA_BROKERS", strings.Join(testenv.Fake(t), ","))
+	t.Setenv("DRIFTGUARD_HTTP_ADDR", webhooks)
+	t.Setenv("DRIFTGUARD_TELEMETRY_ADDR", ops)
+	for _, s := range []string{"PRESENCE", "WORKFLOW", "CHAT", "ORDERS"} {
+		t.Setenv("DRIFTGUARD_SECRETS_"+s, demoSecret)
+	}
+	// ingest produces to <stream>.in and creates no topic.
+	if r := runCLI(t, "topics"); r.code != 0 {
+		t.Fatalf("topics: %v", r)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"ingest"}, io.Discard, io.Discard) }()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("ingest exited %d", code)
+		}
+	})
+	testenv.WaitFor(t, testenv.Context(t, time.Minute), "ingest ready", func() bool {
+		status, _ := get(t, "http://"+ops+"/readyz")
+		return status == http.StatusOK
+	})
+	return webhooks, ops
 }
 
 // pyroscopeStandIn is a local HTTP server in place of Pyroscope's ingest

@@ -66,7 +66,15 @@ func startPipeline(t *testing.T, brokers []string) *pipeline {
 
 	conn, cl := prepare(t, ctx, cfg, brokers)
 	cl.Close()
+	return runPipeline(t, ctx, cfg, conn)
+}
 
+// runPipeline runs ingest, the processors and the sink of cfg's one stream
+// into conn's database until the test ends, and waits until they are
+// ready.
+func runPipeline(t *testing.T, ctx context.Context, cfg *config.Config, conn driver.Conn) *pipeline {
+	t.Helper()
+	brokers := cfg.Kafka.Brokers
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +85,7 @@ func startPipeline(t *testing.T, brokers []string) *pipeline {
 		ingest.NewService(ingest.ServiceOptions{Config: cfg, Brokers: brokers, Logger: log, Ops: ops, Listener: ln, OpsOnListener: true}),
 		processors.NewService(processors.ServiceOptions{Config: cfg, Brokers: brokers, Logger: log, Ops: ops, InMemoryTables: true}),
 		sinkch.New(sinkch.Options{Config: cfg, Brokers: brokers, Conn: conn, Logger: log, Ops: ops}))
-	p := &pipeline{cfg: cfg, stream: stream, url: "http://" + ln.Addr().String(), ch: conn}
+	p := &pipeline{cfg: cfg, stream: cfg.StreamNames()[0], url: "http://" + ln.Addr().String(), ch: conn}
 	p.waitReady(t, ctx)
 	return p
 }
@@ -116,7 +124,7 @@ func openDroppedAtEnd(t testing.TB, ctx context.Context, ch config.ClickHouse) d
 func prepare(t testing.TB, ctx context.Context, cfg *config.Config, brokers []string) (driver.Conn, *kgo.Client) {
 	t.Helper()
 	conn := openDroppedAtEnd(t, ctx, cfg.ClickHouse)
-	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse.Database, nil); err != nil {
+	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse, nil); err != nil {
 		t.Fatal(err)
 	}
 	return conn, testenv.Topics(t, ctx, cfg, brokers)

@@ -19,9 +19,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
+
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
 )
 
@@ -173,7 +174,7 @@ func inputRecord(stream, key string, body []byte) *kgo.Record {
 
 // inputRecordAt is inputRecord received at receivedMs (unix ms).
 func inputRecordAt(stream, key string, body []byte, receivedMs int64) *kgo.Record {
-	return &kgo.Record{Topic: topics.For(stream).In, Key: []byte(key), Value: body, Headers: []kgo.RecordHeader{
+	return &kgo.Record{Topic: naming.Prefixes{}.For(stream).In, Key: []byte(key), Value: body, Headers: []kgo.RecordHeader{
 		{Key: record.HeaderReceivedAt, Value: []byte(strconv.FormatInt(receivedMs, 10))},
 	}}
 }

@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +36,6 @@ import (
 	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
 	"github.com/driftguard/driftguard/internal/webhook"
 	"github.com/driftguard/driftguard/processors"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
@@ -50,21 +50,41 @@ func TestSecureKafka(t *testing.T) {
 	ctx := testenv.Context(t, 5*time.Minute)
 	admin := secureAdmin(t, ctx, k)
 
-	t.Run("SCRAM-SHA-512 over TLS, each component with only its ACLs", func(t *testing.T) {
-		// A stream of each policy, one with ephemeral types (chat): every
-		// kind of ACL the docs list is granted and needed.
-		cfg := secureStream(t, chAddr, "presence", "workflow", "chat")
-		users := map[string]*config.Config{}
-		for _, component := range kafka.Components {
-			user, password := testenv.UniqueName("dg-"+component), testenv.UniqueName("pw")
-			createUser(t, ctx, admin, user, password)
-			grant(t, ctx, admin, "User:"+user, kafka.ACLs(component, cfg))
-			c := *cfg
-			k.SCRAM(&c, user, password)
-			users[component] = &c
-		}
-		runSecurePipeline(t, ctx, func(component string) *config.Config { return users[component] })
-	})
+	// Each component as a user of its own holding only the ACLs
+	// docs/deploy.md lists: by prefix on a shared cluster's names, and by
+	// name without prefixes.
+	for _, run := range []struct {
+		name, prefix, mechanism string
+		listener                func(*config.Config)
+	}{
+		{"SCRAM-SHA-512 over TLS, prefix team-a., PREFIXED ACLs", "team-a.", config.SASLScramSHA512, func(*config.Config) {}},
+		{"SCRAM-SHA-256 over plaintext, no prefix, ACLs by name", "", config.SASLScramSHA256, func(c *config.Config) {
+			c.Kafka.Brokers, c.Kafka.TLS = []string{k.SASLPlaintext}, config.KafkaTLS{}
+		}},
+	} {
+		t.Run(run.name, func(t *testing.T) {
+			// A stream of each policy, one with ephemeral types (chat):
+			// every kind of ACL the docs list is granted and needed.
+			cfg := secureStream(t, chAddr, "presence", "workflow", "chat")
+			cfg.Kafka.TopicPrefix, cfg.Kafka.GroupPrefix = run.prefix, run.prefix
+			users := map[string]*config.Config{}
+			for _, component := range kafka.Components {
+				user, password := testenv.UniqueName("dg-"+component), testenv.UniqueName("pw")
+				createUser(t, ctx, admin, user, password)
+				acls := kafka.ACLs(component, cfg)
+				if run.prefix != "" && slices.ContainsFunc(acls, func(a kafka.ACL) bool { return a.Resource != "CLUSTER" && a.Pattern != "PREFIXED" }) {
+					t.Fatalf("%s: ACLs by name with prefixes: %+v", component, acls)
+				}
+				grant(t, ctx, admin, "User:"+user, acls)
+				c := *cfg
+				k.SCRAM(&c, user, password)
+				c.Kafka.SASL.Mechanism = run.mechanism
+				run.listener(&c)
+				users[component] = &c
+			}
+			runSecurePipeline(t, ctx, func(component string) *config.Config { return users[component] })
+		})
+	}
 
 	t.Run("mTLS", func(t *testing.T) {
 		cfg := secureStream(t, chAddr, "presence")
@@ -90,7 +110,7 @@ func TestSecureKafka(t *testing.T) {
 		createUser(t, ctx, admin, user, password)
 		none := *cfg
 		k.SCRAM(&none, user, password)
-		names := topics.For(presenceOf(cfg))
+		names := cfg.Kafka.Naming().For(presenceOf(cfg))
 		expectStartError(t, ctx, &none, map[string]string{
 			"ingest":  fmt.Sprintf(`user %q lacks the ACL ALLOW WRITE on TOPIC %q`, user, names.In),
 			"process": fmt.Sprintf(`user %q lacks the ACL ALLOW READ on TOPIC %q`, user, names.In),
@@ -163,7 +183,7 @@ func runSecurePipeline(t *testing.T, ctx context.Context, as func(component stri
 		}
 	}
 	conn := openDroppedAtEnd(t, ctx, cfg.ClickHouse)
-	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse.Database, nil); err != nil {
+	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse, nil); err != nil {
 		t.Fatal(err)
 	}
 	var out strings.Builder
@@ -309,14 +329,19 @@ func secureAdmin(t *testing.T, ctx context.Context, k testenv.SecureKafka) *kadm
 	return kadm.NewClient(cl)
 }
 
+// createUser makes a SCRAM user, with SCRAM-SHA-256 and SCRAM-SHA-512
+// credentials.
 func createUser(t *testing.T, ctx context.Context, adm *kadm.Client, user, password string) {
 	t.Helper()
-	res, err := adm.AlterUserSCRAMs(ctx, nil, []kadm.UpsertSCRAM{{User: user, Mechanism: kadm.ScramSha512, Iterations: 4096, Password: password}})
-	if err == nil {
-		err = res.Error()
-	}
-	if err != nil {
-		t.Fatalf("creating SCRAM user %s: %v", user, err)
+	// One mechanism a request: Kafka refuses a user twice in one.
+	for _, m := range []kadm.ScramMechanism{kadm.ScramSha256, kadm.ScramSha512} {
+		res, err := adm.AlterUserSCRAMs(ctx, nil, []kadm.UpsertSCRAM{{User: user, Mechanism: m, Iterations: 4096, Password: password}})
+		if err == nil {
+			err = res.Error()
+		}
+		if err != nil {
+			t.Fatalf("creating SCRAM user %s: %v", user, err)
+		}
 	}
 }
 

@@ -14,10 +14,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/procstat"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
 )
 
 // Design §6, issue 6: 100,000 outcome records while `driftguard sink` is
@@ -154,7 +154,7 @@ func (h *sinkHarness) produce(from, to int) error {
 		if err != nil {
 			return err
 		}
-		recs = append(recs, &kgo.Record{Topic: topics.For(h.stream).Outcomes, Key: []byte(key), Value: value})
+		recs = append(recs, &kgo.Record{Topic: naming.Prefixes{}.For(h.stream).Outcomes, Key: []byte(key), Value: value})
 	}
 	return h.cl.ProduceSync(h.ctx, recs...).FirstErr()
 }

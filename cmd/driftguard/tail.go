@@ -15,7 +15,6 @@ import (
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/record"
-	"github.com/driftguard/driftguard/internal/topics"
 )
 
 // tail prints the first outcomes one per line, then counts by outcome, so
@@ -35,7 +34,7 @@ func (t *tail) Name() string { return "dev outcome printer" }
 func (t *tail) Run(ctx context.Context) error {
 	var names []string
 	for _, s := range t.cfg.StreamNames() {
-		names = append(names, topics.For(s).Outcomes)
+		names = append(names, t.cfg.Kafka.Naming().For(s).Outcomes)
 	}
 	// Committed outcomes only: a processor's aborted transaction shows nothing.
 	cl, err := kafka.NewClient(t.conn, kgo.ConsumeTopics(names...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),

@@ -1,7 +1,7 @@
 package main
 
 // `driftguard topics`: every topic of the catalogue, created or checked,
-// its durability included.
+// its durability and retention included.
 
 import (
 	"context"
@@ -40,19 +40,24 @@ func runTopics(ctx context.Context, env *environment, create bool) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOPIC\tPARTITIONS\tCLEANUP\tREPLICAS\tMIN_ISR\tSTATUS")
+	fmt.Fprintln(tw, "TOPIC\tPARTITIONS\tCLEANUP\tRETENTION\tREPLICAS\tMIN_ISR\tSTATUS")
 	for _, s := range statuses {
 		status := "ok"
 		switch {
 		case len(s.Weak) > 0:
 			status = "weak"
+		case len(s.Drift) > 0:
+			status = "differs"
+		case s.Unchecked != "":
+			status = "unchecked"
 		case s.Created:
 			status = "created"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%s\n", s.Spec.Name, s.Spec.Partitions, s.Spec.CleanupPolicy(), s.Replicas, s.MinInsync, status)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%s\n", s.Spec.Name, s.Spec.Partitions, s.Spec.CleanupPolicy(), s.Spec.RetentionText(), s.Replicas, s.MinInsync, status)
 	}
 	_ = tw.Flush()
-	// A weak topic fails the command (and so the chart's setup hook), not
-	// the processors, which only warn of it.
-	return errors.Join(err, topics.Weak(statuses))
+	// A weak topic, another retention or configs it may not read fail the
+	// command (and so the chart's setup hook), not the processors, which
+	// only warn of them.
+	return errors.Join(err, topics.Weak(statuses), topics.Drift(statuses), topics.Unchecked(statuses))
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
 )
@@ -150,7 +151,7 @@ func TestTopicsCheckReportsWeakTopicsOnTheCluster(t *testing.T) {
 	ctx := testenv.Context(t, 2*time.Minute)
 	cfg, specs := catalogueCopies(t, brokers, 3)
 	cfg.Streams = map[string]*config.Stream{specs[0].Stream: cfg.Streams[specs[0].Stream]}
-	names := topics.For(specs[0].Stream)
+	names := naming.Prefixes{}.For(specs[0].Stream)
 	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers})
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +213,7 @@ func TestTopicsCheckReportsWeakTopicsOnTheCluster(t *testing.T) {
 	for topic, want := range map[string]string{
 		names.In: "3 1 weak", names.Table: "3 2 weak", names.State: "2 2 weak", names.Outcomes: "3 2 ok", names.DLQ: "3 2 ok",
 	} {
-		if got := strings.Join(rows[topic][2:], " "); got != want {
+		if got := strings.Join(rows[topic][3:], " "); got != want {
 			t.Errorf("%s: row %v, want replicas, min ISR and status %s", topic, rows[topic], want)
 		}
 	}
@@ -234,7 +235,7 @@ func catalogueCopies(t *testing.T, brokers []string, rf int) (*config.Config, []
 		s.Name = testenv.UniqueName("topics_" + base)
 		s.Limits.Partitions = 3
 		copies[s.Name] = &s
-		specs = append(specs, topics.Specs(&s)...)
+		specs = append(specs, topics.Specs(naming.Prefixes{}, &s)...)
 	}
 	cfg.Streams = copies
 	cfg.Kafka.Brokers = brokers

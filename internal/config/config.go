@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -29,7 +28,7 @@ type Config struct {
 	Bridge     Bridge     `yaml:"bridge"`
 	// DataDir holds local state such as the processors' table storage.
 	// Default: $XDG_STATE_HOME/driftguard or ~/.local/state/driftguard.
-	DataDir string `yaml:"data_dir"`
+	DataDir string `yaml:"data_dir" env:"DRIFTGUARD_DATA_DIR"`
 	// Streams is the catalogue: the embedded entries, each overridable field
 	// by field, plus any new stream defined here.
 	Streams map[string]*Stream `yaml:"streams"`
@@ -38,13 +37,16 @@ type Config struct {
 	baseDir string
 	// Warnings collects what is suspicious but not fatal, such as unknown keys.
 	Warnings []string `yaml:"-"`
+	// fromEnv maps the config paths the environment set to the variable
+	// that set each, for `driftguard config`.
+	fromEnv map[string]string
 }
 
 // Kafka configures every Kafka client.
 type Kafka struct {
 	// Brokers are the seed brokers. Default: 127.0.0.1:9092. In `dev` an
 	// empty list means the embedded broker.
-	Brokers []string `yaml:"brokers"`
+	Brokers []string `yaml:"brokers" env:"DRIFTGUARD_KAFKA_BROKERS"`
 	// ReplicationFactor for topics driftguard creates. Default 1 (one broker
 	// on loopback); use 3 in production.
 	ReplicationFactor int `yaml:"replication_factor"`
@@ -64,6 +66,11 @@ type Kafka struct {
 	// one each, which under load is most of its CPU. Default 5ms; 1µs is
 	// as good as none.
 	Linger time.Duration `yaml:"linger"`
+	// TopicPrefix starts every topic name; GroupPrefix every consumer
+	// group and transactional id (internal/naming), so that a shared
+	// cluster grants a team's ACLs by prefix. Default: none.
+	TopicPrefix string `yaml:"topic_prefix" env:"DRIFTGUARD_KAFKA_TOPIC_PREFIX"`
+	GroupPrefix string `yaml:"group_prefix" env:"DRIFTGUARD_KAFKA_GROUP_PREFIX"`
 	// TLS and SASL of every client (kafkasec.go).
 	TLS  KafkaTLS  `yaml:"tls"`
 	SASL KafkaSASL `yaml:"sasl"`
@@ -72,7 +79,7 @@ type Kafka struct {
 // HTTP configures the ingest edge's listener and its limits.
 type HTTP struct {
 	// Addr of the webhook listener. Default 127.0.0.1:8080.
-	Addr string `yaml:"addr"`
+	Addr string `yaml:"addr" env:"DRIFTGUARD_HTTP_ADDR"`
 	// MaxInFlightBytes caps the bytes of request bodies the edge holds at
 	// once, from the start of a body's read until the producer is done
 	// with its record (acked, or failed for good); beyond it a request is
@@ -127,15 +134,28 @@ const MaxBatchRows = 1 << 20
 
 // ClickHouse configures the sink and `migrate`.
 type ClickHouse struct {
-	// Addr of the native protocol port. Default 127.0.0.1:9000.
-	Addr string `yaml:"addr"`
+	// Addr of the native protocol port: host:port, or a comma-separated
+	// list of the servers (replicas) of a cluster, tried in order, so every
+	// sink writes to and reads from the first that answers. Default
+	// 127.0.0.1:9000; ClickHouse Cloud's secure native port is 9440.
+	Addr string `yaml:"addr" env:"DRIFTGUARD_CLICKHOUSE_ADDR"`
 	// Database receiving driftguard's tables. Default driftguard.
-	Database string `yaml:"database"`
+	Database string `yaml:"database" env:"DRIFTGUARD_CLICKHOUSE_DATABASE"`
 	// Username and Password; default user "default" with no password.
-	// Set the password with DRIFTGUARD_CLICKHOUSE_PASSWORD rather than in
-	// the file.
-	Username string `yaml:"username"`
-	Password string `yaml:"password"`
+	// Set the password with DRIFTGUARD_CLICKHOUSE_PASSWORD or PasswordFile
+	// rather than in the file.
+	Username string `yaml:"username" env:"DRIFTGUARD_CLICKHOUSE_USERNAME"`
+	Password string `yaml:"password" env:"DRIFTGUARD_CLICKHOUSE_PASSWORD" redact:"true"`
+	// PasswordFile holds the password (a mounted Secret), read once at
+	// start; a trailing newline is dropped. Not with Password.
+	PasswordFile string `yaml:"password_file" env:"DRIFTGUARD_CLICKHOUSE_PASSWORD_FILE"`
+	// TLS to the native port; ClickHouse serves it on tcp_port_secure.
+	TLS ClickHouseTLS `yaml:"tls"`
+	// Cluster, when set, makes the migrations create every table and view
+	// ON CLUSTER with Replicated engines: the name of a cluster of the
+	// servers' remote_servers, whose macros define {shard} and {replica}.
+	// Empty (the default): one server, plain MergeTree engines.
+	Cluster string `yaml:"cluster" env:"DRIFTGUARD_CLICKHOUSE_CLUSTER"`
 	// BatchRows, BatchBytes and BatchPeriod bound one flush (one INSERT
 	// per table): the sink flushes when it has gathered BatchRows records
 	// or BatchBytes of record keys and values, or BatchPeriod after the
@@ -171,7 +191,7 @@ type Processing struct {
 	// stable across its restarts (a restarted instance then fences what
 	// its predecessor left open at once) and unique among the instances
 	// running. Default: the host name (a StatefulSet pod's name).
-	InstanceID string `yaml:"instance_id"`
+	InstanceID string `yaml:"instance_id" env:"DRIFTGUARD_INSTANCE_ID"`
 	// FetchMinBytes and FetchMaxWait: a processor's fetch answers once the
 	// broker has this many bytes of input for it, or after this long.
 	// Larger, rarer fetches cost the broker less per event; the wait adds
@@ -189,11 +209,11 @@ const MinBridgeSecretBytes = 32
 type Bridge struct {
 	// Addr serves the streams, the page and /metrics, /healthz, /readyz.
 	// Default 127.0.0.1:8090.
-	Addr string `yaml:"addr"`
+	Addr string `yaml:"addr" env:"DRIFTGUARD_BRIDGE_ADDR"`
 	// Secret is the HS256 key of the JWTs clients present, at least 32
 	// bytes. Set it with DRIFTGUARD_BRIDGE_SECRET rather than in the file.
 	// The bridge refuses to start without one, except in dev.
-	Secret string `yaml:"secret"`
+	Secret string `yaml:"secret" env:"DRIFTGUARD_BRIDGE_SECRET" redact:"true"`
 	// AllowedOrigins may read the streams from another origin's pages
 	// (CORS); empty (the default) allows none: only the bridge's own page.
 	AllowedOrigins []string `yaml:"allowed_origins"`
@@ -222,12 +242,12 @@ type Bridge struct {
 type Telemetry struct {
 	// Addr serves /metrics, /healthz and /readyz of ingest, process and
 	// sink, apart from any public listener. Default 127.0.0.1:9464.
-	Addr string `yaml:"addr"`
+	Addr string `yaml:"addr" env:"DRIFTGUARD_TELEMETRY_ADDR"`
 	// LogLevel is debug, info, warn or error. Default info.
-	LogLevel string `yaml:"log_level"`
+	LogLevel string `yaml:"log_level" env:"DRIFTGUARD_LOG_LEVEL"`
 	// PyroscopeAddr is a Pyroscope server (http://pyroscope:4040) that
 	// every component sends its continuous profiles to; empty: none.
-	PyroscopeAddr string `yaml:"pyroscope_addr"`
+	PyroscopeAddr string `yaml:"pyroscope_addr" env:"DRIFTGUARD_PYROSCOPE_ADDR"`
 	// PyroscopeUploadEvery is how often profiles are sent. Default 15s.
 	PyroscopeUploadEvery time.Duration `yaml:"pyroscope_upload_every"`
 }
@@ -283,8 +303,12 @@ func Load(path string, environ []string) (*Config, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	if err := c.ClickHouse.readPasswordFile(); err != nil {
+		return nil, err
+	}
 	c.warnDurability()
 	c.warnSecurity(passwordInFile)
+	c.warnNaming()
 	return c, nil
 }
 
@@ -343,88 +367,6 @@ func (c *Config) mergeYAML(data []byte, source, baseDir string) error {
 		}
 	}
 	return nil
-}
-
-// applyEnv applies the DRIFTGUARD_* variables of design §7.
-func (c *Config) applyEnv(environ []string) error {
-	for _, kv := range environ {
-		name, value, ok := strings.Cut(kv, "=")
-		if !ok || !strings.HasPrefix(name, "DRIFTGUARD_") {
-			continue
-		}
-		switch name {
-		case "DRIFTGUARD_KAFKA_BROKERS":
-			c.Kafka.Brokers = splitList(value)
-		case "DRIFTGUARD_HTTP_ADDR":
-			c.HTTP.Addr = value
-		case "DRIFTGUARD_CLICKHOUSE_ADDR":
-			c.ClickHouse.Addr = value
-		case "DRIFTGUARD_CLICKHOUSE_DATABASE":
-			c.ClickHouse.Database = value
-		case "DRIFTGUARD_CLICKHOUSE_PASSWORD":
-			c.ClickHouse.Password = value
-		case "DRIFTGUARD_DATA_DIR":
-			c.DataDir = value
-		case "DRIFTGUARD_TELEMETRY_ADDR":
-			c.Telemetry.Addr = value
-		case "DRIFTGUARD_INSTANCE_ID":
-			c.Processing.InstanceID = value
-		case "DRIFTGUARD_LOG_LEVEL":
-			c.Telemetry.LogLevel = value
-		case "DRIFTGUARD_PYROSCOPE_ADDR":
-			c.Telemetry.PyroscopeAddr = value
-		case "DRIFTGUARD_BRIDGE_ADDR":
-			c.Bridge.Addr = value
-		case "DRIFTGUARD_BRIDGE_SECRET":
-			c.Bridge.Secret = value
-		case "DRIFTGUARD_KAFKA_TLS_ENABLED":
-			on, err := strconv.ParseBool(value)
-			if err != nil {
-				return fmt.Errorf("config: %s (kafka.tls.enabled) must be true or false, got %q", name, value)
-			}
-			c.Kafka.TLS.Enabled = on
-		case "DRIFTGUARD_KAFKA_TLS_CA_FILE":
-			c.Kafka.TLS.CAFile = value
-		case "DRIFTGUARD_KAFKA_TLS_CERT_FILE":
-			c.Kafka.TLS.CertFile = value
-		case "DRIFTGUARD_KAFKA_TLS_KEY_FILE":
-			c.Kafka.TLS.KeyFile = value
-		case "DRIFTGUARD_KAFKA_TLS_SERVER_NAME":
-			c.Kafka.TLS.ServerName = value
-		case "DRIFTGUARD_KAFKA_SASL_MECHANISM":
-			c.Kafka.SASL.Mechanism = value
-		case "DRIFTGUARD_KAFKA_SASL_USERNAME":
-			c.Kafka.SASL.Username = value
-		case "DRIFTGUARD_KAFKA_SASL_PASSWORD":
-			c.Kafka.SASL.Password = value
-		case "DRIFTGUARD_KAFKA_SASL_PASSWORD_FILE":
-			c.Kafka.SASL.PasswordFile = value
-		case "DRIFTGUARD_KAFKA_SASL_TOKEN_FILE":
-			c.Kafka.SASL.TokenFile = value
-		default:
-			stream, isSecret := strings.CutPrefix(name, "DRIFTGUARD_SECRETS_")
-			if !isSecret {
-				// Test and tooling variables share the prefix; only ours are checked.
-				continue
-			}
-			s := c.Streams[strings.ToLower(stream)]
-			if s == nil {
-				return fmt.Errorf("config: %s names stream %q, which is not in the catalogue", name, strings.ToLower(stream))
-			}
-			s.Signature.Secrets = splitList(value)
-		}
-	}
-	return nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			out = append(out, part)
-		}
-	}
-	return out
 }
 
 func (c *Config) applyDefaults() {
@@ -593,10 +535,9 @@ func (c *Config) Validate() error {
 			add(fmt.Sprintf("kafka.brokers[%d]", i), "%q needs host:port", b)
 		}
 	}
+	errs = append(errs, c.validateNaming()...)
 	errs = append(errs, c.HTTP.validate(c.StreamList())...)
-	if !validIdent(c.ClickHouse.Database) {
-		add("clickhouse.database", "%q must be letters, digits and underscores, starting with a letter", c.ClickHouse.Database)
-	}
+	errs = append(errs, c.ClickHouse.validate()...)
 	if c.Processing.CommitInterval < 10*time.Millisecond || c.Processing.CommitInterval > time.Minute {
 		add("processing.commit_interval", "must be between 10ms and 1m, got %s", c.Processing.CommitInterval)
 	}
@@ -669,7 +610,7 @@ func validIdent(s string) bool {
 }
 
 // Example returns a commented configuration file showing every key with its
-// default, for `driftguard config`.
+// default, for `driftguard config --example`.
 func Example() []byte { return []byte(exampleYAML) }
 
 const exampleYAML = `# driftguard configuration. Every key is optional; shown are the defaults.
@@ -692,6 +633,8 @@ kafka:
     # password_file: /etc/kafka-sasl/password  # DRIFTGUARD_KAFKA_SASL_PASSWORD_FILE: read at start
     # token_file: /var/run/secrets/kafka/token # DRIFTGUARD_KAFKA_SASL_TOKEN_FILE (OAUTHBEARER): read at every login
     # AWS_MSK_IAM: credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN
+  topic_prefix: ""               # DRIFTGUARD_KAFKA_TOPIC_PREFIX, e.g. team-a.: starts every topic name
+  group_prefix: ""               # DRIFTGUARD_KAFKA_GROUP_PREFIX: starts every consumer group and transactional id
 http:
   addr: 127.0.0.1:8080           # DRIFTGUARD_HTTP_ADDR
   # max_in_flight_bytes: 64 bodies at the largest limits.max_body_bytes (16 MiB); 503 beyond it
@@ -700,10 +643,18 @@ http:
   read_timeout: 30s              # a request's head and body must arrive within this
   max_connections: 1024          # open connections; more wait in the accept queue
 clickhouse:
-  addr: 127.0.0.1:9000           # DRIFTGUARD_CLICKHOUSE_ADDR (native protocol)
+  addr: 127.0.0.1:9000           # DRIFTGUARD_CLICKHOUSE_ADDR (native protocol); a cluster's replicas: a:9440,b:9440
   database: driftguard           # DRIFTGUARD_CLICKHOUSE_DATABASE
-  username: default
-  password: ""                   # prefer DRIFTGUARD_CLICKHOUSE_PASSWORD to the file
+  username: default              # DRIFTGUARD_CLICKHOUSE_USERNAME
+  password: ""                   # prefer DRIFTGUARD_CLICKHOUSE_PASSWORD to the file,
+  # password_file: /etc/driftguard/clickhouse/password   # or a mounted Secret (DRIFTGUARD_CLICKHOUSE_PASSWORD_FILE)
+  tls:                           # DRIFTGUARD_CLICKHOUSE_TLS_*; on when any key below is set
+    enabled: false               # the secure native port (9440), with the system's roots unless ca_file
+    # ca_file: /etc/driftguard/clickhouse/ca.crt       # PEM CAs the server's certificate is checked against
+    # cert_file: /etc/driftguard/clickhouse/tls.crt    # a client certificate (mTLS), with key_file
+    # key_file: /etc/driftguard/clickhouse/tls.key
+    # server_name: clickhouse.example.com              # default: the host dialled
+  cluster: ""                    # DRIFTGUARD_CLICKHOUSE_CLUSTER: migrations ON CLUSTER, Replicated engines
   batch_rows: 50000              # flush after this many records,
   batch_bytes: 16777216          # or this many bytes of keys and values (16 MiB),
   batch_period: 1s               # or this long after the batch's first record
@@ -738,4 +689,10 @@ streams:
     # in the file they go under signature.secrets.
     limits:
       partitions: 6
+    retention:                   # how long each delete-policy topic keeps its records
+      in: 168h
+      outcomes: 168h
+      dlq: 336h
+      replay: 168h               # gapless streams only
+      ephemeral: 10m             # streams with ephemeral_types only
 `

@@ -221,7 +221,7 @@ func TestLoadRejectsInvalidFileNamingTheConfigPath(t *testing.T) {
 			// and type.
 			name: "body limit over what a Kafka record of the stream carries",
 			yaml: "streams: {presence: {limits: {max_body_bytes: 1048576}}}",
-			want: []string{"in streams.presence.limits.max_body_bytes: 1048576 is over 1044319", "presence.in", "max.message.bytes (1048588)"},
+			want: []string{"in streams.presence.limits.max_body_bytes: 1048576 is over 1044319", "input topic", "max.message.bytes (1048588)"},
 		},
 		{
 			name: "in-flight budget under one body at the limit for large bodies",

@@ -3,7 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
-	"os"
+	"log/slog"
 	"slices"
 	"strings"
 )
@@ -75,16 +75,19 @@ func (c *Config) readSecretFiles() error {
 	if s.Password != "" {
 		return errors.New("config: kafka.sasl.password and kafka.sasl.password_file are both set: keep one")
 	}
-	data, err := os.ReadFile(s.PasswordFile)
+	p, err := readSecretFile(s.PasswordFile)
 	if err != nil {
-		return fmt.Errorf("config: kafka.sasl.password_file: %w", err)
+		return fmt.Errorf("in kafka.sasl.password_file: %w", err)
 	}
-	s.Password = strings.TrimRight(string(data), "\r\n")
-	if s.Password == "" {
-		return fmt.Errorf("config: kafka.sasl.password_file: %s is empty", s.PasswordFile)
-	}
+	s.Password = p
 	return nil
 }
+
+// String shows the settings, the password redacted.
+func (s KafkaSASL) String() string { return redactedString(s) }
+
+// LogValue logs the settings, the password redacted.
+func (s KafkaSASL) LogValue() slog.Value { return slog.StringValue(s.String()) }
 
 // validateSecurity checks kafka.tls and kafka.sasl; add reports a problem at a
 // config path.

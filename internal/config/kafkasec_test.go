@@ -82,7 +82,7 @@ func TestLoadKafkaSecurityErrorsNameTheKey(t *testing.T) {
 		{"missing password file", []string{"DRIFTGUARD_KAFKA_SASL_PASSWORD_FILE=" + missing}, []string{"kafka.sasl.password_file: open " + missing}},
 		{"password and password file", []string{"DRIFTGUARD_KAFKA_SASL_PASSWORD=p", "DRIFTGUARD_KAFKA_SASL_PASSWORD_FILE=" + missing},
 			[]string{"kafka.sasl.password and kafka.sasl.password_file are both set"}},
-		{"bad TLS switch", []string{"DRIFTGUARD_KAFKA_TLS_ENABLED=yes please"}, []string{"DRIFTGUARD_KAFKA_TLS_ENABLED (kafka.tls.enabled) must be true or false"}},
+		{"bad TLS switch", []string{"DRIFTGUARD_KAFKA_TLS_ENABLED=yes please"}, []string{`DRIFTGUARD_KAFKA_TLS_ENABLED (kafka.tls.enabled): "yes please" is not true or false`}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -90,6 +90,8 @@ type Stream struct {
 	Assign Assign `yaml:"assign"`
 	// Limits bound what one stream may hold.
 	Limits Limits `yaml:"limits"`
+	// Retention is how long each delete-policy topic keeps its records.
+	Retention Retention `yaml:"retention"`
 
 	baseDir string
 }
@@ -108,7 +110,7 @@ type Signature struct {
 	Scheme string `yaml:"scheme"`
 	// Secrets: any one of them verifies, so secrets rotate without downtime.
 	// Set them with DRIFTGUARD_SECRETS_<STREAM> rather than in the file.
-	Secrets []string `yaml:"secrets"`
+	Secrets []string `yaml:"secrets" redact:"true"`
 	// Tolerance of webhook-timestamp in both directions. Default 300s.
 	Tolerance time.Duration `yaml:"tolerance"`
 }
@@ -307,6 +309,7 @@ func (s *Stream) applyDefaults() {
 	orDefault(&s.Limits.IdempotencyWindow, 7*24*time.Hour)
 	orDefault(&s.Limits.IdempotencyKeys, 2000)
 	orDefault(&s.Limits.Devices, 16)
+	s.Retention.applyDefaults()
 	if s.Policy == PolicyAssign {
 		orDefault(&s.Assign.MessageID, "{key}:{seq}")
 	}
@@ -446,8 +449,8 @@ func (s *Stream) validate(path string) []error {
 	if s.Limits.MaxBodyBytes < 1 {
 		add("limits.max_body_bytes", "must be positive")
 	} else if most := MaxBodyFor(s); s.Limits.MaxBodyBytes > most {
-		add("limits.max_body_bytes", "%d is over %d, the most a record of %s.in can carry within Kafka's default max.message.bytes (%d) beside its headers and %d bytes for its key, event id and type",
-			s.Limits.MaxBodyBytes, most, s.Name, record.DefaultMaxMessageBytes, record.IdentityAllowanceBytes)
+		add("limits.max_body_bytes", "%d is over %d, the most a record of the stream's input topic (<stream>.in) can carry within Kafka's default max.message.bytes (%d) beside its headers and %d bytes for its key, event id and type",
+			s.Limits.MaxBodyBytes, most, record.DefaultMaxMessageBytes, record.IdentityAllowanceBytes)
 	}
 	if s.Limits.Buffer < 1 || s.Limits.Buffer > 100000 {
 		add("limits.buffer", "must be between 1 and 100000, got %d", s.Limits.Buffer)
@@ -515,6 +518,12 @@ func (s *Stream) validate(path string) []error {
 	}
 	if s.Limits.DedupWindow < time.Second || s.Limits.DedupWindow > MaxDedupWindow {
 		add("limits.dedup_window", "must be between 1s and %s, got %s", MaxDedupWindow, s.Limits.DedupWindow)
+	}
+	byKey := s.Retention.ByKey()
+	for _, key := range slices.Sorted(maps.Keys(byKey)) {
+		if d := byKey[key]; d < time.Second {
+			add("retention."+key, "must be at least 1s, got %s", d)
+		}
 	}
 	return errs
 }

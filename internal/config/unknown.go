@@ -50,16 +50,23 @@ func YAMLFields(t reflect.Type) map[string]reflect.Type {
 	fields := map[string]reflect.Type{}
 	for i := range t.NumField() {
 		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == "-" || !f.IsExported() {
-			continue
+		if name, ok := yamlKey(f); ok {
+			fields[name] = f.Type
 		}
-		if name == "" {
-			name = strings.ToLower(f.Name)
-		}
-		fields[name] = f.Type
 	}
 	return fields
+}
+
+// yamlKey is the key a config file sets f with, if any.
+func yamlKey(f reflect.StructField) (string, bool) {
+	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	if name == "-" || !f.IsExported() {
+		return "", false
+	}
+	if name == "" {
+		name = strings.ToLower(f.Name)
+	}
+	return name, true
 }
 
 func join(path, key string) string {

@@ -34,20 +34,53 @@ type ACL struct {
 	Operations []string
 }
 
-// TransactionalIDPrefix starts the transactional id of every instance of
-// stream's processor (processors.TransactionalID appends the instance).
-func TransactionalIDPrefix(stream string) string { return "driftguard-" + stream + "-" }
-
 // ACLs are the ACLs component needs for cfg's streams: what docs/deploy.md
-// lists, and what the ACL test grants and nothing more. The sink's group
-// is clickhouse.consumer_group.
+// lists, and what the ACL test grants and nothing more. Without prefixes
+// they name each topic, group and transactional id (LITERAL, and PREFIXED
+// for the transactional ids of a stream's instances). With
+// kafka.topic_prefix, the topic ACLs are one PREFIXED ACL on it, and with
+// kafka.group_prefix the group and transactional id ACLs are one each on
+// that: a stream added later needs no new ACL.
 func ACLs(component string, cfg *config.Config) []ACL {
+	acls := byName(component, cfg)
+	p := cfg.Kafka.Naming()
+	var out []ACL
+	for _, acl := range acls {
+		prefix := p.GroupPrefix
+		if acl.Resource == "TOPIC" {
+			prefix = p.TopicPrefix
+		}
+		if prefix == "" || acl.Resource == "CLUSTER" {
+			out = append(out, acl)
+			continue
+		}
+		i := slices.IndexFunc(out, func(o ACL) bool { return o.Resource == acl.Resource && o.Pattern == "PREFIXED" && o.Name == prefix })
+		if i < 0 {
+			out = append(out, ACL{Resource: acl.Resource, Pattern: "PREFIXED", Name: prefix})
+			i = len(out) - 1
+		}
+		for _, op := range acl.Operations {
+			if !slices.Contains(out[i].Operations, op) {
+				out[i].Operations = append(out[i].Operations, op)
+			}
+		}
+	}
+	return out
+}
+
+// Needs is what Check asks the brokers about before component starts:
+// its topics and groups by name, whatever the prefixes.
+func Needs(component string, cfg *config.Config) Access { return accessOf(byName(component, cfg)) }
+
+// byName are component's ACLs on each of its resources by name.
+func byName(component string, cfg *config.Config) []ACL {
 	var acls []ACL
 	topic := func(name string, ops ...string) {
 		acls = append(acls, ACL{Resource: "TOPIC", Pattern: "LITERAL", Name: name, Operations: ops})
 	}
+	p := cfg.Kafka.Naming()
 	for _, s := range cfg.StreamList() {
-		n := topics.For(s.Name)
+		n := p.For(s.Name)
 		switch component {
 		case ComponentIngest:
 			topic(n.In, "WRITE")
@@ -59,7 +92,7 @@ func ACLs(component string, cfg *config.Config) []ACL {
 			// The processors check their topics' settings at start
 			// (DESCRIBE_CONFIGS); an admin creates them first (`topics`),
 			// or they need CREATE as well.
-			for _, spec := range topics.Specs(s) {
+			for _, spec := range topics.Specs(p, s) {
 				switch spec.Name {
 				case n.In:
 					topic(n.In, "READ", "DESCRIBE_CONFIGS")
@@ -74,8 +107,9 @@ func ACLs(component string, cfg *config.Config) []ACL {
 				}
 			}
 			acls = append(acls,
-				ACL{Resource: "GROUP", Pattern: "LITERAL", Name: topics.Group(s.Name), Operations: []string{"READ"}},
-				ACL{Resource: "TRANSACTIONAL_ID", Pattern: "PREFIXED", Name: TransactionalIDPrefix(s.Name), Operations: []string{"WRITE"}})
+				ACL{Resource: "GROUP", Pattern: "LITERAL", Name: p.Group(s.Name), Operations: []string{"READ"}},
+				// Every instance's id: the prefix of TransactionalID without one.
+				ACL{Resource: "TRANSACTIONAL_ID", Pattern: "PREFIXED", Name: p.TransactionalID("", s.Name), Operations: []string{"WRITE"}})
 		case ComponentSink:
 			topic(n.State, "READ")
 			topic(n.Outcomes, "READ")
@@ -86,14 +120,14 @@ func ACLs(component string, cfg *config.Config) []ACL {
 				topic(n.Outcomes, "READ")
 			}
 		case ComponentTopics:
-			for _, spec := range topics.Specs(s) {
+			for _, spec := range topics.Specs(p, s) {
 				topic(spec.Name, "CREATE", "DESCRIBE", "ALTER_CONFIGS", "DESCRIBE_CONFIGS")
 			}
 		}
 	}
 	switch component {
 	case ComponentSink:
-		acls = append(acls, ACL{Resource: "GROUP", Pattern: "LITERAL", Name: cfg.ClickHouse.ConsumerGroup, Operations: []string{"READ"}})
+		acls = append(acls, ACL{Resource: "GROUP", Pattern: "LITERAL", Name: p.ConsumerGroup(cfg.ClickHouse.ConsumerGroup), Operations: []string{"READ"}})
 	case ComponentTopics:
 		// The brokers' defaults, read when a topic is created.
 		acls = append(acls, ACL{Resource: "CLUSTER", Pattern: "LITERAL", Name: "kafka-cluster", Operations: []string{"DESCRIBE_CONFIGS"}})
@@ -101,10 +135,10 @@ func ACLs(component string, cfg *config.Config) []ACL {
 	return acls
 }
 
-// AccessOf is what Check asks about for acls: the topics read and
+// accessOf is what Check asks about for acls: the topics read and
 // written, and the groups of LITERAL ACLs. A PREFIXED transactional id
 // says nothing of the id in use; its caller adds that.
-func AccessOf(acls []ACL) Access {
+func accessOf(acls []ACL) Access {
 	var a Access
 	for _, acl := range acls {
 		switch {

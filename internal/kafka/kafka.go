@@ -55,9 +55,9 @@ func Options(conn Conn, opts ...kgo.Opt) []kgo.Opt {
 }
 
 // EnsureTopics creates (when create is true) and checks every topic of the
-// configured streams.
+// configured streams, under the configured prefixes.
 func EnsureTopics(ctx context.Context, cl *kgo.Client, cfg *config.Config, create bool) ([]topics.Status, error) {
-	return topics.Ensure(ctx, kadm.NewClient(cl), cfg.StreamList(), Durability(cfg), create)
+	return topics.Ensure(ctx, kadm.NewClient(cl), cfg.Kafka.Naming(), cfg.StreamList(), Durability(cfg), create)
 }
 
 // Durability is the configured durability of driftguard's topics.

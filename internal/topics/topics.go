@@ -1,7 +1,8 @@
-// Package topics names every Kafka topic of a stream in one place and
-// creates and checks them: partition counts (all of a stream's topics are
-// co-partitioned), cleanup policies (design §4), and durability: replication
-// factor, min.insync.replicas and unclean leader election.
+// Package topics creates and checks every Kafka topic of the catalogue,
+// named by internal/naming: partition counts (all of a stream's topics are
+// co-partitioned), cleanup policies (design §4), retention, and
+// durability: replication factor, min.insync.replicas and unclean leader
+// election.
 package topics
 
 import (
@@ -16,34 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/naming"
 )
-
-// Names are the topics of one stream.
-type Names struct {
-	In        string // accepted webhooks, keyed by entity
-	Table     string // goka group table (goka's own "<group>-table" naming)
-	State     string // public state per entity
-	Outcomes  string // one record per decision
-	DLQ       string // poison input, overflow, expired orphans
-	Replay    string // replay requests to the producer (gapless)
-	Ephemeral string // ephemeral signals such as typing (assign)
-}
-
-// For returns the topic names of stream.
-func For(stream string) Names {
-	return Names{
-		In:        stream + ".in",
-		Table:     stream + "-table",
-		State:     stream + ".state",
-		Outcomes:  stream + ".outcomes",
-		DLQ:       stream + ".dlq",
-		Replay:    stream + ".replay",
-		Ephemeral: stream + ".ephemeral",
-	}
-}
-
-// Group is the goka group (and so the consumer group) of stream.
-func Group(stream string) string { return stream }
 
 // Spec is one topic as driftguard wants it.
 type Spec struct {
@@ -51,41 +26,54 @@ type Spec struct {
 	Stream     string
 	Partitions int32
 	Configs    map[string]string
+	// RetentionKey is the config path of a delete-policy topic's
+	// retention (streams.<stream>.retention.in); empty for a compacted one.
+	RetentionKey string
 }
 
 // CleanupPolicy of the spec.
 func (s Spec) CleanupPolicy() string { return s.Configs["cleanup.policy"] }
 
-const day = 24 * time.Hour
+// Retention of the spec: its retention.ms, "" for a compacted topic.
+func (s Spec) Retention() string { return s.Configs[configRetention] }
 
-func ms(d time.Duration) *string {
-	v := strconv.FormatInt(d.Milliseconds(), 10)
-	return &v
+// RetentionText is the spec's retention as a duration (168h), "-" for a
+// compacted topic.
+func (s Spec) RetentionText() string {
+	if s.Retention() == "" {
+		return "-"
+	}
+	return msText(s.Retention())
 }
 
-// Specs lists every topic of the stream: the five every policy uses, plus
-// replay for gapless and ephemeral for streams with ephemeral event types.
-func Specs(s *config.Stream) []Spec {
-	n := For(s.Name)
+func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+
+// Specs lists every topic of the stream, named by n: the five every policy
+// uses, plus replay for gapless and ephemeral for streams with ephemeral
+// event types.
+func Specs(n naming.Prefixes, s *config.Stream) []Spec {
+	t := n.For(s.Name)
 	p := int32(s.Limits.Partitions)
-	deleteAfter := func(name string, d time.Duration) Spec {
-		return Spec{Name: name, Stream: s.Name, Partitions: p, Configs: map[string]string{"cleanup.policy": "delete", "retention.ms": *ms(d)}}
+	r := s.Retention
+	deleteAfter := func(name, key string, d time.Duration) Spec {
+		return Spec{Name: name, Stream: s.Name, Partitions: p, RetentionKey: "streams." + s.Name + ".retention." + key,
+			Configs: map[string]string{"cleanup.policy": "delete", configRetention: ms(d)}}
 	}
 	compact := func(name string) Spec {
 		return Spec{Name: name, Stream: s.Name, Partitions: p, Configs: map[string]string{"cleanup.policy": "compact"}}
 	}
 	specs := []Spec{
-		deleteAfter(n.In, 7*day),
-		compact(n.Table),
-		compact(n.State),
-		deleteAfter(n.Outcomes, 7*day),
-		deleteAfter(n.DLQ, 14*day),
+		deleteAfter(t.In, "in", r.In),
+		compact(t.Table),
+		compact(t.State),
+		deleteAfter(t.Outcomes, "outcomes", r.Outcomes),
+		deleteAfter(t.DLQ, "dlq", r.DLQ),
 	}
 	if s.Policy == config.PolicyGapless {
-		specs = append(specs, deleteAfter(n.Replay, 7*day))
+		specs = append(specs, deleteAfter(t.Replay, "replay", r.Replay))
 	}
 	if len(s.EphemeralTypes) > 0 {
-		specs = append(specs, deleteAfter(n.Ephemeral, 10*time.Minute))
+		specs = append(specs, deleteAfter(t.Ephemeral, "ephemeral", r.Ephemeral))
 	}
 	return specs
 }
@@ -108,6 +96,7 @@ type Durability struct {
 const (
 	configMinInsync = "min.insync.replicas"
 	configUnclean   = "unclean.leader.election.enable"
+	configRetention = "retention.ms"
 )
 
 // Status of one topic after Ensure.
@@ -123,6 +112,13 @@ type Status struct {
 	// Weak says, each with its fix, how the topic is less durable than
 	// configured; empty when it is not.
 	Weak []string
+	// Drift says, each with its fix, which of the topic's settings differ
+	// from the catalogue (its retention); empty when none does.
+	Drift []string
+	// Unchecked says why the topic's configs could not be read (the
+	// principal may not describe them), so neither its cleanup policy nor
+	// its durability nor its retention was checked; empty when they were.
+	Unchecked string
 }
 
 // ErrWeak marks topics less durable than configured: fewer replicas, a
@@ -135,28 +131,67 @@ var ErrWeak = errors.New("topic is less durable than configured")
 // Weak returns an error wrapping ErrWeak that names every weakness of the
 // statuses, or nil when there is none.
 func Weak(statuses []Status) error {
+	return report(statuses, ErrWeak, func(s Status) []string { return s.Weak })
+}
+
+// report returns an error joining, for each finding of each status, one
+// that wraps sentinel and names the topic; nil without findings.
+func report(statuses []Status, sentinel error, findings func(Status) []string) error {
 	var errs []error
 	for _, s := range statuses {
-		for _, w := range s.Weak {
-			errs = append(errs, fmt.Errorf("%w: topic %s %s", ErrWeak, s.Spec.Name, w))
+		for _, f := range findings(s) {
+			errs = append(errs, fmt.Errorf("%w: topic %s %s", sentinel, s.Spec.Name, f))
 		}
 	}
 	return errors.Join(errs...)
 }
 
+// ErrDrift marks a topic whose retention differs from the catalogue's. It
+// is reported, never changed by driftguard (a shorter retention deletes
+// records), and it does not stop the processors: `driftguard topics`
+// reports it with the command that fixes it and exits 1.
+var ErrDrift = errors.New("topic setting differs from the catalogue")
+
+// Drift returns an error wrapping ErrDrift that names every setting of the
+// statuses that differs from the catalogue, or nil when none does.
+func Drift(statuses []Status) error {
+	return report(statuses, ErrDrift, func(s Status) []string { return s.Drift })
+}
+
+// ErrUnchecked marks a topic whose configs the principal may not read.
+var ErrUnchecked = errors.New("topic configs not read")
+
+// Unchecked returns an error wrapping ErrUnchecked for every status whose
+// configs could not be read, or nil.
+func Unchecked(statuses []Status) error {
+	return report(statuses, ErrUnchecked, func(s Status) []string {
+		if s.Unchecked == "" {
+			return nil
+		}
+		return []string{s.Unchecked}
+	})
+}
+
+// ErrMissing marks a topic of the catalogue that does not exist where it
+// was not to be created: `driftguard topics --check`, and the processors
+// under `process --no-create`.
+var ErrMissing = errors.New("missing")
+
 // ErrMismatch marks a topic that exists with the wrong shape. It is never
 // fixed automatically: repartitioning moves keys away from their state.
 var ErrMismatch = errors.New("topic does not match the catalogue")
 
-// Ensure creates the missing topics of the streams (when create is true),
-// with durability d, and checks that existing ones have the stream's
-// partition count and cleanup policy. Every problem is reported, each
-// naming the topic and the fix. It also checks every topic's durability
-// against d; those findings are in the statuses (Weak), not in the error.
-func Ensure(ctx context.Context, adm *kadm.Client, streams []*config.Stream, d Durability, create bool) ([]Status, error) {
+// Ensure creates the missing topics of the streams, named by n (when
+// create is true), with durability d, and checks that existing ones have
+// the stream's partition count and cleanup policy. Every problem is
+// reported, each naming the topic and the fix. It also checks every
+// topic's durability against d and its retention against the catalogue;
+// those findings are in the statuses (Weak, Drift, Unchecked), not in the
+// error.
+func Ensure(ctx context.Context, adm *kadm.Client, n naming.Prefixes, streams []*config.Stream, d Durability, create bool) ([]Status, error) {
 	var specs []Spec
 	for _, s := range streams {
-		specs = append(specs, Specs(s)...)
+		specs = append(specs, Specs(n, s)...)
 	}
 	for i := range specs {
 		specs[i].Configs[configMinInsync] = strconv.Itoa(d.MinInsyncReplicas)
@@ -166,6 +201,12 @@ func Ensure(ctx context.Context, adm *kadm.Client, streams []*config.Stream, d D
 		names[i] = s.Name
 	}
 	details, err := listUncached(ctx, adm, names)
+	if errors.Is(err, kerr.TopicAuthorizationFailed) {
+		// Kafka says so of a topic that does not exist too, to whoever may
+		// not know whether it does.
+		return nil, fmt.Errorf("listing topics: %w: this principal lacks DESCRIBE on some of %s, or they are missing; an admin creates them with `driftguard topics` and grants DESCRIBE on them (docs/deploy.md)",
+			err, strings.Join(names, ", "))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("listing topics: %w", err)
 	}
@@ -184,7 +225,7 @@ func Ensure(ctx context.Context, adm *kadm.Client, streams []*config.Stream, d D
 	var errs []error
 	if len(missing) > 0 && !create {
 		for _, spec := range missing {
-			errs = append(errs, fmt.Errorf("topic %s is missing; run `driftguard topics` to create it", spec.Name))
+			errs = append(errs, fmt.Errorf("topic %s is %w; create the catalogue's topics with `driftguard topics` (an admin's task where the processors run with --no-create)", spec.Name, ErrMissing))
 		}
 	}
 	// Listed again only when topics were created: the first listing holds
@@ -288,6 +329,16 @@ func check(ctx context.Context, adm *kadm.Client, specs []Spec, details kadm.Top
 		return errs
 	}
 	configs, err := describeConfigs(ctx, adm, existing)
+	if errors.Is(err, kerr.TopicAuthorizationFailed) {
+		// Not fatal: a principal that may use the topics need not read
+		// their configs (processors with --no-create on a shared cluster).
+		for _, name := range existing {
+			if st := status[name]; st != nil {
+				st.Unchecked = fmt.Sprintf("is not checked (%v): this principal lacks DESCRIBE_CONFIGS on the topics, so their cleanup policy, durability and retention are not known", err)
+			}
+		}
+		return errs
+	}
 	if err != nil {
 		return append(errs, fmt.Errorf("describing topic configs: %w", err))
 	}
@@ -296,12 +347,13 @@ func check(ctx context.Context, adm *kadm.Client, specs []Spec, details kadm.Top
 		byName[spec.Name] = spec
 	}
 	for _, rc := range configs {
+		st := status[rc.Name]
 		if rc.Err != nil {
 			errs = append(errs, fmt.Errorf("describing topic %s: %w", rc.Name, rc.Err))
 			continue
 		}
-		want := byName[rc.Name].CleanupPolicy()
-		st := status[rc.Name]
+		spec := byName[rc.Name]
+		want := spec.CleanupPolicy()
 		for _, c := range rc.Configs {
 			if c.Value == nil {
 				continue
@@ -318,6 +370,11 @@ func check(ctx context.Context, adm *kadm.Client, specs []Spec, details kadm.Top
 			case configUnclean:
 				if st != nil {
 					st.Unclean = *c.Value == "true"
+				}
+			case configRetention:
+				if want := spec.Retention(); st != nil && want != "" && *c.Value != want {
+					st.Drift = append(st.Drift, fmt.Sprintf("has retention.ms=%s but %s is %s (retention.ms=%s); driftguard changes no retention, since a shorter one deletes records: fix with kafka-configs --alter --entity-type topics --entity-name %s --add-config retention.ms=%s, or set %s to the topic's",
+						*c.Value, spec.RetentionKey, msText(want), want, rc.Name, want, spec.RetentionKey))
 				}
 			}
 		}
@@ -379,6 +436,23 @@ func fewestReplicas(td kadm.TopicDetail) int {
 		}
 	}
 	return max(fewest, 0)
+}
+
+// msText is a retention.ms as a duration, as the config writes it: 168h,
+// 10m.
+func msText(v string) string {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return v
+	}
+	d := (time.Duration(n) * time.Millisecond).String()
+	if strings.HasSuffix(d, "m0s") {
+		d = strings.TrimSuffix(d, "0s")
+	}
+	if strings.HasSuffix(d, "h0m") {
+		d = strings.TrimSuffix(d, "0m")
+	}
+	return d
 }
 
 func samePolicy(got, want string) bool {

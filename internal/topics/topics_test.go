@@ -15,6 +15,7 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
 )
@@ -43,7 +44,7 @@ func TestSpecsPerPolicy(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(string(tc.policy), func(t *testing.T) {
 			s := &config.Stream{Name: "s", Policy: tc.policy, EphemeralTypes: tc.ephemeral, Limits: config.Limits{Partitions: 4}}
-			specs := topics.Specs(s)
+			specs := topics.Specs(naming.Prefixes{}, s)
 			if len(specs) != len(tc.want) {
 				t.Errorf("%d topics, want %d: %+v", len(specs), len(tc.want), specs)
 			}
@@ -67,11 +68,30 @@ func TestSpecsPerPolicy(t *testing.T) {
 	}
 }
 
-// The goka group table follows goka's "<group>-table" naming, so the group
-// must be the stream name for goka to find it.
-func TestTableTopicIsGokaGroupTable(t *testing.T) {
-	if got, want := topics.For("presence").Table, topics.Group("presence")+"-table"; got != want {
-		t.Errorf("table topic %q, want goka's %q", got, want)
+// Each delete-policy topic takes its retention from the stream's
+// retention keys, under the topic prefix, and knows the key it came from;
+// the compacted ones have none.
+func TestSpecsRetentionUnderPrefix(t *testing.T) {
+	s := &config.Stream{Name: "s", Policy: config.PolicyGapless, EphemeralTypes: []string{"typing"}, Limits: config.Limits{Partitions: 2},
+		Retention: config.Retention{In: time.Hour, Outcomes: 2 * time.Hour, DLQ: 3 * time.Hour, Replay: 4 * time.Hour, Ephemeral: 90 * time.Second}}
+	want := map[string][2]string{ // topic → retention.ms, key
+		"team-a.s.in":        {"3600000", "streams.s.retention.in"},
+		"team-a.s-table":     {"", ""},
+		"team-a.s.state":     {"", ""},
+		"team-a.s.outcomes":  {"7200000", "streams.s.retention.outcomes"},
+		"team-a.s.dlq":       {"10800000", "streams.s.retention.dlq"},
+		"team-a.s.replay":    {"14400000", "streams.s.retention.replay"},
+		"team-a.s.ephemeral": {"90000", "streams.s.retention.ephemeral"},
+	}
+	specs := topics.Specs(naming.Prefixes{TopicPrefix: "team-a.", GroupPrefix: "other."}, s)
+	if len(specs) != len(want) {
+		t.Errorf("%d topics, want %d: %+v", len(specs), len(want), specs)
+	}
+	for _, spec := range specs {
+		w, ok := want[spec.Name]
+		if got := [2]string{spec.Retention(), spec.RetentionKey}; !ok || got != w {
+			t.Errorf("%s: retention %q, want %q", spec.Name, got, w)
+		}
 	}
 }
 
@@ -87,6 +107,7 @@ var ensureCases = []struct {
 	{"wrong cleanup policy is a mismatch", testEnsureRejectsWrongCleanupPolicy},
 	{"topic created after an earlier listing is still checked", testEnsureChecksTopicCreatedAfterListing},
 	{"every created topic has the configured durability", testEnsureCreatesDurableTopics},
+	{"another retention is reported with its fix, not changed, not refused", testEnsureReportsOtherRetention},
 }
 
 func TestEnsureTopics(t *testing.T) {
@@ -139,7 +160,7 @@ func newFixtureWith(t *testing.T, brokers []string, kafkaYAML string) *fixture {
 	}
 	adm := kadm.NewClient(cl)
 	specs := map[string]topics.Spec{}
-	for _, spec := range topics.Specs(s) {
+	for _, spec := range topics.Specs(naming.Prefixes{}, s) {
 		specs[spec.Name] = spec
 	}
 	t.Cleanup(func() {
@@ -318,8 +339,8 @@ func testEnsureCheckOnlyReportsMissing(t *testing.T, brokers []string) {
 			t.Errorf("the error does not name the missing topic %s:\n%s", name, msg)
 		}
 	}
-	if errors.Is(err, topics.ErrMismatch) {
-		t.Errorf("a missing topic is not a mismatch: %v", err)
+	if errors.Is(err, topics.ErrMismatch) || !errors.Is(err, topics.ErrMissing) {
+		t.Errorf("a missing topic is ErrMissing, not a mismatch: %v", err)
 	}
 	if len(statuses) != 0 {
 		t.Errorf("statuses for missing topics: %+v", statuses)
@@ -331,7 +352,7 @@ func testEnsureCheckOnlyReportsMissing(t *testing.T, brokers []string) {
 
 func testEnsureRejectsWrongPartitionCount(t *testing.T, brokers []string) {
 	f := newFixture(t, brokers)
-	state := topics.For(f.stream.Name).State
+	state := naming.Prefixes{}.For(f.stream.Name).State
 	f.createTopic(t, state, 2, "compact")
 
 	statuses, err := f.ensure(t, true)
@@ -365,7 +386,7 @@ func testEnsureRejectsWrongPartitionCount(t *testing.T, brokers []string) {
 
 func testEnsureRejectsWrongCleanupPolicy(t *testing.T, brokers []string) {
 	f := newFixture(t, brokers)
-	names := topics.For(f.stream.Name)
+	names := naming.Prefixes{}.For(f.stream.Name)
 	// A table that deletes old segments loses entities; an input that
 	// compacts loses history.
 	f.createTopic(t, names.Table, partitions, "delete")
@@ -401,12 +422,55 @@ func testEnsureChecksTopicCreatedAfterListing(t *testing.T, brokers []string) {
 	if _, err := kafka.EnsureTopics(f.ctx, cl, f.cfg, false); err == nil {
 		t.Fatal("check-only Ensure passed before any topic existed")
 	}
-	names := topics.For(f.stream.Name)
+	names := naming.Prefixes{}.For(f.stream.Name)
 	f.createTopic(t, names.In, 1, "delete")
 
 	statuses, err := kafka.EnsureTopics(f.ctx, cl, f.cfg, true)
 	if !errors.Is(err, topics.ErrMismatch) || !strings.Contains(err.Error(), "topic "+names.In+" has 1 partitions") {
 		t.Fatalf("Ensure = %v, want a mismatch naming %s; statuses %+v", err, names.In, statuses)
+	}
+}
+
+// A delete-policy topic made behind driftguard's back with another
+// retention than the catalogue's is reported (Drift) with the command that
+// fixes it, and left as it is: a shorter retention would delete records.
+// It is no error of Ensure, so the processors start.
+func testEnsureReportsOtherRetention(t *testing.T, brokers []string) {
+	f := newFixture(t, brokers)
+	dlq := naming.Prefixes{}.For(f.stream.Name).DLQ
+	hour, del := "3600000", "delete"
+	resp, err := f.adm.CreateTopic(f.ctx, partitions, 1, map[string]*string{"cleanup.policy": &del, "retention.ms": &hour}, dlq)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("creating %s: %v", dlq, err)
+	}
+	f.waitForTopics(t, dlq)
+
+	statuses, err := f.ensure(t, true)
+	if err != nil {
+		t.Fatalf("another retention stops Ensure: %v", err)
+	}
+	drift := topics.Drift(statuses)
+	if !errors.Is(drift, topics.ErrDrift) {
+		t.Fatalf("Drift = %v, want an error wrapping ErrDrift", drift)
+	}
+	for _, want := range []string{
+		"topic " + dlq + " has retention.ms=3600000 but streams." + f.stream.Name + ".retention.dlq is 336h (retention.ms=1209600000)",
+		"--entity-name " + dlq + " --add-config retention.ms=1209600000",
+	} {
+		if !strings.Contains(drift.Error(), want) {
+			t.Errorf("the report does not say %q:\n%v", want, drift)
+		}
+	}
+	for _, s := range statuses {
+		if s.Spec.Name != dlq && len(s.Drift) > 0 {
+			t.Errorf("%s, created with the catalogue's retention, drifts: %q", s.Spec.Name, s.Drift)
+		}
+	}
+	if c := f.describe(t, dlq)[dlq]["retention.ms"]; c.MaybeValue() != hour {
+		t.Errorf("%s: retention.ms=%s after Ensure, want it left at %s", dlq, c.MaybeValue(), hour)
 	}
 }
 
@@ -479,7 +543,7 @@ func checkDurableConfigs(t *testing.T, configs map[string]map[string]kadm.Config
 // processors start anyway.
 func TestEnsureReportsUncleanElectionAsWeak(t *testing.T) {
 	f := newFixture(t, testenv.Kafka(t))
-	in := topics.For(f.stream.Name).In
+	in := naming.Prefixes{}.For(f.stream.Name).In
 	yes, del := "true", "delete"
 	resp, err := f.adm.CreateTopic(f.ctx, partitions, 1, map[string]*string{"cleanup.policy": &del, "unclean.leader.election.enable": &yes}, in)
 	if err == nil {

@@ -17,10 +17,11 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
+
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
 )
 
@@ -70,7 +71,7 @@ func BenchmarkSinkInsertVsClickHouseClient(b *testing.B) {
 	// in the first round and reused after.
 	pipeline := sink.NewPipeline()
 	batch := cfg.ClickHouse.BatchRows
-	topic := topics.For("presence").Outcomes
+	topic := naming.Prefixes{}.For("presence").Outcomes
 	columns := "stream, entity_key, event_id, event_type, version, outcome, reason, gap, buffer_depth, occurred_at_ms, " +
 		"received_at_ms, processed_at_ms, processed_at, `topic`, `partition`, `offset`, input_partition, input_offset, payload"
 

@@ -6,9 +6,10 @@ import (
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
+
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
 )
 
@@ -38,7 +39,7 @@ func TestStreamedInsertLandsAsOneBlock(t *testing.T) {
 	}
 	sink := sinkch.New(sinkch.Options{Config: cfg, Conn: smallBlocks, Ops: telemetry.NewOps()})
 	rows := 3*sinkch.ChunkRows + 5
-	if err := sink.Insert(ctx, outcomeRecords(topics.For("presence").Outcomes, 0, rows)); err != nil {
+	if err := sink.Insert(ctx, outcomeRecords(naming.Prefixes{}.For("presence").Outcomes, 0, rows)); err != nil {
 		t.Fatal(err)
 	}
 	for _, table := range tables {

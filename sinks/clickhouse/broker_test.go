@@ -12,11 +12,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
 )
 
@@ -27,7 +27,7 @@ type brokerSink struct {
 	ctx    context.Context
 	cfg    *config.Config
 	conn   driver.Conn
-	names  topics.Names
+	names  naming.Topics
 	stream string
 	// cl produces to the stream's topics.
 	cl  *kgo.Client
@@ -46,7 +46,7 @@ func newBrokerSink(t *testing.T, ctx context.Context, prefix string) *brokerSink
 	stream.ClickHouse.ConsumerGroup = presence.Name + "-sink"
 	cl := testenv.Topics(t, ctx, stream, stream.Kafka.Brokers)
 	t.Cleanup(cl.Close)
-	return &brokerSink{t: t, ctx: ctx, cfg: stream, conn: conn, names: topics.For(presence.Name), stream: presence.Name, cl: cl}
+	return &brokerSink{t: t, ctx: ctx, cfg: stream, conn: conn, names: naming.Prefixes{}.For(presence.Name), stream: presence.Name, cl: cl}
 }
 
 // run starts the sink, with fresh metrics, until the test ends or the

@@ -7,9 +7,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
+
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
 )
 
@@ -19,7 +20,7 @@ import (
 func TestSinkArchivesDeadLettersAndOrphans(t *testing.T) {
 	ctx := testenv.Context(t, time.Minute)
 	conn, cfg := migratedDatabase(t, ctx)
-	dlq := topics.For("orders").DLQ
+	dlq := naming.Prefixes{}.For("orders").DLQ
 	orphan := record.DeadLetter{
 		Stream: "orders", Topic: "orders.in", Partition: 2, Offset: 41, Key: "ord-9", Reason: "orphan_ttl",
 		EventID: "pay-1", EventType: "order.payment_received", ReceivedAtMs: 1_700_000_000_000, AtMs: 1_700_086_400_000,

@@ -45,3 +45,6 @@ func (s *Sink) Prepare(ctx context.Context, b *Batch) { s.prepare(ctx, b) }
 
 // ChunkRows is how many rows go in one Data packet of an INSERT.
 const ChunkRows = chunkRows
+
+// OnCluster renders one migration statement for a cluster.
+var OnCluster = onCluster

@@ -12,6 +12,8 @@ package clickhouse
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -30,41 +32,76 @@ import (
 	"github.com/driftguard/driftguard/schemas"
 )
 
-// Open connects to ClickHouse over the native protocol.
+// Open connects to ClickHouse over the native protocol, with the options
+// of c (see options), and checks the connection with a ping. Its errors
+// name the setting a refused password or an unknown CA points to.
+func Open(ctx context.Context, c config.ClickHouse) (driver.Conn, error) {
+	opts, err := options(c)
+	if err != nil {
+		return nil, err
+	}
+	where := "clickhouse " + strings.Join(opts.Addr, ",")
+	conn, err := ch.Open(opts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, opts.DialTimeout+addrDialTimeout)
+	defer cancel()
+	if err := conn.Ping(pingCtx); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("%s: %w", where, explainConnect(c, err))
+	}
+	return conn, nil
+}
+
+// options are the clickhouse-go options of c, the only place they are
+// made: the sink, `migrate` and `dev` connect alike.
 //
-// Its connections close with a reset (SO_LINGER 0), never an orderly
-// end: ClickHouse 18.16 writes the rows an INSERT has received when its
+// Connections close with a reset (SO_LINGER 0), never an orderly end:
+// ClickHouse 18.16 writes the rows an INSERT has received when its
 // client's connection ends in order, and the sink relies on an INSERT it
 // abandons, or that its dying process leaves open, writing nothing. A
-// reset makes the server fail the INSERT instead.
-func Open(ctx context.Context, c config.ClickHouse) (driver.Conn, error) {
-	conn, err := ch.Open(&ch.Options{
-		Addr:        []string{c.Addr},
+// reset makes the server fail the INSERT instead. Over TLS that holds
+// too: closing sends no close_notify (see resetConn).
+//
+// Several addresses are tried in order (clickhouse-go's default,
+// ConnOpenInOrder): every connection goes to the first server that
+// answers, so the sink reads its positions from the replica it writes to
+// for as long as that replica is up. clickhouse-go bounds a connection's
+// whole try of every address by DialTimeout, so each address gets
+// addrDialTimeout of it: a server that swallows packets delays the next
+// one, rather than leave it untried.
+func options(c config.ClickHouse) (*ch.Options, error) {
+	tlsConfig, err := c.TLS.Config()
+	if err != nil {
+		return nil, err
+	}
+	addrs := c.Addrs()
+	return &ch.Options{
+		Addr:        addrs,
 		Auth:        ch.Auth{Database: "default", Username: c.Username, Password: c.Password},
-		DialTimeout: 5 * time.Second,
-		DialContext: dialResetOnClose,
+		DialTimeout: time.Duration(len(addrs)) * addrDialTimeout,
+		DialContext: func(ctx context.Context, addr string) (net.Conn, error) {
+			return dialResetOnClose(ctx, addr, tlsConfig)
+		},
 		// The sink holds up to two batches' INSERTs open at once (one
 		// prepared, one being written; one per table each), and reads
 		// positions beside them.
 		MaxOpenConns: 12,
 		MaxIdleConns: 10,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("clickhouse %s: %w", c.Addr, err)
-	}
-	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := conn.Ping(pingCtx); err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("clickhouse %s: %w", c.Addr, err)
-	}
-	return conn, nil
+	}, nil
 }
 
-// dialResetOnClose dials addr within ctx, which clickhouse-go bounds by its
-// DialTimeout; closing the connection, or the process ending, resets it
-// (see Open).
-func dialResetOnClose(ctx context.Context, addr string) (net.Conn, error) {
+// addrDialTimeout bounds the TCP connect and the TLS handshake to one
+// address.
+const addrDialTimeout = 5 * time.Second
+
+// dialResetOnClose dials addr within addrDialTimeout, with TLS when
+// tlsConfig is not nil; closing the connection, or the process ending,
+// resets it (see options).
+func dialResetOnClose(ctx context.Context, addr string, tlsConfig *tls.Config) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, addrDialTimeout)
+	defer cancel()
 	d := net.Dialer{KeepAlive: 30 * time.Second}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -74,7 +111,57 @@ func dialResetOnClose(ctx context.Context, addr string) (net.Conn, error) {
 		conn.Close()
 		return nil, err
 	}
-	return conn, nil
+	if tlsConfig == nil {
+		return conn, nil
+	}
+	cfg := tlsConfig
+	if cfg.ServerName == "" {
+		cfg = tlsConfig.Clone()
+		cfg.ServerName, _, _ = net.SplitHostPort(addr)
+	}
+	tc := tls.Client(conn, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return resetConn{tc}, nil
+}
+
+// resetConn is a TLS connection whose Close resets the TCP connection
+// without a close_notify alert: to the server, close_notify is an orderly
+// end, on which 18.16 would write a half-sent INSERT (see options).
+type resetConn struct{ *tls.Conn }
+
+func (c resetConn) Close() error { return c.NetConn().Close() }
+
+// explainConnect names the setting behind a refused connection: a wrong
+// user or password, a server certificate the configured CAs do not sign,
+// or TLS spoken to a plaintext port.
+func explainConnect(c config.ClickHouse, err error) error {
+	const unknownUser, wrongPassword, requiredPassword, authenticationFailed = 192, 193, 194, 516
+	var ex *ch.Exception
+	if errors.As(err, &ex) {
+		switch ex.Code {
+		case unknownUser, wrongPassword, requiredPassword, authenticationFailed:
+			return fmt.Errorf("user %q was refused: check clickhouse.username and clickhouse.password (DRIFTGUARD_CLICKHOUSE_PASSWORD, or clickhouse.password_file): %w", c.Username, err)
+		}
+	}
+	var unknownCA x509.UnknownAuthorityError
+	if errors.As(err, &unknownCA) {
+		if c.TLS.CAFile != "" {
+			return fmt.Errorf("the server's certificate is not signed by a CA in clickhouse.tls.ca_file (%s): %w", c.TLS.CAFile, err)
+		}
+		return fmt.Errorf("the server's certificate is not signed by a CA the system trusts: set clickhouse.tls.ca_file to the CA that signed it: %w", err)
+	}
+	var hostname x509.HostnameError
+	if errors.As(err, &hostname) {
+		return fmt.Errorf("the server's certificate is not for this host: set clickhouse.tls.server_name to a name it carries: %w", err)
+	}
+	var notTLS tls.RecordHeaderError
+	if errors.As(err, &notTLS) {
+		return fmt.Errorf("the server does not speak TLS on this port: give clickhouse.addr its secure native port (tcp_port_secure, 9440 by default), or turn clickhouse.tls off: %w", err)
+	}
+	return err
 }
 
 // Migration is one embedded DDL file.
@@ -85,8 +172,9 @@ type Migration struct {
 }
 
 // Migrations returns the embedded migrations in version order, with the
-// database name substituted.
-func Migrations(database string) ([]Migration, error) {
+// database name of c substituted and, when c names a cluster, rendered
+// for it (see onCluster).
+func Migrations(c config.ClickHouse) ([]Migration, error) {
 	entries, err := fs.ReadDir(schemas.ClickHouse, "clickhouse")
 	if err != nil {
 		return nil, err
@@ -102,10 +190,39 @@ func Migrations(database string) ([]Migration, error) {
 		if err != nil {
 			return nil, err
 		}
-		sql := strings.ReplaceAll(string(data), "{database}", database)
-		out = append(out, Migration{Version: version, Name: name, Statements: splitStatements(sql)})
+		sql := strings.ReplaceAll(string(data), "{database}", c.Database)
+		stmts, err := render(c.Cluster, splitStatements(sql))
+		if err != nil {
+			return nil, fmt.Errorf("migration %s: %w", e.Name(), err)
+		}
+		out = append(out, Migration{Version: version, Name: name, Statements: stmts})
 	}
 	slices.SortFunc(out, func(a, b Migration) int { return a.Version - b.Version })
+	return out, nil
+}
+
+// Bootstrap returns what Migrate runs before the migrations: the database
+// and the table recording the migrations applied, rendered as they are.
+func Bootstrap(c config.ClickHouse) ([]string, error) {
+	return render(c.Cluster, []string{
+		"CREATE DATABASE IF NOT EXISTS " + c.Database,
+		"CREATE TABLE IF NOT EXISTS " + c.Database + ".schema_migrations (version UInt32, name String, applied_at DateTime) ENGINE = MergeTree() ORDER BY version",
+	})
+}
+
+// render returns stmts as they run: unchanged on one server, each through
+// onCluster on a cluster.
+func render(cluster string, stmts []string) ([]string, error) {
+	if cluster == "" {
+		return stmts, nil
+	}
+	out := make([]string, len(stmts))
+	for i, stmt := range stmts {
+		var err error
+		if out[i], err = onCluster(stmt, cluster); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }
 
@@ -131,15 +248,16 @@ func splitStatements(sql string) []string {
 // in schema_migrations. Every statement is idempotent (an ADD COLUMN that
 // finds its column counts as done, see columnAdded), so two instances
 // migrating at once, or a migration interrupted half way, converge.
-func Migrate(ctx context.Context, conn driver.Conn, database string, log *slog.Logger) ([]Migration, error) {
+func Migrate(ctx context.Context, conn driver.Conn, c config.ClickHouse, log *slog.Logger) ([]Migration, error) {
 	log = telemetry.OrDiscard(log)
-	migrations, err := Migrations(database)
+	database := c.Database
+	migrations, err := Migrations(c)
 	if err != nil {
 		return nil, err
 	}
-	bootstrap := []string{
-		"CREATE DATABASE IF NOT EXISTS " + database,
-		"CREATE TABLE IF NOT EXISTS " + database + ".schema_migrations (version UInt32, name String, applied_at DateTime) ENGINE = MergeTree() ORDER BY version",
+	bootstrap, err := Bootstrap(c)
+	if err != nil {
+		return nil, err
 	}
 	for _, stmt := range bootstrap {
 		if err := conn.Exec(ctx, stmt); err != nil {

@@ -18,7 +18,7 @@ import (
 
 func TestMigrationsParseEmbeddedFilesInVersionOrder(t *testing.T) {
 	const db = "dg_parse"
-	migrations, err := sinkch.Migrations(db)
+	migrations, err := sinkch.Migrations(config.ClickHouse{Database: db})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,6 +67,13 @@ func openTestDatabase(t testing.TB) (driver.Conn, config.ClickHouse) {
 	}
 	c := cfg.ClickHouse
 	c.Addr = addr
+	return openDatabase(t, c)
+}
+
+// openDatabase connects with c, and names a fresh database in c that is
+// dropped when the test ends.
+func openDatabase(t testing.TB, c config.ClickHouse) (driver.Conn, config.ClickHouse) {
+	t.Helper()
 	c.Database = testenv.UniqueName("dg_test")
 	conn, err := sinkch.Open(testenv.Context(t, time.Minute), c)
 	if err != nil {
@@ -103,12 +110,12 @@ var contractColumns = map[string]map[string]string{
 func TestMigrateCreatesTablesOnceAndIsIdempotent(t *testing.T) {
 	conn, c := openTestDatabase(t)
 	ctx := testenv.Context(t, time.Minute)
-	all, err := sinkch.Migrations(c.Database)
+	all, err := sinkch.Migrations(c)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	applied, err := sinkch.Migrate(ctx, conn, c.Database, nil)
+	applied, err := sinkch.Migrate(ctx, conn, c, nil)
 	if err != nil {
 		t.Fatalf("first Migrate: %v", err)
 	}
@@ -121,7 +128,7 @@ func TestMigrateCreatesTablesOnceAndIsIdempotent(t *testing.T) {
 		}
 	}
 
-	again, err := sinkch.Migrate(ctx, conn, c.Database, nil)
+	again, err := sinkch.Migrate(ctx, conn, c, nil)
 	if err != nil {
 		t.Fatalf("second Migrate: %v", err)
 	}
@@ -167,7 +174,7 @@ func TestMigrateConcurrentlyConverges(t *testing.T) {
 	errs := make(chan error, 2)
 	for range 2 {
 		go func() {
-			_, err := sinkch.Migrate(ctx, conn, c.Database, nil)
+			_, err := sinkch.Migrate(ctx, conn, c, nil)
 			errs <- err
 		}()
 	}
@@ -181,7 +188,7 @@ func TestMigrateConcurrentlyConverges(t *testing.T) {
 			t.Errorf("table %s not created", table)
 		}
 	}
-	if again, err := sinkch.Migrate(ctx, conn, c.Database, nil); err != nil || len(again) != 0 {
+	if again, err := sinkch.Migrate(ctx, conn, c, nil); err != nil || len(again) != 0 {
 		t.Errorf("Migrate after the race = %+v, %v; want nothing to do", again, err)
 	}
 }
@@ -192,14 +199,14 @@ func TestMigrateConcurrentlyConverges(t *testing.T) {
 func TestMigrationsRunAgainAfterAnInterruption(t *testing.T) {
 	conn, c := openTestDatabase(t)
 	ctx := testenv.Context(t, time.Minute)
-	all, err := sinkch.Migrate(ctx, conn, c.Database, nil)
+	all, err := sinkch.Migrate(ctx, conn, c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := conn.Exec(ctx, "DROP TABLE "+c.Database+".schema_migrations"); err != nil {
 		t.Fatal(err)
 	}
-	again, err := sinkch.Migrate(ctx, conn, c.Database, nil)
+	again, err := sinkch.Migrate(ctx, conn, c, nil)
 	if err != nil {
 		t.Fatalf("Migrate again: %v", err)
 	}
@@ -238,7 +245,14 @@ func columns(t *testing.T, ctx context.Context, conn driver.Conn, database, tabl
 func migratedDatabase(t testing.TB, ctx context.Context) (driver.Conn, *config.Config) {
 	t.Helper()
 	conn, c := openTestDatabase(t)
-	if _, err := sinkch.Migrate(ctx, conn, c.Database, nil); err != nil {
+	return conn, migrated(t, ctx, conn, c)
+}
+
+// migrated migrates c's database through conn and returns the default
+// config pointing at it.
+func migrated(t testing.TB, ctx context.Context, conn driver.Conn, c config.ClickHouse) *config.Config {
+	t.Helper()
+	if _, err := sinkch.Migrate(ctx, conn, c, nil); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := config.Default()
@@ -246,7 +260,7 @@ func migratedDatabase(t testing.TB, ctx context.Context) (driver.Conn, *config.C
 		t.Fatal(err)
 	}
 	cfg.ClickHouse = c
-	return conn, cfg
+	return cfg
 }
 
 // quietSink is a sink of cfg writing through conn, logging nothing.
@@ -258,7 +272,7 @@ func quietSink(cfg *config.Config, conn driver.Conn) *sinkch.Sink {
 // version, as an older release left it, and returns the migrations.
 func migrateBelow(t testing.TB, ctx context.Context, conn driver.Conn, database string, version int) []sinkch.Migration {
 	t.Helper()
-	migrations, err := sinkch.Migrations(database)
+	migrations, err := sinkch.Migrations(config.ClickHouse{Database: database})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func TestOrderingMinuteBackfillsOnceAndCountsEveryBlock(t *testing.T) {
 	insertEvents(t, ctx, conn, c.Database, syntheticEvents(base, 0, 40))
 	exec(strings.Replace(backfill, "WHERE (stream,", "WHERE stream = 'a' AND (stream,", 1))
 
-	if _, err := sinkch.Migrate(ctx, conn, c.Database, nil); err != nil {
+	if _, err := sinkch.Migrate(ctx, conn, c, nil); err != nil {
 		t.Fatal(err)
 	}
 	compareOrderingWithEvents(t, ctx, conn, c.Database, 40)

@@ -12,11 +12,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/chlocal"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
+
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
 )
 
@@ -50,7 +51,7 @@ func TestSinkRidesOutClickHouseStoppedFor30s(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse.Database, nil); err != nil {
+	if _, err := sinkch.Migrate(ctx, conn, cfg.ClickHouse, nil); err != nil {
 		t.Fatal(err)
 	}
 	cl := testenv.Topics(t, ctx, cfg, cfg.Kafka.Brokers)
@@ -66,7 +67,7 @@ func TestSinkRidesOutClickHouseStoppedFor30s(t *testing.T) {
 
 	// Load: 500 records every 250 ms, before, during and after the outage.
 	const total = 100 * 500
-	outcomes := topics.For(stream).Outcomes
+	outcomes := naming.Prefixes{}.For(stream).Outcomes
 	var produced atomic.Int64
 	producing := make(chan error, 1)
 	go func() {

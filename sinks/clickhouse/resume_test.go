@@ -12,9 +12,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
+
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
 )
 
@@ -27,7 +28,7 @@ func TestSinkRestartAfterInsertBeforeCommitDoesNotDoubleRows(t *testing.T) {
 	conn, cfg := migratedDatabase(t, ctx)
 	cl := withFakeBroker(t, ctx, cfg)
 	brokers := cfg.Kafka.Brokers
-	outcomes := topics.For("presence").Outcomes
+	outcomes := naming.Prefixes{}.For("presence").Outcomes
 
 	// One key, so one partition, so the sink sees the records in this order.
 	produce := func(eventID string, version int64) *kgo.Record {
@@ -101,7 +102,7 @@ func TestPositionsMigrationHonoursEarlierRows(t *testing.T) {
 	ctx := testenv.Context(t, time.Minute)
 	conn, c := openTestDatabase(t)
 	migrateBelow(t, ctx, conn, c.Database, 4)
-	outcomes := topics.For("presence").Outcomes
+	outcomes := naming.Prefixes{}.For("presence").Outcomes
 	outcome := func(offset int64) *kgo.Record {
 		return kafkaRecord(t, outcomes, 1, offset, record.Outcome{Stream: "presence", Key: "alice",
 			EventID: fmt.Sprintf("e%d", offset), Outcome: record.Applied, ProcessedAtMs: 1_700_000_000_000 + offset})
@@ -121,7 +122,7 @@ func TestPositionsMigrationHonoursEarlierRows(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if _, err := sinkch.Migrate(ctx, conn, c.Database, nil); err != nil {
+	if _, err := sinkch.Migrate(ctx, conn, c, nil); err != nil {
 		t.Fatal(err)
 	}
 	var held int64
@@ -248,7 +249,7 @@ func TestPreparedInsertIsSentOnceOrRebuiltOnRetry(t *testing.T) {
 func presenceOutcomes(t *testing.T, key string, partition int32, from, to int64) []*kgo.Record {
 	var records []*kgo.Record
 	for offset := from; offset < to; offset++ {
-		records = append(records, kafkaRecord(t, topics.For("presence").Outcomes, partition, offset, record.Outcome{Stream: "presence",
+		records = append(records, kafkaRecord(t, naming.Prefixes{}.For("presence").Outcomes, partition, offset, record.Outcome{Stream: "presence",
 			Key: key, EventID: fmt.Sprintf("e%d", offset), Outcome: record.Applied, ProcessedAtMs: 1_700_000_000_000}))
 	}
 	return records
@@ -285,10 +286,10 @@ func TestRetryFindsLandedRowsWhosePositionWasLost(t *testing.T) {
 	records = append(records, presenceOutcomes(t, "dave", 0, 0, 5)...)
 	records = append(records, presenceOutcomes(t, "erin", 3, 7, 9)...)
 	for offset := int64(0); offset < 3; offset++ {
-		records = append(records, kafkaRecord(t, topics.For("presence").State, 1, offset, state("dave", offset+1, "ONLINE")))
+		records = append(records, kafkaRecord(t, naming.Prefixes{}.For("presence").State, 1, offset, state("dave", offset+1, "ONLINE")))
 	}
 	for offset := int64(0); offset < 2; offset++ {
-		records = append(records, kafkaRecord(t, topics.For("orders").DLQ, 4, offset, record.DeadLetter{
+		records = append(records, kafkaRecord(t, naming.Prefixes{}.For("orders").DLQ, 4, offset, record.DeadLetter{
 			Stream: "orders", Topic: "orders.in", Partition: 2, Offset: 40 + offset, Key: fmt.Sprintf("ord-%d", offset),
 			Reason: "orphan_ttl", EventID: fmt.Sprintf("pay-%d", offset), EventType: "order.payment_received",
 			ReceivedAtMs: 1_700_000_000_000, AtMs: 1_700_086_400_000, Payload: []byte(`{"event_id":"pay"}`)}))

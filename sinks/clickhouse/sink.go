@@ -21,7 +21,6 @@ import (
 	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/telemetry"
-	"github.com/driftguard/driftguard/internal/topics"
 )
 
 // maxBackoff caps the wait between tries while ClickHouse is down: a
@@ -101,7 +100,7 @@ func New(opts Options) *Sink {
 		held: map[heldKey]int64{}, loaded: map[string]bool{}, ids: map[string]string{}, metrics: newMetrics(opts.Ops)}
 	s.kc, s.kcErr = kafka.Connect(opts.Config, opts.Brokers)
 	for _, name := range s.cfg.StreamNames() {
-		n := topics.For(name)
+		n := s.cfg.Kafka.Naming().For(name)
 		s.kinds[n.Outcomes] = outcomesTopic
 		s.kinds[n.State] = stateTopic
 		s.kinds[n.DLQ] = dlqTopic
@@ -129,7 +128,7 @@ func (s *Sink) ClientOptions() []kgo.Opt {
 	// until they are copied into the columns, which pooled buffers could
 	// overwrite.
 	return kafka.Options(s.kc,
-		kgo.ConsumerGroup(ch.ConsumerGroup),
+		kgo.ConsumerGroup(s.cfg.Kafka.Naming().ConsumerGroup(ch.ConsumerGroup)),
 		kgo.SessionTimeout(ch.SessionTimeout),
 		kgo.ConsumeTopics(names...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
@@ -169,7 +168,7 @@ func (s *Sink) Run(ctx context.Context) error {
 	defer cl.Close()
 	// Close leaves the group, which waits for a rebalance a poll may block.
 	defer cl.AllowRebalance()
-	if err := s.kc.Check(ctx, cl, kafka.AccessOf(kafka.ACLs(kafka.ComponentSink, s.cfg))); err != nil {
+	if err := s.kc.Check(ctx, cl, kafka.Needs(kafka.ComponentSink, s.cfg)); err != nil {
 		return err
 	}
 	ch := s.cfg.ClickHouse

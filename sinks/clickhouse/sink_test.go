@@ -10,9 +10,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
 )
 
 func kafkaRecord(t *testing.T, topic string, partition int32, offset int64, value any) *kgo.Record {
@@ -44,7 +44,7 @@ func TestSinkInsertWritesOutcomesAndLatestState(t *testing.T) {
 	ctx := testenv.Context(t, time.Minute)
 	conn, cfg := migratedDatabase(t, ctx)
 	sink := quietSink(cfg, conn)
-	names := topics.For("presence")
+	names := naming.Prefixes{}.For("presence")
 
 	applied := record.Outcome{
 		Stream: "presence", Key: "alice", EventID: "alice-843", EventType: "presence.changed",

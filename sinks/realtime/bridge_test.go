@@ -16,9 +16,10 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
+
 	"github.com/driftguard/driftguard/sinks/realtime"
 )
 
@@ -129,10 +130,10 @@ func TestCursorsThatCannotResumeAreGone(t *testing.T) {
 		defer admin.Close()
 		adm := kadm.NewClient(admin)
 		policy := "compact,delete"
-		if _, err := adm.AlterTopicConfigs(e.ctx, []kadm.AlterConfig{{Name: "cleanup.policy", Value: &policy}}, topics.For(stream).State); err != nil {
+		if _, err := adm.AlterTopicConfigs(e.ctx, []kadm.AlterConfig{{Name: "cleanup.policy", Value: &policy}}, naming.Prefixes{}.For(stream).State); err != nil {
 			t.Fatal(err)
 		}
-		ends, err := adm.ListEndOffsets(e.ctx, topics.For(stream).State)
+		ends, err := adm.ListEndOffsets(e.ctx, naming.Prefixes{}.For(stream).State)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +161,7 @@ func TestCursorsThatCannotResumeAreGone(t *testing.T) {
 		}
 		// The topic deleted and created again: a cursor of the old one is
 		// gone, once the bridge has read the new one.
-		topic := topics.For(stream).State
+		topic := naming.Prefixes{}.For(stream).State
 		if resp, err := adm.DeleteTopics(e.ctx, topic); err != nil || resp[topic].Err != nil {
 			t.Fatalf("deleting %s: %v %+v", topic, err, resp)
 		}

@@ -15,7 +15,6 @@ import (
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
 	"github.com/driftguard/driftguard/internal/record"
-	"github.com/driftguard/driftguard/internal/topics"
 )
 
 // message is one applied send, as chat catch-up serves it.
@@ -119,7 +118,7 @@ func (c *chat) highest(key string) (int64, <-chan struct{}) {
 // readChat reads the stream's outcomes from chat_history ago (each
 // partition from its first record at or after that time) until ctx ends.
 func (b *Bridge) readChat(ctx context.Context, st *stream) error {
-	topic := topics.For(st.cfg.Name).Outcomes
+	topic := st.outcomes
 	for {
 		err := b.readOutcomes(ctx, st.chat, topic)
 		if ctx.Err() != nil {

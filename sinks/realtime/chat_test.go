@@ -12,9 +12,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
 )
 
 // chatState is a conversation's public state, as the processor writes it.
@@ -30,7 +30,7 @@ func (e *bridgeEnv) sent(conv string, seq int64, sender, body string) {
 		seq, conv, sender, sender, seq, body)
 	o := record.Outcome{Stream: "chat", Key: conv, EventID: fmt.Sprintf("e%d", seq), EventType: "message.send", Version: seq,
 		Outcome: record.Applied, MessageID: fmt.Sprintf("%s:%d", conv, seq), ReceivedAtMs: 1000 + seq, Payload: json.RawMessage(payload)}
-	rec := &kgo.Record{Topic: topics.For("chat").Outcomes, Key: []byte(conv), Value: record.AppendOutcome(nil, &o)}
+	rec := &kgo.Record{Topic: naming.Prefixes{}.For("chat").Outcomes, Key: []byte(conv), Value: record.AppendOutcome(nil, &o)}
 	if err := e.cl.ProduceSync(e.ctx, rec).FirstErr(); err != nil {
 		e.t.Fatal(err)
 	}

@@ -15,11 +15,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/testenv"
-	"github.com/driftguard/driftguard/internal/topics"
+
 	"github.com/driftguard/driftguard/sinks/realtime"
 )
 
@@ -154,7 +155,7 @@ func (e *bridgeEnv) publishAsync(stream, key string, version int64, state string
 
 func stateRecord(stream, key string, version int64, state string) *kgo.Record {
 	st := record.State{Stream: stream, Key: key, Version: version, State: json.RawMessage(state), UpdatedAtMs: version}
-	return &kgo.Record{Topic: topics.For(stream).State, Key: []byte(key), Value: record.AppendState(nil, &st)}
+	return &kgo.Record{Topic: naming.Prefixes{}.For(stream).State, Key: []byte(key), Value: record.AppendState(nil, &st)}
 }
 
 // get GETs path with the token and decodes a 200's JSON into v; it returns

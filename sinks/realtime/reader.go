@@ -19,6 +19,8 @@ import (
 type stream struct {
 	cfg   *config.Stream
 	topic string
+	// outcomes is the stream's outcomes topic, read for chat catch-up.
+	outcomes string
 	// store is replaced when the state topic's epoch changes (the topic was
 	// deleted and created again): cursors of the old one are gone.
 	store atomic.Pointer[store]

@@ -27,7 +27,6 @@ import (
 	"github.com/driftguard/driftguard/internal/problem"
 	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/telemetry"
-	"github.com/driftguard/driftguard/internal/topics"
 )
 
 // Options configure the bridge. Zero values mean defaults.
@@ -77,7 +76,7 @@ func New(opts Options) (*Bridge, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Bridge{cfg: cfg.Bridge, kc: kc, need: kafka.AccessOf(kafka.ACLs(kafka.ComponentBridge, cfg)), log: telemetry.OrDiscard(opts.Logger),
+	b := &Bridge{cfg: cfg.Bridge, kc: kc, need: kafka.Needs(kafka.ComponentBridge, cfg), log: telemetry.OrDiscard(opts.Logger),
 		ops: opts.Ops, ln: opts.Listener, now: opts.Now, streams: map[string]*stream{}}
 	if b.ops == nil {
 		b.ops = telemetry.NewOps()
@@ -87,8 +86,10 @@ func New(opts Options) (*Bridge, error) {
 	}
 	b.metrics = newMetrics(b.ops.Registry)
 	b.auth = newVerifier([]byte(cfg.Bridge.Secret), b.now)
+	names := cfg.Kafka.Naming()
 	for _, s := range cfg.StreamList() {
-		st := &stream{cfg: s, topic: topics.For(s.Name).State}
+		t := names.For(s.Name)
+		st := &stream{cfg: s, topic: t.State, outcomes: t.Outcomes}
 		if s.Policy == config.PolicyAssign {
 			st.chat = newChat(s, cfg.Bridge.ChatWindow, cfg.Bridge.MaxEntities)
 		}

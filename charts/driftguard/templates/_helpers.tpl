@@ -61,7 +61,8 @@ config.yaml: |
 {{- end -}}
 
 {{/* Fails the render when a stream of config.streams has no webhook secret,
-or when two processor groups share a stream. */}}
+when two processor groups share a stream, or when a preStop drain would
+take the whole grace period. */}}
 {{- define "driftguard.check" -}}
 {{- range $stream, $_ := (.Values.config.streams | default dict) }}
 {{- if not (hasKey $.Values.webhookSecrets $stream) }}
@@ -85,38 +86,65 @@ or when two processor groups share a stream. */}}
 {{- $_ := set $seen . true }}
 {{- end }}
 {{- end }}
+{{- range $name := list "ingest" "bridge" }}
+{{- $v := index $.Values $name }}
+{{- if and $v.enabled (ge (int $v.preStopSleepSeconds) (int $.Values.terminationGracePeriodSeconds)) }}
+{{- fail (printf "%s.preStopSleepSeconds (%v) must stay below terminationGracePeriodSeconds (%v): the drain is part of the grace period, and the process needs the rest to finish its requests" $name $v.preStopSleepSeconds $.Values.terminationGracePeriodSeconds) }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
-{{/* The container securityContext of every container: the image runs as
-65532 with nothing writable but /tmp and the data dir. */}}
+{{/* The securityContexts: the image runs as 65532 with nothing writable but
+/tmp and the data dir. Both are values, so OpenShift users can null the ids
+(its restricted SCC assigns them). */}}
 {{- define "driftguard.containerSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-readOnlyRootFilesystem: true
-allowPrivilegeEscalation: false
-capabilities:
-  drop: [ALL]
-seccompProfile:
-  type: RuntimeDefault
+{{- toYaml .Values.containerSecurityContext }}
 {{- end -}}
 
 {{- define "driftguard.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-fsGroup: 65532
-fsGroupChangePolicy: OnRootMismatch
-seccompProfile:
-  type: RuntimeDefault
+{{- toYaml .Values.podSecurityContext }}
 {{- end -}}
 
-{{/* Variables every component reads. */}}
+{{/* Variables every component reads: the pod's identity from the downward
+API, Kafka (brokers, naming, TLS, SASL), ClickHouse's address, the local
+listeners and profiling. */}}
 {{- define "driftguard.env" -}}
 - name: DRIFTGUARD_CONFIG
   value: /etc/driftguard/config.yaml
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
 - name: DRIFTGUARD_KAFKA_BROKERS
   value: {{ join "," .Values.kafka.brokers | quote }}
+{{- with .Values.kafka.topicPrefix }}
+- name: DRIFTGUARD_KAFKA_TOPIC_PREFIX
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.kafka.groupPrefix }}
+- name: DRIFTGUARD_KAFKA_GROUP_PREFIX
+  value: {{ . | quote }}
+{{- end }}
+{{- include "driftguard.tlsEnv" (dict "prefix" "KAFKA" "tls" .Values.kafka.tls "dir" "/var/run/secrets/driftguard/kafka") }}
+{{- with .Values.kafka.sasl }}
+{{- if .mechanism }}
+- name: DRIFTGUARD_KAFKA_SASL_MECHANISM
+  value: {{ .mechanism | quote }}
+{{- with .username }}
+- name: DRIFTGUARD_KAFKA_SASL_USERNAME
+  value: {{ . | quote }}
+{{- end }}
+{{- include "driftguard.secretEnv" (dict "name" "DRIFTGUARD_KAFKA_SASL_PASSWORD" "ref" .passwordSecret) }}
+{{- if .tokenSecret.name }}
+- name: DRIFTGUARD_KAFKA_SASL_TOKEN_FILE
+  value: /var/run/secrets/driftguard/kafka/token
+{{- end }}
+{{- end }}
+{{- end }}
 - name: DRIFTGUARD_CLICKHOUSE_ADDR
   value: {{ .Values.clickhouse.addr | quote }}
 - name: DRIFTGUARD_CLICKHOUSE_DATABASE
@@ -125,19 +153,114 @@ seccompProfile:
   value: /var/lib/driftguard
 - name: DRIFTGUARD_TELEMETRY_ADDR
   value: ":9464"
-{{- if .Values.pyroscope.addr }}
+{{- with .Values.pyroscope }}
+{{- if .addr }}
 - name: DRIFTGUARD_PYROSCOPE_ADDR
-  value: {{ .Values.pyroscope.addr | quote }}
+  value: {{ .addr | quote }}
+{{- with .tenantID }}
+- name: DRIFTGUARD_PYROSCOPE_TENANT_ID
+  value: {{ . | quote }}
+{{- end }}
+{{- with .basicAuth.username }}
+- name: DRIFTGUARD_PYROSCOPE_BASIC_AUTH_USER
+  value: {{ . | quote }}
+{{- end }}
+{{- include "driftguard.secretEnv" (dict "name" "DRIFTGUARD_PYROSCOPE_BASIC_AUTH_PASSWORD" "ref" .basicAuth.passwordSecret) }}
+{{- end }}
 {{- end }}
 {{- end -}}
 
-{{- define "driftguard.clickhousePasswordEnv" -}}
-{{- if .Values.clickhouse.passwordSecret.name }}
-- name: DRIFTGUARD_CLICKHOUSE_PASSWORD
+{{/* A variable from a key of an existing Secret, when the reference names
+one: (dict "name" VAR "ref" (dict "name" secret "key" key)). */}}
+{{- define "driftguard.secretEnv" -}}
+{{- if .ref.name }}
+- name: {{ .name }}
   valueFrom:
     secretKeyRef:
-      name: {{ .Values.clickhouse.passwordSecret.name }}
-      key: {{ .Values.clickhouse.passwordSecret.key }}
+      name: {{ .ref.name }}
+      key: {{ .ref.key }}
+{{- end }}
+{{- end -}}
+
+{{/* The TLS variables of a client, naming the files driftguard.tlsSources
+mounts: (dict "prefix" "KAFKA" "tls" .Values.kafka.tls "dir" path). */}}
+{{- define "driftguard.tlsEnv" -}}
+{{- if .tls.enabled }}
+- name: DRIFTGUARD_{{ .prefix }}_TLS_ENABLED
+  value: "true"
+{{- if .tls.ca.secretName }}
+- name: DRIFTGUARD_{{ .prefix }}_TLS_CA_FILE
+  value: {{ .dir }}/ca.crt
+{{- end }}
+{{- if .tls.cert.secretName }}
+- name: DRIFTGUARD_{{ .prefix }}_TLS_CERT_FILE
+  value: {{ .dir }}/tls.crt
+- name: DRIFTGUARD_{{ .prefix }}_TLS_KEY_FILE
+  value: {{ .dir }}/tls.key
+{{- end }}
+{{- with .tls.serverName }}
+- name: DRIFTGUARD_{{ $.prefix }}_TLS_SERVER_NAME
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The projected-volume sources of a client's TLS files. The CA and the
+client certificate may come from different Secrets (Strimzi keeps the
+cluster CA apart from each user's certificate). */}}
+{{- define "driftguard.tlsSources" -}}
+{{- if .enabled }}
+{{- if .ca.secretName }}
+- secret:
+    name: {{ .ca.secretName }}
+    items:
+      - {key: {{ .ca.key | quote }}, path: ca.crt}
+{{- end }}
+{{- if .cert.secretName }}
+- secret:
+    name: {{ .cert.secretName }}
+    items:
+      - {key: {{ .cert.certKey | quote }}, path: tls.crt}
+      - {key: {{ .cert.keyKey | quote }}, path: tls.key}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Kafka's files: TLS, and the OAUTHBEARER token. */}}
+{{- define "driftguard.kafkaSources" -}}
+{{- include "driftguard.tlsSources" .Values.kafka.tls }}
+{{- with .Values.kafka.sasl }}
+{{- if and .mechanism .tokenSecret.name }}
+- secret:
+    name: {{ .tokenSecret.name }}
+    items:
+      - {key: {{ .tokenSecret.key | quote }}, path: token}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* What the sink and migrate read besides: the ClickHouse user, password,
+cluster and TLS. */}}
+{{- define "driftguard.clickhouseEnv" -}}
+{{- with .Values.clickhouse.username }}
+- name: DRIFTGUARD_CLICKHOUSE_USERNAME
+  value: {{ . | quote }}
+{{- end }}
+{{- include "driftguard.secretEnv" (dict "name" "DRIFTGUARD_CLICKHOUSE_PASSWORD" "ref" .Values.clickhouse.passwordSecret) }}
+{{- with .Values.clickhouse.cluster }}
+- name: DRIFTGUARD_CLICKHOUSE_CLUSTER
+  value: {{ . | quote }}
+{{- end }}
+{{- include "driftguard.tlsEnv" (dict "prefix" "CLICKHOUSE" "tls" .Values.clickhouse.tls "dir" "/var/run/secrets/driftguard/clickhouse") }}
+{{- end -}}
+
+{{/* envFrom of a driftguard container: the global list, then the
+component's: (dict "root" $ "values" .Values.ingest). */}}
+{{- define "driftguard.envFrom" -}}
+{{- $all := concat (.root.Values.envFrom | default list) ((get ((get . "values") | default dict) "envFrom") | default list) }}
+{{- with $all }}
+envFrom:
+  {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
 
@@ -159,20 +282,68 @@ readinessProbe:
   failureThreshold: 3
 {{- end -}}
 
-{{- define "driftguard.configMounts" -}}
+{{/* The preStop drain of a Service's pods (ingest, bridge): the pod leaves
+the Service's endpoints as soon as it is terminating, but kube-proxy and
+ingress controllers learn it a few seconds later; sleeping first keeps the
+process answering what they still send. Kubernetes' own sleep action,
+since the image has no shell. */}}
+{{- define "driftguard.preStop" -}}
+{{- if .preStopSleepSeconds }}
+lifecycle:
+  preStop:
+    sleep:
+      seconds: {{ .preStopSleepSeconds }}
+{{- end }}
+{{- end -}}
+
+{{/* Mounts of a driftguard container: (dict "root" $ "values" component
+values or nil "clickhouse" true when it talks to ClickHouse). */}}
+{{- define "driftguard.mounts" -}}
 - name: config
   mountPath: /etc/driftguard
   readOnly: true
 - name: tmp
   mountPath: /tmp
+{{- if include "driftguard.kafkaSources" .root }}
+- name: kafka-secrets
+  mountPath: /var/run/secrets/driftguard/kafka
+  readOnly: true
+{{- end }}
+{{- if and (get . "clickhouse") (include "driftguard.tlsSources" .root.Values.clickhouse.tls) }}
+- name: clickhouse-secrets
+  mountPath: /var/run/secrets/driftguard/clickhouse
+  readOnly: true
+{{- end }}
+{{- with (get ((get . "values") | default dict) "extraVolumeMounts") }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
-{{- define "driftguard.configVolumes" -}}
+{{/* Volumes of a driftguard pod: (dict "root" $ "values" component values or
+nil "clickhouse" bool "configMap" name, default the release's config). */}}
+{{- define "driftguard.volumes" -}}
 - name: config
   configMap:
-    name: {{ include "driftguard.fullname" . }}-config
+    name: {{ get . "configMap" | default (printf "%s-config" (include "driftguard.fullname" .root)) }}
 - name: tmp
   emptyDir: {}
+{{- with (include "driftguard.kafkaSources" .root) }}
+- name: kafka-secrets
+  projected:
+    sources:
+      {{- . | trim | nindent 6 }}
+{{- end }}
+{{- if get . "clickhouse" }}
+{{- with (include "driftguard.tlsSources" .root.Values.clickhouse.tls) }}
+- name: clickhouse-secrets
+  projected:
+    sources:
+      {{- . | trim | nindent 6 }}
+{{- end }}
+{{- end }}
+{{- with (get ((get . "values") | default dict) "extraVolumes") }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{/* Pod-level settings shared by every workload:
@@ -182,6 +353,9 @@ readinessProbe:
 serviceAccountName: {{ include "driftguard.serviceAccountName" $root }}
 automountServiceAccountToken: false
 terminationGracePeriodSeconds: {{ $root.Values.terminationGracePeriodSeconds }}
+{{- with (.values.priorityClassName | default $root.Values.priorityClassName) }}
+priorityClassName: {{ . }}
+{{- end }}
 securityContext:
   {{- include "driftguard.podSecurityContext" $root | nindent 2 }}
 {{- with $root.Values.imagePullSecrets }}
@@ -213,10 +387,32 @@ affinity:
               {{- toYaml . | nindent 14 }}
               {{- end }}
 {{- end }}
+{{- if .values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml .values.topologySpreadConstraints | nindent 2 }}
+{{- else if $root.Values.topologySpread.enabled }}
+{{- with $root.Values.topologySpread }}
+topologySpreadConstraints:
+  - topologyKey: {{ .topologyKey }}
+    maxSkew: {{ .maxSkew }}
+    whenUnsatisfiable: {{ .whenUnsatisfiable }}
+    labelSelector:
+      matchLabels:
+        {{- include "driftguard.selectorLabels" $ | nindent 8 }}
+        {{- with (get $ "selector") }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+{{- end }}
+{{- end }}
+{{- with .values.initContainers }}
+initContainers:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
 
-{{/* Pod template metadata: labels and the config checksum that rolls pods
-when the config or the catalogue changes. */}}
+{{/* Pod template metadata: labels, the config checksum that rolls pods
+when the config or the catalogue changes, and the secrets' revision that
+rolls them when a referenced Secret's content changes (secretsRevision). */}}
 {{- define "driftguard.podMetadata" -}}
 labels:
   {{- include "driftguard.selectorLabels" . | nindent 2 }}
@@ -228,27 +424,32 @@ labels:
   {{- end }}
 annotations:
   checksum/config: {{ include (print .root.Template.BasePath "/configmap.yaml") .root | sha256sum }}
+  {{- with .root.Values.secretsRevision }}
+  checksum/secrets: {{ toString . | sha256sum }}
+  {{- end }}
   {{- with .root.Values.podAnnotations }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
 {{- end -}}
 
-{{/* A container of the setup hook Job: (dict "root" $ "command" "topics"). */}}
+{{/* A container of the setup hook Job: (dict "root" $ "args" (list "topics")). */}}
 {{- define "driftguard.hookContainer" -}}
 {{- $root := .root -}}
-- name: {{ .command }}
+{{- $migrate := eq (first .args) "migrate" -}}
+- name: {{ first .args }}
   image: {{ include "driftguard.image" $root }}
   imagePullPolicy: {{ $root.Values.image.pullPolicy }}
-  args: [{{ .command }}]
+  args: {{ toJson .args }}
   env:
     {{- include "driftguard.env" $root | nindent 4 }}
-    {{- if eq .command "migrate" }}
-    {{- include "driftguard.clickhousePasswordEnv" $root | nindent 4 }}
+    {{- if $migrate }}
+    {{- include "driftguard.clickhouseEnv" $root | nindent 4 }}
     {{- end }}
+  {{- include "driftguard.envFrom" (dict "root" $root) | nindent 2 }}
   resources:
     {{- toYaml $root.Values.hooks.resources | nindent 4 }}
   securityContext:
     {{- include "driftguard.containerSecurityContext" $root | nindent 4 }}
   volumeMounts:
-    {{- include "driftguard.configMounts" $root | nindent 4 }}
+    {{- include "driftguard.mounts" (dict "root" $root "clickhouse" $migrate) | nindent 4 }}
 {{- end -}}

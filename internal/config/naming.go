@@ -1,0 +1,53 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/driftguard/driftguard/internal/naming"
+)
+
+// Naming is the prefixes every Kafka name of this configuration is built
+// with: kafka.topic_prefix and kafka.group_prefix.
+func (k Kafka) Naming() naming.Prefixes {
+	return naming.Prefixes{TopicPrefix: k.TopicPrefix, GroupPrefix: k.GroupPrefix}
+}
+
+// validateNaming checks that the prefixes make names Kafka accepts: its
+// topic characters, and every stream's topics within its length limit.
+func (c *Config) validateNaming() []error {
+	var errs []error
+	for _, p := range []struct{ path, prefix string }{{"kafka.topic_prefix", c.Kafka.TopicPrefix}, {"kafka.group_prefix", c.Kafka.GroupPrefix}} {
+		if err := naming.CheckPrefix(p.prefix); err != nil {
+			errs = append(errs, fmt.Errorf("in %s: %w", p.path, err))
+		}
+	}
+	// The stream with the longest name has the longest topics; one error
+	// says it for every stream.
+	longest := ""
+	for name := range c.Streams {
+		if len(name) > len(longest) {
+			longest = name
+		}
+	}
+	for _, topic := range c.Kafka.Naming().For(longest).All() {
+		if len(topic) > naming.MaxTopicLength {
+			errs = append(errs, fmt.Errorf("in kafka.topic_prefix: with it, stream %s has topic %s, %d characters long; Kafka accepts at most %d",
+				longest, topic, len(topic), naming.MaxTopicLength))
+			break
+		}
+	}
+	return errs
+}
+
+// warnNaming warns of a topic prefix with an underscore. Kafka's metric
+// names read '.' and '_' alike, and it refuses a topic that differs from an
+// existing one only there; every driftguard topic has a '.', so with an
+// '_' in the prefix, team_a.presence.in and another team's
+// team.a.presence.in cannot both exist.
+func (c *Config) warnNaming() {
+	if p := c.Kafka.TopicPrefix; strings.Contains(p, "_") {
+		c.Warnings = append(c.Warnings, fmt.Sprintf("kafka.topic_prefix %q has '_' while driftguard's topic names have '.': Kafka reads them alike in metric names and refuses a topic that differs from another only there, so %spresence.in collides with %spresence.in; prefer '.' or '-'",
+			p, p, strings.ReplaceAll(p, "_", ".")))
+	}
+}
