@@ -215,6 +215,27 @@ stop() {
   if [[ "$NAME" == kafka-cluster ]]; then cluster_stop; else stop_recorded kafka.Kafka; fi
 }
 
+# run_single DIR PORT [FORMAT_ARGS...]: formats the storage of the one
+# node in DIR, starts it and waits until it serves on PORT; on failure
+# stops it and exits.
+run_single() {
+  local dir="$1" port="$2"
+  shift 2
+  local cluster_id
+  # --standalone makes this node the whole (dynamic) controller quorum.
+  if ! cluster_id="$(random_cluster_id "$dir")" || ! format_node "$dir" "$cluster_id" --standalone "$@"; then
+    log "formatting the storage failed:"
+    tail -n 30 "$dir/stdout.log" >&2
+    stop
+    exit 1
+  fi
+  launch_node "$dir" "$PID_FILE"
+  if ! wait_node "$dir" "$(cat "$PID_FILE")" "$port"; then
+    stop
+    exit 1
+  fi
+}
+
 # single_node_settings: what a one-node cluster needs, since its internal
 # topics cannot be replicated.
 single_node_settings() {
@@ -233,21 +254,9 @@ start() {
   dir="$(new_run_dir "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT")"
   write_node "$dir" 1 "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" ""
   single_node_settings >>"$dir/server.properties"
-  local cluster_id
-  # --standalone makes this node the whole (dynamic) controller quorum.
-  if ! cluster_id="$(random_cluster_id "$dir")" || ! format_node "$dir" "$cluster_id" --standalone; then
-    log "formatting the storage failed:"
-    tail -n 30 "$dir/stdout.log" >&2
-    stop
-    exit 1
-  fi
-  launch_node "$dir" "$PID_FILE"
+  run_single "$dir" "$KAFKA_PORT"
   local pid
   pid="$(cat "$PID_FILE")"
-  if ! wait_node "$dir" "$pid" "$KAFKA_PORT"; then
-    stop
-    exit 1
-  fi
   log "kafka $KAFKA_VERSION ready (pid $pid, data $dir)"
   echo "DRIFTGUARD_TEST_KAFKA=127.0.0.1:$KAFKA_PORT"
   # Fault tests pause and resume the broker by this id.
@@ -418,22 +427,11 @@ ssl.principal.mapping.rules=RULE:^CN=([^,]+).*\$/\$1/,DEFAULT
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 super.users=User:admin;User:ANONYMOUS
 EOF
-  local cluster_id
-  if ! cluster_id="$(random_cluster_id "$dir")" || ! format_node "$dir" "$cluster_id" --standalone \
-      --add-scram "SCRAM-SHA-512=[name=admin,password=$password]" \
-      --add-scram "SCRAM-SHA-256=[name=admin,password=$password]"; then
-    log "formatting the storage failed:"
-    tail -n 30 "$dir/stdout.log" >&2
-    stop
-    exit 1
-  fi
-  launch_node "$dir" "$PID_FILE"
+  run_single "$dir" "$KAFKA_SECURE_SASL_SSL_PORT" \
+    --add-scram "SCRAM-SHA-512=[name=admin,password=$password]" \
+    --add-scram "SCRAM-SHA-256=[name=admin,password=$password]"
   local pid
   pid="$(cat "$PID_FILE")"
-  if ! wait_node "$dir" "$pid" "$KAFKA_SECURE_SASL_SSL_PORT"; then
-    stop
-    exit 1
-  fi
   log "secure kafka $KAFKA_VERSION ready (pid $pid, data $dir)"
   echo "DRIFTGUARD_TEST_KAFKA_SECURE_SASL_SSL=127.0.0.1:$KAFKA_SECURE_SASL_SSL_PORT"
   echo "DRIFTGUARD_TEST_KAFKA_SECURE_MTLS=127.0.0.1:$KAFKA_SECURE_MTLS_PORT"

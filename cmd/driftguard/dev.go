@@ -88,11 +88,7 @@ func dev(ctx context.Context, cfg *config.Config, opts devOptions) error {
 			demoSecretStreams = append(demoSecretStreams, name)
 		}
 	}
-	conn, err := kafka.Connect(cfg, brokers)
-	if err != nil {
-		return err
-	}
-	cl, err := kafka.NewClient(conn)
+	conn, cl, err := kafka.ConnectClient(cfg, brokers)
 	if err != nil {
 		return err
 	}

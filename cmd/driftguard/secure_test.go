@@ -294,11 +294,7 @@ func expectStartError(t *testing.T, ctx context.Context, cfg *config.Config, wan
 
 // checkConn connects with cfg and asks the brokers one metadata request.
 func checkConn(ctx context.Context, cfg *config.Config) error {
-	conn, err := kafka.Connect(cfg, nil)
-	if err != nil {
-		return err
-	}
-	cl, err := kafka.NewClient(conn)
+	conn, cl, err := kafka.ConnectClient(cfg, nil)
 	if err != nil {
 		return err
 	}
@@ -317,11 +313,7 @@ func secureAdmin(t *testing.T, ctx context.Context, k testenv.SecureKafka) *kadm
 	if err := checkConn(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := kafka.Connect(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := kafka.NewClient(conn)
+	_, cl, err := kafka.ConnectClient(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

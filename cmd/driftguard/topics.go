@@ -22,11 +22,7 @@ func topicsFlags(fs *flag.FlagSet) runner {
 }
 
 func runTopics(ctx context.Context, env *environment, create bool) error {
-	conn, err := kafka.Connect(env.cfg, nil)
-	if err != nil {
-		return err
-	}
-	cl, err := kafka.NewClient(conn)
+	conn, cl, err := kafka.ConnectClient(env.cfg, nil)
 	if err != nil {
 		return err
 	}

@@ -48,7 +48,7 @@ func Connect(cfg *config.Config, brokers []string) (Conn, error) {
 	k := cfg.Kafka
 	c := Conn{Brokers: cfg.BrokersOr(brokers), tlsOn: k.TLS.On(), caFile: k.TLS.CAFile}
 	if c.tlsOn {
-		t, err := tlsConfig(k.TLS)
+		t, err := config.ClientTLS("kafka.tls", k.TLS.CAFile, k.TLS.CertFile, k.TLS.KeyFile, k.TLS.ServerName)
 		if err != nil {
 			return Conn{}, err
 		}
@@ -64,32 +64,6 @@ func Connect(cfg *config.Config, brokers []string) (Conn, error) {
 	c.sasl = m
 	if k.SASL.Username != "" {
 		c.who = fmt.Sprintf("user %q", k.SASL.Username)
-	}
-	return c, nil
-}
-
-// tlsConfig is the client side of kafka.tls: the CA bundle (the system's
-// roots without one), the client certificate, the server name.
-func tlsConfig(t config.KafkaTLS) (*tls.Config, error) {
-	// franz-go sets ServerName to each broker's host when it is empty.
-	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("kafka.tls.ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("kafka.tls.ca_file: %s holds no PEM certificate", t.CAFile)
-		}
-		c.RootCAs = pool
-	}
-	if t.CertFile != "" || t.KeyFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("kafka.tls.cert_file / kafka.tls.key_file: %w", err)
-		}
-		c.Certificates = []tls.Certificate{cert}
 	}
 	return c, nil
 }
@@ -149,6 +123,17 @@ func awsCredentials(getenv func(string) string) (aws.Auth, error) {
 		return a, fmt.Errorf("kafka.sasl.mechanism %s: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set", config.SASLAWSMSKIAM)
 	}
 	return a, nil
+}
+
+// ConnectClient is Connect and a client of the Conn with opts, for a
+// one-off tool or check.
+func ConnectClient(cfg *config.Config, brokers []string, opts ...kgo.Opt) (Conn, *kgo.Client, error) {
+	conn, err := Connect(cfg, brokers)
+	if err != nil {
+		return Conn{}, nil, err
+	}
+	cl, err := NewClient(conn, opts...)
+	return conn, cl, err
 }
 
 // securityOptions are the franz-go options of c's TLS and SASL.

@@ -27,7 +27,7 @@ func TestConnectNamesTheTLSFileItCannotUse(t *testing.T) {
 	}{
 		{config.KafkaTLS{CAFile: filepath.Join(dir, "absent.pem")}, "kafka.tls.ca_file: open "},
 		{config.KafkaTLS{CAFile: notPEM}, "kafka.tls.ca_file: " + notPEM + " holds no PEM certificate"},
-		{config.KafkaTLS{CertFile: notPEM, KeyFile: notPEM}, "kafka.tls.cert_file / kafka.tls.key_file: "},
+		{config.KafkaTLS{CertFile: notPEM, KeyFile: notPEM}, "in kafka.tls.cert_file and kafka.tls.key_file: "},
 	}
 	for _, c := range cases {
 		cfg := &config.Config{}

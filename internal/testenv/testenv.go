@@ -189,11 +189,7 @@ func ProcessCPU(t testing.TB) time.Duration {
 // opts, for the caller to close.
 func Topics(t testing.TB, ctx context.Context, cfg *config.Config, brokers []string, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
-	conn, err := kafka.Connect(cfg, brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := kafka.NewClient(conn, opts...)
+	_, cl, err := kafka.ConnectClient(cfg, brokers, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
