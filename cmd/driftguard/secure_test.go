@@ -115,6 +115,7 @@ func TestSecureKafka(t *testing.T) {
 			"ingest":  fmt.Sprintf(`user %q lacks the ACL ALLOW WRITE on TOPIC %q`, user, names.In),
 			"process": fmt.Sprintf(`user %q lacks the ACL ALLOW READ on TOPIC %q`, user, names.In),
 			"bridge":  fmt.Sprintf(`user %q lacks the ACL ALLOW READ on TOPIC %q`, user, names.State),
+			"sink":    fmt.Sprintf(`user %q lacks the ACL ALLOW READ on TOPIC %q`, user, names.State),
 		})
 
 		// DESCRIBE but not WRITE: the edge starts, and refuses every
@@ -266,12 +267,12 @@ func listen(t *testing.T) net.Listener {
 
 // everywhere is the same error expected of every component.
 func everywhere(want string) map[string]string {
-	return map[string]string{"ingest": want, "process": want, "bridge": want}
+	return map[string]string{"ingest": want, "process": want, "bridge": want, "sink": want}
 }
 
-// expectStartError runs ingest, the processors and the bridge with cfg
-// and expects each to stop at start with an error containing want[its
-// name].
+// expectStartError runs ingest, the processors, the sink and the bridge
+// with cfg and expects each to stop at start, before the sink touches
+// ClickHouse, with an error containing want[its name].
 func expectStartError(t *testing.T, ctx context.Context, cfg *config.Config, want map[string]string) {
 	t.Helper()
 	bridge, err := realtime.New(realtime.Options{Config: cfg, Listener: listen(t)})
@@ -281,6 +282,7 @@ func expectStartError(t *testing.T, ctx context.Context, cfg *config.Config, wan
 	for _, svc := range []service.Service{
 		ingest.NewService(ingest.ServiceOptions{Config: cfg, Listener: listen(t)}),
 		processors.NewService(processors.ServiceOptions{Config: cfg, InMemoryTables: true}),
+		sinkch.New(sinkch.Options{Config: cfg}),
 		bridge,
 	} {
 		runCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
