@@ -131,6 +131,8 @@ func TestSecureKafka(t *testing.T) {
 			t.Errorf("%s took %d records, all refused", in, n)
 		}
 
+		checkTopicsFromEnvironment(t, ctx, k)
+
 		// The other mechanisms of the issue reach the same broker.
 		for _, m := range []struct{ mechanism, addr string }{
 			{config.SASLPlain, k.SASLSSL}, {config.SASLScramSHA256, k.SASLSSL}, {config.SASLScramSHA512, k.SASLPlaintext},
@@ -146,6 +148,32 @@ func TestSecureKafka(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The command line takes the settings from the environment, the password
+// from a file: `topics --check` reaches the broker (and finds the shipped
+// catalogue's topics missing there), and names kafka.sasl when the file
+// holds a wrong password.
+func checkTopicsFromEnvironment(t *testing.T, ctx context.Context, k testenv.SecureKafka) {
+	passwordFile := filepath.Join(t.TempDir(), "password")
+	for name, value := range map[string]string{"DRIFTGUARD_KAFKA_BROKERS": k.SASLSSL, "DRIFTGUARD_KAFKA_TLS_CA_FILE": k.CAFile,
+		"DRIFTGUARD_KAFKA_SASL_MECHANISM": config.SASLScramSHA512, "DRIFTGUARD_KAFKA_SASL_USERNAME": k.User,
+		"DRIFTGUARD_KAFKA_SASL_PASSWORD_FILE": passwordFile, "DRIFTGUARD_CONFIG": ""} {
+		t.Setenv(name, value)
+	}
+	for _, c := range []struct{ password, want string }{
+		{k.Password, "topic presence.in is missing"},
+		{"not-the-password", `kafka.sasl: the brokers refused user "admin"`},
+	} {
+		if err := os.WriteFile(passwordFile, []byte(c.password+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		code := run(ctx, []string{"topics", "--check"}, &out, &out)
+		if code == 0 || !strings.Contains(out.String(), c.want) {
+			t.Errorf("topics --check with the password file holding %q: exit %d, output:\n%s\nwant it to contain %q", c.password, code, out.String(), c.want)
+		}
+	}
 }
 
 // secureStream is the configuration of fresh copies of the shipped
