@@ -133,6 +133,24 @@ func TestSecureKafka(t *testing.T) {
 
 		checkTopicsFromEnvironment(t, ctx, k)
 
+		// A listener's protocol mistaken: each named.
+		for _, c := range []struct {
+			name, want string
+			edit       func(*config.Config)
+		}{
+			{"plaintext to the TLS listener", "kafka.tls: the brokers speak TLS on this port", func(c *config.Config) { c.Kafka.TLS = config.KafkaTLS{} }},
+			{"TLS to the plaintext listener", "kafka.tls: the brokers closed the connection at once", func(c *config.Config) { c.Kafka.Brokers = []string{k.SASLPlaintext} }},
+			{"no client certificate on the mTLS listener", "kafka.tls: the brokers refused the TLS handshake", func(c *config.Config) {
+				c.Kafka.Brokers, c.Kafka.SASL = []string{k.MTLS}, config.KafkaSASL{}
+			}},
+		} {
+			mistaken := *cfg
+			c.edit(&mistaken)
+			if err := checkConn(ctx, &mistaken); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
+			}
+		}
+
 		// The other mechanisms of the issue reach the same broker.
 		for _, m := range []struct{ mechanism, addr string }{
 			{config.SASLPlain, k.SASLSSL}, {config.SASLScramSHA256, k.SASLSSL}, {config.SASLScramSHA512, k.SASLPlaintext},
@@ -322,14 +340,15 @@ func expectStartError(t *testing.T, ctx context.Context, cfg *config.Config, wan
 	}
 }
 
-// checkConn connects with cfg and asks the brokers one metadata request.
+// checkConn connects with cfg and checks the connection as a component
+// does at start.
 func checkConn(ctx context.Context, cfg *config.Config) error {
 	conn, cl, err := kafka.ConnectClient(cfg, nil)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	return conn.Explain(cl.Ping(ctx))
+	return conn.Check(ctx, cl, kafka.Access{})
 }
 
 // secureAdmin is a client of the super user.

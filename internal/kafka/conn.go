@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -165,6 +166,10 @@ type Access struct {
 // at start (ingest answers 503 until it is back).
 const checkTimeout = 10 * time.Second
 
+// eofRetry is how long Check waits before it asks again a broker that
+// closed the connection at once.
+const eofRetry = time.Second
+
 // Check asks the brokers what a component needs before it starts: one
 // metadata request proves the TLS settings and the credentials, then its
 // topics, groups and transactional ids are described, which the brokers
@@ -174,7 +179,17 @@ const checkTimeout = 10 * time.Second
 func (c Conn) Check(ctx context.Context, cl *kgo.Client, need Access) error {
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
-	if err := cl.Ping(ctx); err != nil {
+	err := cl.Ping(ctx)
+	if errors.Is(err, io.EOF) {
+		// A broker going down closes connections too: only a second
+		// close, a moment later, says TLS.
+		select {
+		case <-ctx.Done():
+		case <-time.After(eofRetry):
+			err = cl.Ping(ctx)
+		}
+	}
+	if err != nil {
 		if explained := c.Explain(err); explained != err {
 			return explained
 		}
@@ -242,6 +257,8 @@ func (c Conn) Explain(err error) error {
 		hostname  x509.HostnameError
 		header    tls.RecordHeaderError
 		alert     tls.AlertError
+		op        *net.OpError
+		firstEOF  *kgo.ErrFirstReadEOF
 	)
 	switch {
 	case err == nil:
@@ -260,10 +277,18 @@ func (c Conn) Explain(err error) error {
 		return fmt.Errorf("kafka.tls.server_name: the brokers' certificate is not for the name dialed; set the name it carries: %w", err)
 	case errors.As(err, &header):
 		return fmt.Errorf("kafka.tls: the brokers do not speak TLS on this port: unset kafka.tls or use their TLS listener: %w", err)
-	case errors.As(err, &alert):
+	case errors.As(err, &alert), errors.As(err, &op) && op.Op == "remote error":
+		// The broker's TLS alert, such as "certificate required".
 		return fmt.Errorf("kafka.tls: the brokers refused the TLS handshake (a client certificate they require, kafka.tls.cert_file and key_file, or one they do not trust): %w", err)
-	case !c.tlsOn && errors.Is(err, io.EOF):
-		return fmt.Errorf("kafka.tls: the brokers closed the connection at once, as a TLS listener does to a plaintext client: set kafka.tls.enabled if the listener is TLS: %w", err)
+	case !c.tlsOn && strings.Contains(err.Error(), "speaking to a tls endpoint"):
+		// franz-go's reading of a TLS alert where it expected a response.
+		return fmt.Errorf("kafka.tls: the brokers speak TLS on this port: set kafka.tls.enabled (and kafka.tls.ca_file for a private CA): %w", err)
+	case errors.As(err, &firstEOF) && c.tlsOn:
+		return fmt.Errorf("kafka.tls: the brokers closed the connection at once, as a plaintext listener does to a TLS client: unset kafka.tls, or use their TLS listener: %w", err)
+	case errors.As(err, &firstEOF):
+		// franz-go's guess for a connection closed before any answer; a
+		// connection lost later (a broker going down) is no setting's.
+		return fmt.Errorf("kafka.tls or kafka.sasl: the brokers closed the connection at once, as a TLS listener does to a plaintext client and a SASL one to a client without kafka.sasl: %w", err)
 	case errors.Is(err, kerr.ClusterAuthorizationFailed):
 		// A producer meets it without WRITE on any topic: Kafka then
 		// wants IDEMPOTENT_WRITE on the cluster, which WRITE implies.
