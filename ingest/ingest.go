@@ -426,7 +426,7 @@ func (h *Handler) produce(w http.ResponseWriter, s *edgeStream, body []byte, hel
 			h.log.Warn("record refused as too large", "stream", s.cfg.Name, "topic", topic, "err", err)
 			return writeProblem(w, http.StatusRequestEntityTooLarge, "too_large", "the event's Kafka record is over what the topic accepts (max.message.bytes)", nil)
 		}
-		h.log.Warn("produce failed", "stream", s.cfg.Name, "err", h.explain(err))
+		h.log.Warn("produce failed", "stream", s.cfg.Name, "topic", topic, "err", h.explain(err))
 		return h.unavailable(w, "unavailable", "the event was not durably written; retry later")
 	}
 	if ephemeral != nil {

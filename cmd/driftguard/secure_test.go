@@ -119,13 +119,20 @@ func TestSecureKafka(t *testing.T) {
 		})
 
 		// DESCRIBE but not WRITE: the edge starts, and refuses every
-		// webhook with 503 instead of acknowledging what was not written.
+		// webhook with 503 instead of acknowledging what was not written:
+		// first refused a producer id (no WRITE on any topic), then, with
+		// WRITE on another topic, refused the write itself (an edge
+		// started anew: the first one's producer id stays refused).
 		grant(t, ctx, admin, "User:"+user, []kafka.ACL{{Resource: "TOPIC", Pattern: "LITERAL", Name: in, Operations: []string{"DESCRIBE"}}})
-		url := startIngest(t, ctx, &none, telemetry.NewOps())
-		pub := &webhook.Publisher{URL: url + "/v1/webhooks/" + presenceOf(cfg), Secret: testSecret}
-		resp, err := pub.Post(ctx, "denied-1", testenv.Presence{EventID: "denied-1", User: "bob", Version: 1, Timestamp: 1_700_000_000}.Body())
-		if err != nil || resp.Status != http.StatusServiceUnavailable {
-			t.Errorf("a webhook the broker refuses to store: status %d err %v body %s; want 503", resp.Status, err, resp.Body)
+		for i, also := range [][]kafka.ACL{nil, {{Resource: "TOPIC", Pattern: "LITERAL", Name: in + "-other", Operations: []string{"WRITE"}}}} {
+			grant(t, ctx, admin, "User:"+user, also)
+			url := startIngest(t, ctx, &none, telemetry.NewOps())
+			pub := &webhook.Publisher{URL: url + "/v1/webhooks/" + presenceOf(cfg), Secret: testSecret}
+			id := fmt.Sprintf("denied-%d", i)
+			resp, err := pub.Post(ctx, id, testenv.Presence{EventID: id, User: "bob", Version: int64(i + 1), Timestamp: 1_700_000_000}.Body())
+			if err != nil || resp.Status != http.StatusServiceUnavailable {
+				t.Errorf("%s, a webhook the broker refuses to store: status %d err %v body %s; want 503", id, resp.Status, err, resp.Body)
+			}
 		}
 		if n := written(t, ctx, admin, in); n != 0 {
 			t.Errorf("%s took %d records, all refused", in, n)
