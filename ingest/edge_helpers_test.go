@@ -163,7 +163,7 @@ func do(t testing.TB, req *http.Request) reply {
 // client every driftguard component uses. A nil opts.Now is the fixed clock.
 func serveEdge(t testing.TB, brokers []string, stream *config.Stream, opts Options) *httptest.Server {
 	t.Helper()
-	cl, err := kafka.NewClient(brokers)
+	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,8 +55,10 @@ type Handler struct {
 	// maxMessageBytes is the largest record batch Kafka accepts.
 	maxMessageBytes int
 	log             *slog.Logger
-	now             func() time.Time
-	metrics         *metrics
+	// explain names the setting or ACL behind a failed produce.
+	explain func(error) error
+	now     func() time.Time
+	metrics *metrics
 }
 
 type edgeStream struct {
@@ -111,6 +113,9 @@ type Options struct {
 	// MaxMessageBytes is the largest record batch the topics accept.
 	// Default record.DefaultMaxMessageBytes.
 	MaxMessageBytes int
+	// ExplainKafka rewrites a failed produce's error, for the log, to name
+	// the setting or ACL behind it (kafka.Conn.Explain); nil keeps it.
+	ExplainKafka func(error) error
 	// Naming builds the topic names (the configured kafka.topic_prefix);
 	// zero: no prefix.
 	Naming naming.Prefixes
@@ -123,6 +128,7 @@ func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Han
 		streams:         map[string]*edgeStream{},
 		producer:        producer,
 		log:             telemetry.OrDiscard(opts.Logger),
+		explain:         opts.ExplainKafka,
 		now:             opts.Now,
 		maxMessageBytes: cmp.Or(opts.MaxMessageBytes, record.DefaultMaxMessageBytes),
 		backlog:         newBacklog(time.Now),
@@ -134,6 +140,9 @@ func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Han
 	h.metrics = newMetrics(opts.Registerer, h.budget, h.backlog, h.connections)
 	if h.now == nil {
 		h.now = time.Now
+	}
+	if h.explain == nil {
+		h.explain = func(err error) error { return err }
 	}
 	for _, s := range streams {
 		scheme, err := NewScheme(s)
@@ -420,7 +429,7 @@ func (h *Handler) produce(w http.ResponseWriter, s *edgeStream, body []byte, hel
 			h.log.Warn("record refused as too large", "stream", s.cfg.Name, "topic", topic, "err", err)
 			return writeProblem(w, http.StatusRequestEntityTooLarge, "too_large", "the event's Kafka record is over what the topic accepts (max.message.bytes)", nil)
 		}
-		h.log.Warn("produce failed", "stream", s.cfg.Name, "err", err)
+		h.log.Warn("produce failed", "stream", s.cfg.Name, "topic", topic, "err", h.explain(err))
 		return h.unavailable(w, "unavailable", "the event was not durably written; retry later")
 	}
 	if ephemeral != nil {

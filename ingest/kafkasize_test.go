@@ -27,7 +27,7 @@ func TestRecordBytesAreWhatKafkaHolds(t *testing.T) {
 	ctx := testenv.Context(t, time.Minute)
 	const limit = 20_000
 	topic := testenv.UniqueName("record-size")
-	admin, err := kafka.NewClient(brokers)
+	admin, err := kafka.NewClient(kafka.Conn{Brokers: brokers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,13 +40,13 @@ func TestRecordBytesAreWhatKafkaHolds(t *testing.T) {
 
 	uncompressed := kgo.ProducerBatchCompression(kgo.NoCompression())
 	// The broker's own check: the producer sends batches of any size.
-	toBroker, err := kafka.NewClient(brokers, uncompressed, kgo.ProducerBatchMaxBytes(10*limit))
+	toBroker, err := kafka.NewClient(kafka.Conn{Brokers: brokers}, uncompressed, kgo.ProducerBatchMaxBytes(10*limit))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer toBroker.Close()
 	// The producer's check, with the limit the edge gives it.
-	limited, err := kafka.NewClient(brokers, uncompressed, kgo.ProducerBatchMaxBytes(record.ProducerBatchLimit(limit)))
+	limited, err := kafka.NewClient(kafka.Conn{Brokers: brokers}, uncompressed, kgo.ProducerBatchMaxBytes(record.ProducerBatchLimit(limit)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 // edge's producer sees.
 func edgeRoutes(t testing.TB, brokers []string, streams []*config.Stream, opts Options) (*http.ServeMux, *kgo.Client) {
 	t.Helper()
-	cl, err := kafka.NewClient(brokers)
+	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers})
 	if err != nil {
 		t.Fatal(err)
 	}

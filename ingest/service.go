@@ -20,8 +20,11 @@ import (
 // on the telemetry listener the caller serves Ops on, apart from the
 // public one, so the internet sees neither metrics nor dependency errors.
 type Service struct {
-	cfg     *config.Config
-	brokers []string
+	cfg *config.Config
+	// kc and kcErr are the Kafka connection of kafka.tls and kafka.sasl,
+	// or why it could not be made (returned by Run).
+	kc      kafka.Conn
+	kcErr   error
 	log     *slog.Logger
 	ops     *telemetry.Ops
 	ln      net.Listener
@@ -52,8 +55,9 @@ type ServiceOptions struct {
 
 // NewService builds the ingest service.
 func NewService(opts ServiceOptions) *Service {
-	s := &Service{cfg: opts.Config, brokers: opts.Config.BrokersOr(opts.Brokers), log: telemetry.OrDiscard(opts.Logger), ops: opts.Ops,
+	s := &Service{cfg: opts.Config, log: telemetry.OrDiscard(opts.Logger), ops: opts.Ops,
 		ln: opts.Listener, opsHere: opts.OpsOnListener, now: opts.Now}
+	s.kc, s.kcErr = kafka.Connect(opts.Config, opts.Brokers)
 	if s.ops == nil {
 		s.ops = telemetry.NewOps()
 	}
@@ -99,11 +103,19 @@ func ProducerOptions(linger time.Duration) []kgo.Opt {
 
 // Run serves until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
-	cl, err := kafka.NewClient(s.brokers, append(ProducerOptions(s.cfg.Kafka.Linger), kafka.ClientMetrics(s.ops.Registry, "ingest")...)...)
+	if s.kcErr != nil {
+		return s.kcErr
+	}
+	cl, err := kafka.NewClient(s.kc, append(ProducerOptions(s.cfg.Kafka.Linger), kafka.ClientMetrics(s.ops.Registry, "ingest")...)...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	// A refused credential or ACL stops the edge at start, with the
+	// setting named, instead of answering 503 to every webhook.
+	if err := s.kc.Check(ctx, cl, kafka.Needs(kafka.ComponentIngest, s.cfg)); err != nil {
+		return err
+	}
 	trusted, err := s.cfg.HTTP.TrustedPrefixes()
 	if err != nil {
 		return err
@@ -117,6 +129,7 @@ func (s *Service) Run(ctx context.Context) error {
 		MaxPerSource:     s.cfg.HTTP.MaxPerSource,
 		TrustedProxies:   trusted,
 		MaxConnections:   s.cfg.HTTP.MaxConnections,
+		ExplainKafka:     s.kc.Explain,
 		Naming:           s.cfg.Kafka.Naming(),
 	})
 	if err != nil {

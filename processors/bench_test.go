@@ -129,7 +129,7 @@ func brokerCPU(b *testing.B) time.Duration {
 
 // rawConsume reads the whole topic with a bare franz-go consumer.
 func rawConsume(b *testing.B, ctx context.Context, brokers []string, topic string) time.Duration {
-	cl, err := kafka.NewClient(brokers, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers}, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func decideAll(b *testing.B, ctx context.Context, brokers []string, s *config.St
 // every event.
 func decideAllExactlyOnce(b *testing.B, ctx context.Context, brokers []string, s *config.Stream) time.Duration {
 	metrics := NewMetrics(prometheus.NewRegistry())
-	rt, err := NewRuntime(brokers, s, Options{Metrics: metrics, Logger: testenv.Logger(b)}, RuntimeOptions{
+	rt, err := NewRuntime(kafka.Conn{Brokers: brokers}, s, Options{Metrics: metrics, Logger: testenv.Logger(b)}, RuntimeOptions{
 		TransactionalID: naming.Prefixes{}.TransactionalID("bench", s.Name), Storage: tableStorageBuilder(b.TempDir()),
 	})
 	if err != nil {

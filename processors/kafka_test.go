@@ -51,7 +51,7 @@ func testRefuseNotCopartitioned(t *testing.T, brokers []string) {
 	s.Name = testenv.UniqueName("copart")
 	s.Limits.Partitions = 4
 	cfg := testenv.OnlyStream(t, s)
-	cl, err := kafka.NewClient(brokers)
+	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 )
@@ -24,7 +25,7 @@ func TestRuntimeMetricsWhileWorkingAndStalled(t *testing.T) {
 	brokers, ctx, s, names, cl := onePartitionStream(t, "presence")
 	reg := prometheus.NewRegistry()
 	metrics := NewMetrics(reg)
-	r, err := NewRuntime(brokers, s, Options{Logger: testenv.Logger(t), Metrics: metrics},
+	r, err := NewRuntime(kafka.Conn{Brokers: brokers}, s, Options{Logger: testenv.Logger(t), Metrics: metrics},
 		RuntimeOptions{TransactionalID: "metrics-a", CommitEvery: 50 * time.Millisecond, TimerTick: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -36,7 +36,7 @@ const (
 )
 
 func newProducer(brokers []string, clientID string) (goka.Producer, error) {
-	cl, err := kafka.NewClient(brokers, kgo.ClientID(clientID),
+	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers}, kgo.ClientID(clientID),
 		// Three records per event wait for acks=all: a deep buffer keeps
 		// the processor deciding while the broker catches up, bounded in
 		// bytes so memory stays bounded whatever the record sizes.

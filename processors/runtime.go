@@ -53,11 +53,11 @@ import (
 // storage only once it commits, so the storage never holds a value Kafka
 // did not accept.
 type Runtime struct {
-	h       *handler
-	brokers []string
-	opts    RuntimeOptions
-	table   string
-	group   string
+	h     *handler
+	conn  kafka.Conn
+	opts  RuntimeOptions
+	table string
+	group string
 
 	// mu serializes the transaction loop and the group's partition
 	// callbacks, which franz-go runs on its own goroutine between
@@ -149,7 +149,7 @@ type pendingValue struct {
 }
 
 // NewRuntime builds the transactional runtime of stream s.
-func NewRuntime(brokers []string, s *config.Stream, opts Options, ropts RuntimeOptions) (*Runtime, error) {
+func NewRuntime(conn kafka.Conn, s *config.Stream, opts Options, ropts RuntimeOptions) (*Runtime, error) {
 	if ropts.TransactionalID == "" {
 		return nil, errors.New("processor runtime: a transactional id is required")
 	}
@@ -166,7 +166,7 @@ func NewRuntime(brokers []string, s *config.Stream, opts Options, ropts RuntimeO
 	// Inputs are decided again only when their first decision aborted with
 	// its table write: there is nothing to remember.
 	h.noRedelivery = true
-	r := &Runtime{h: h, brokers: brokers, opts: ropts, table: h.names.Table,
+	r := &Runtime{h: h, conn: conn, opts: ropts, table: h.names.Table,
 		group: h.group, parts: map[int32]*ownedPartition{}}
 	// Decisions are made under r.mu, in gather.
 	h.onDecided = func(ms int64) { r.receivedAt = append(r.receivedAt, ms) }
@@ -184,7 +184,7 @@ func (r *Runtime) Recovered() bool { return r.joined.Load() && r.restoring.Load(
 // (read_committed, stable offsets, the oldest offset for a new group).
 func (r *Runtime) ClientOptions() []kgo.Opt {
 	names := r.h.names
-	return kafka.Options(r.brokers, append([]kgo.Opt{
+	return kafka.Options(r.conn, append([]kgo.Opt{
 		kgo.ConsumerGroup(r.group),
 		// A static member: an instance restarted after a crash gets its
 		// partitions back at once instead of after the session timeout
@@ -234,7 +234,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 	}()
 	// The lag is read by a client of its own, beside the sessions: it
 	// keeps moving while a session stalls or is begun anew.
-	lagClient, err := kafka.NewClient(r.brokers, r.h.opts.Metrics.clientOpts("process-"+r.h.stream.Name+"-lag")...)
+	lagClient, err := kafka.NewClient(r.conn, r.h.opts.Metrics.clientOpts("process-"+r.h.stream.Name+"-lag")...)
 	if err != nil {
 		return fmt.Errorf("processor %s: %w", r.h.stream.Name, err)
 	}
@@ -360,7 +360,7 @@ func (r *Runtime) session(ctx context.Context, began *bool) (committed bool, err
 func (r *Runtime) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), producerCloseTimeout)
 	defer cancel()
-	cl, err := kafka.NewClient(r.brokers, r.h.opts.Metrics.clientOpts("process-"+r.h.stream.Name+"-leave")...)
+	cl, err := kafka.NewClient(r.conn, r.h.opts.Metrics.clientOpts("process-"+r.h.stream.Name+"-leave")...)
 	if err == nil {
 		defer cl.Close()
 		var left kadm.LeaveGroupResponses
@@ -725,7 +725,7 @@ func (r *Runtime) restore(ctx context.Context, p int32, ends kadm.ListedOffsets)
 // restores table partition p from offset from: committed records only,
 // with the transaction markers that tell where the end is.
 func (r *Runtime) ChangelogReaderOptions(p int32, from int64) []kgo.Opt {
-	return kafka.Options(r.brokers, append([]kgo.Opt{
+	return kafka.Options(r.conn, append([]kgo.Opt{
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{r.table: {p: kgo.NewOffset().At(from)}}),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),

@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
@@ -76,7 +77,7 @@ func faultyPartitionStream(t *testing.T, stream string, tune func(*config.Stream
 func newRuntime(t *testing.T, brokers []string, s *config.Stream, ropts RuntimeOptions) (*Runtime, *Metrics) {
 	t.Helper()
 	metrics := NewMetrics(prometheus.NewRegistry())
-	r, err := NewRuntime(brokers, s, Options{Logger: testenv.Logger(t), Metrics: metrics}, ropts)
+	r, err := NewRuntime(kafka.Conn{Brokers: brokers}, s, Options{Logger: testenv.Logger(t), Metrics: metrics}, ropts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func bob(in string, v int64) *kgo.Record {
 func startFaultyRuntime(t *testing.T, ctx context.Context, brokers []string, s *config.Stream, id string, commitEvery time.Duration) (network *severableNetwork, stop func() error) {
 	t.Helper()
 	network = &severableNetwork{}
-	r, err := NewRuntime(brokers, s, Options{Logger: testenv.Logger(t)}, RuntimeOptions{TransactionalID: id, CommitEvery: commitEvery,
+	r, err := NewRuntime(kafka.Conn{Brokers: brokers}, s, Options{Logger: testenv.Logger(t)}, RuntimeOptions{TransactionalID: id, CommitEvery: commitEvery,
 		Client: []kgo.Opt{kgo.Dialer(network.DialContext), kgo.SessionTimeout(6 * time.Second)}})
 	if err != nil {
 		t.Fatal(err)
@@ -440,11 +441,11 @@ func TestRuntimeZombieIsFenced(t *testing.T) {
 // a StatefulSet scaled past the partition count still rolls out.
 func TestRuntimeWithoutPartitionsIsReady(t *testing.T) {
 	brokers, ctx, s, _, _ := onePartitionStream(t, "presence")
-	first, err := NewRuntime(brokers, s, Options{}, RuntimeOptions{TransactionalID: "ready-a"})
+	first, err := NewRuntime(kafka.Conn{Brokers: brokers}, s, Options{}, RuntimeOptions{TransactionalID: "ready-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := NewRuntime(brokers, s, Options{}, RuntimeOptions{TransactionalID: "ready-b"})
+	second, err := NewRuntime(kafka.Conn{Brokers: brokers}, s, Options{}, RuntimeOptions{TransactionalID: "ready-b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -493,7 +494,7 @@ func answerHeartbeatsOf(c *kfake.Cluster, member *atomic.Pointer[string]) {
 // Run returns (a zombie's may report its refused commits).
 func zombieRuntime(t *testing.T, ctx context.Context, brokers []string, s *config.Stream, id string) *Runtime {
 	t.Helper()
-	r, err := NewRuntime(brokers, s, Options{Logger: testenv.Logger(t)}, RuntimeOptions{TransactionalID: id, TimerTick: 100 * time.Millisecond,
+	r, err := NewRuntime(kafka.Conn{Brokers: brokers}, s, Options{Logger: testenv.Logger(t)}, RuntimeOptions{TransactionalID: id, TimerTick: 100 * time.Millisecond,
 		Client: []kgo.Opt{kgo.SessionTimeout(6 * time.Second)}})
 	if err != nil {
 		t.Fatal(err)

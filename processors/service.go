@@ -17,8 +17,11 @@ import (
 
 // Service runs the processor of every stream in the catalogue.
 type Service struct {
-	cfg     *config.Config
-	brokers []string
+	cfg *config.Config
+	// kc and kcErr are the Kafka connection of kafka.tls and kafka.sasl,
+	// or why it could not be made (returned by Run).
+	kc      kafka.Conn
+	kcErr   error
 	log     *slog.Logger
 	ops     *telemetry.Ops
 	metrics *Metrics
@@ -52,7 +55,8 @@ type ServiceOptions struct {
 
 // NewService builds the processors service.
 func NewService(opts ServiceOptions) *Service {
-	s := &Service{cfg: opts.Config, brokers: opts.Config.BrokersOr(opts.Brokers), log: telemetry.OrDiscard(opts.Logger), ops: opts.Ops, noCreate: opts.NoCreate}
+	s := &Service{cfg: opts.Config, log: telemetry.OrDiscard(opts.Logger), ops: opts.Ops, noCreate: opts.NoCreate}
+	s.kc, s.kcErr = kafka.Connect(opts.Config, opts.Brokers)
 	if s.ops != nil {
 		s.metrics = NewMetrics(s.ops.Registry)
 	}
@@ -79,14 +83,24 @@ func (s *Service) Name() string { return "process" }
 // when one is missing or a stream's topics are not co-partitioned, then
 // runs one goka group per stream.
 func (s *Service) Run(ctx context.Context) error {
-	cl, err := kafka.NewClient(s.brokers, s.metrics.clientOpts("process")...)
+	if s.kcErr != nil {
+		return s.kcErr
+	}
+	cl, err := kafka.NewClient(s.kc, s.metrics.clientOpts("process")...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	need := kafka.Needs(kafka.ComponentProcess, s.cfg)
+	for _, name := range s.cfg.StreamNames() {
+		need.TransactionalIDs = append(need.TransactionalIDs, s.cfg.Kafka.Naming().TransactionalID(s.cfg.Processing.InstanceID, name))
+	}
+	if err := s.kc.Check(ctx, cl, need); err != nil {
+		return err
+	}
 	statuses, err := kafka.EnsureTopics(ctx, cl, s.cfg, !s.noCreate)
 	if err != nil {
-		return fmt.Errorf("topics: %w", err)
+		return fmt.Errorf("topics: %w", s.kc.Explain(err))
 	}
 	// Weaker than configured, another retention or configs this principal
 	// may not read are said, not refused: an operator may have lowered
@@ -112,7 +126,7 @@ func (s *Service) Run(ctx context.Context) error {
 			continue
 		}
 		running = append(running, name)
-		p, err := NewRuntime(s.brokers, stream, Options{Logger: s.log, Metrics: s.metrics, Naming: names}, RuntimeOptions{
+		p, err := NewRuntime(s.kc, stream, Options{Logger: s.log, Metrics: s.metrics, Naming: names}, RuntimeOptions{
 			TransactionalID: names.TransactionalID(s.cfg.Processing.InstanceID, name),
 			Storage:         store,
 			CommitEvery:     s.cfg.Processing.CommitInterval,
@@ -139,7 +153,7 @@ func (s *Service) Run(ctx context.Context) error {
 			return nil
 		})
 	}
-	s.log.Info("processors starting", "streams", running, "brokers", s.brokers)
+	s.log.Info("processors starting", "streams", running, "brokers", s.kc.Brokers)
 	err = service.RunAll(ctx, services...)
 	if errors.Is(err, context.Canceled) {
 		return nil

@@ -16,15 +16,24 @@
 #                                        prints the new DRIFTGUARD_TEST_CLUSTER_PIDS
 #   scripts/kafka.sh cluster stop        stop every node of the cluster, delete its data
 #
-# The single broker and the cluster have state files and ports of their own,
-# so both run at once.
+#   scripts/kafka.sh secure start        one node with TLS, SASL and the standard authorizer;
+#                                        prints the DRIFTGUARD_TEST_KAFKA_SECURE_* variables
+#                                        (listed in secure_start)
+#   scripts/kafka.sh secure stop         stop it, delete its data and certificates
+#
+# The single broker, the cluster and the secure broker have state files and
+# ports of their own, so all run at once.
 #
 # Kafka is fetched as Maven artifacts rather than the release tarball because
 # Maven Central is the only Kafka source reachable from CI and dev machines.
 set -euo pipefail
 
 # The cluster keeps its own state files (lib.sh names them after NAME).
-if [[ "${1:-}" == cluster ]]; then NAME=kafka-cluster; else NAME=kafka; fi
+case "${1:-}" in
+  cluster) NAME=kafka-cluster ;;
+  secure) NAME=kafka-secure ;;
+  *) NAME=kafka ;;
+esac
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -35,6 +44,12 @@ KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-19093}"
 # 3), below Linux's ephemeral range so that no client's port takes one.
 IFS=, read -r -a CLUSTER_PORTS <<<"${KAFKA_CLUSTER_PORTS:-19192,19193,19194}"
 IFS=, read -r -a CLUSTER_CONTROLLER_PORTS <<<"${KAFKA_CLUSTER_CONTROLLER_PORTS:-19292,19293,19294}"
+# The secure broker's listeners: SASL over TLS, TLS with client
+# certificates required (mTLS), SASL over plaintext, and its controller.
+KAFKA_SECURE_SASL_SSL_PORT="${KAFKA_SECURE_SASL_SSL_PORT:-19392}"
+KAFKA_SECURE_MTLS_PORT="${KAFKA_SECURE_MTLS_PORT:-19393}"
+KAFKA_SECURE_SASL_PLAINTEXT_PORT="${KAFKA_SECURE_SASL_PLAINTEXT_PORT:-19394}"
+KAFKA_SECURE_CONTROLLER_PORT="${KAFKA_SECURE_CONTROLLER_PORT:-19395}"
 # How long a silent follower stays in the ISR, and a silent node keeps its
 # leaderships: short, so that a fault test's stalls and kills play out in
 # seconds (Kafka's defaults are 30 s and 9 s).
@@ -102,7 +117,7 @@ EOF
 # own log, a heap that leaves room for three nodes beside everything else.
 node_java_opts() {
   local heap=(-Xms256m -Xmx512m)
-  [[ "$NAME" == kafka-cluster ]] && heap=(-Xms128m -Xmx256m)
+  [[ "$NAME" != kafka ]] && heap=(-Xms128m -Xmx256m)
   JAVA_OPTS=("${heap[@]}" -Djava.awt.headless=true
     "-Dlog4j2.configurationFile=$1/log4j2.xml" -cp "$LIBS/*")
 }
@@ -190,13 +205,47 @@ wait_node() {
   done
 }
 
+# random_cluster_id: a cluster id as StorageTool's random-uuid makes one
+# (16 random bytes, base64url), without starting a JVM for it.
 random_cluster_id() {
-  node_java_opts "$1"
-  java "${JAVA_OPTS[@]}" kafka.tools.StorageTool random-uuid 2>>"$1/stdout.log"
+  head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n'
 }
 
 stop() {
   if [[ "$NAME" == kafka-cluster ]]; then cluster_stop; else stop_recorded kafka.Kafka; fi
+}
+
+# run_single DIR PORT [FORMAT_ARGS...]: formats the storage of the one
+# node in DIR, starts it and waits until it serves on PORT; on failure
+# stops it and exits.
+run_single() {
+  local dir="$1" port="$2"
+  shift 2
+  local cluster_id
+  # --standalone makes this node the whole (dynamic) controller quorum.
+  if ! cluster_id="$(random_cluster_id "$dir")" || ! format_node "$dir" "$cluster_id" --standalone "$@"; then
+    log "formatting the storage failed:"
+    tail -n 30 "$dir/stdout.log" >&2
+    stop
+    exit 1
+  fi
+  launch_node "$dir" "$PID_FILE"
+  if ! wait_node "$dir" "$(cat "$PID_FILE")" "$port"; then
+    stop
+    exit 1
+  fi
+}
+
+# single_node_settings: what a one-node cluster needs, since its internal
+# topics cannot be replicated.
+single_node_settings() {
+  cat <<EOF
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+EOF
 }
 
 start() {
@@ -204,29 +253,10 @@ start() {
   local dir
   dir="$(new_run_dir "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT")"
   write_node "$dir" 1 "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" ""
-  # Single node: internal topics cannot be replicated.
-  cat >>"$dir/server.properties" <<EOF
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-EOF
-  local cluster_id
-  # --standalone makes this node the whole (dynamic) controller quorum.
-  if ! cluster_id="$(random_cluster_id "$dir")" || ! format_node "$dir" "$cluster_id" --standalone; then
-    log "formatting the storage failed:"
-    tail -n 30 "$dir/stdout.log" >&2
-    stop
-    exit 1
-  fi
-  launch_node "$dir" "$PID_FILE"
+  single_node_settings >>"$dir/server.properties"
+  run_single "$dir" "$KAFKA_PORT"
   local pid
   pid="$(cat "$PID_FILE")"
-  if ! wait_node "$dir" "$pid" "$KAFKA_PORT"; then
-    stop
-    exit 1
-  fi
   log "kafka $KAFKA_VERSION ready (pid $pid, data $dir)"
   echo "DRIFTGUARD_TEST_KAFKA=127.0.0.1:$KAFKA_PORT"
   # Fault tests pause and resume the broker by this id.
@@ -343,6 +373,115 @@ cluster_restart() {
   echo "DRIFTGUARD_TEST_CLUSTER_PIDS=$(cluster_pids)"
 }
 
+# The secure broker: one node whose clients must authenticate and are
+# authorized by the standard (KRaft) authorizer. A CA, the broker's
+# certificate (for 127.0.0.1 and localhost) and a client certificate are
+# made with openssl into the run folder, as PEM, which Kafka reads as is
+# (ssl.keystore.type=PEM). The super user `admin` (SCRAM-SHA-512,
+# SCRAM-SHA-256 and PLAIN; its client certificate's CN maps to it too) has a
+# random password made at start; its SCRAM credentials are written into
+# the storage when it is formatted, so no client has to add them after the
+# start. Tests make their own users and ACLs through it.
+secure_start() {
+  fetch
+  command -v openssl >/dev/null || apt_install openssl
+  local dir
+  dir="$(new_run_dir "$KAFKA_SECURE_SASL_SSL_PORT" "$KAFKA_SECURE_MTLS_PORT" \
+    "$KAFKA_SECURE_SASL_PLAINTEXT_PORT" "$KAFKA_SECURE_CONTROLLER_PORT")"
+  local tls="$dir/tls" password
+  password="$(openssl rand -hex 16)"
+  if ! make_test_certificates "$tls" >>"$dir/openssl.log" 2>&1; then
+    log "making the test certificates failed:"
+    tail -n 30 "$dir/openssl.log" >&2
+    stop
+    exit 1
+  fi
+  write_node "$dir" 1 "$KAFKA_SECURE_SASL_SSL_PORT" "$KAFKA_SECURE_CONTROLLER_PORT" ""
+  single_node_settings >>"$dir/server.properties"
+  local plain="org.apache.kafka.common.security.plain.PlainLoginModule required username=\"admin\" password=\"$password\" user_admin=\"$password\";"
+  local scram="org.apache.kafka.common.security.scram.ScramLoginModule required;"
+  # Later keys win in a properties file: these replace write_node's
+  # plaintext listeners. The controller listener stays plaintext, on
+  # loopback, and is the only one where a principal is ANONYMOUS (the
+  # node's broker half registering with its controller half), hence the
+  # super user.
+  cat >>"$dir/server.properties" <<EOF
+listeners=SASL_SSL://127.0.0.1:$KAFKA_SECURE_SASL_SSL_PORT,SSL://127.0.0.1:$KAFKA_SECURE_MTLS_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SECURE_SASL_PLAINTEXT_PORT,CONTROLLER://127.0.0.1:$KAFKA_SECURE_CONTROLLER_PORT
+advertised.listeners=SASL_SSL://127.0.0.1:$KAFKA_SECURE_SASL_SSL_PORT,SSL://127.0.0.1:$KAFKA_SECURE_MTLS_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SECURE_SASL_PLAINTEXT_PORT
+listener.security.protocol.map=SASL_SSL:SASL_SSL,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=SASL_PLAINTEXT
+sasl.mechanism.inter.broker.protocol=PLAIN
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_ssl.plain.sasl.jaas.config=$plain
+listener.name.sasl_plaintext.plain.sasl.jaas.config=$plain
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=$scram
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=$scram
+listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=$scram
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=$scram
+ssl.keystore.type=PEM
+ssl.keystore.location=$tls/server.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$tls/ca.pem
+listener.name.ssl.ssl.client.auth=required
+ssl.principal.mapping.rules=RULE:^CN=([^,]+).*\$/\$1/,DEFAULT
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:admin;User:ANONYMOUS
+EOF
+  run_single "$dir" "$KAFKA_SECURE_SASL_SSL_PORT" \
+    --add-scram "SCRAM-SHA-512=[name=admin,password=$password]" \
+    --add-scram "SCRAM-SHA-256=[name=admin,password=$password]"
+  local pid
+  pid="$(cat "$PID_FILE")"
+  log "secure kafka $KAFKA_VERSION ready (pid $pid, data $dir)"
+  echo "DRIFTGUARD_TEST_KAFKA_SECURE_SASL_SSL=127.0.0.1:$KAFKA_SECURE_SASL_SSL_PORT"
+  echo "DRIFTGUARD_TEST_KAFKA_SECURE_MTLS=127.0.0.1:$KAFKA_SECURE_MTLS_PORT"
+  echo "DRIFTGUARD_TEST_KAFKA_SECURE_SASL_PLAINTEXT=127.0.0.1:$KAFKA_SECURE_SASL_PLAINTEXT_PORT"
+  echo "DRIFTGUARD_TEST_KAFKA_SECURE_CA_FILE=$tls/ca.pem"
+  echo "DRIFTGUARD_TEST_KAFKA_SECURE_CERT_FILE=$tls/client.pem"
+  echo "DRIFTGUARD_TEST_KAFKA_SECURE_KEY_FILE=$tls/client.key"
+  echo "DRIFTGUARD_TEST_KAFKA_SECURE_USER=admin"
+  echo "DRIFTGUARD_TEST_KAFKA_SECURE_PASSWORD=$password"
+}
+
+# make_test_certificates DIR: a CA (ca.pem), the broker's key and
+# certificate chain in one file (server.pem) and a client certificate for
+# CN=admin (client.pem, client.key), all P-256, valid two days.
+make_test_certificates() {
+  local d="$1"
+  mkdir -p "$d"
+  local key=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+  openssl req -x509 "${key[@]}" -keyout "$d/ca.key" -out "$d/ca.pem" -days 2 \
+    -subj "/CN=driftguard test CA" -addext "basicConstraints=critical,CA:TRUE" \
+    -addext "keyUsage=critical,keyCertSign,cRLSign"
+  local name ext
+  for name in server client; do
+    if [[ "$name" == server ]]; then
+      ext=$'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth'
+      openssl req "${key[@]}" -keyout "$d/server.key" -out "$d/server.csr" -subj "/CN=localhost"
+    else
+      ext="extendedKeyUsage=clientAuth"
+      openssl req "${key[@]}" -keyout "$d/client.key" -out "$d/client.csr" -subj "/CN=admin"
+    fi
+    openssl x509 -req -in "$d/$name.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+      -days 2 -out "$d/$name.pem" -extfile <(printf '%s\n' "$ext")
+  done
+  # Kafka's PEM key store: the private key, then the certificate chain.
+  cat "$d/server.key" "$d/server.pem" "$d/ca.pem" >"$d/server-store.pem"
+  mv "$d/server-store.pem" "$d/server.pem"
+  chmod 600 "$d"/*.key "$d/server.pem"
+}
+
+secure() {
+  case "${1:-}" in
+    start) secure_start ;;
+    stop) stop ;;
+    *)
+      echo "usage: $0 secure start|stop" >&2
+      exit 2
+      ;;
+  esac
+}
+
 cluster() {
   case "${1:-}" in
     start) cluster_start ;;
@@ -361,8 +500,9 @@ case "${1:-}" in
   stop) stop ;;
   libs) echo "$LIBS" ;;
   cluster) cluster "${@:2}" ;;
+  secure) secure "${@:2}" ;;
   *)
-    echo "usage: $0 fetch|start|stop|libs|cluster start|restart N|stop" >&2
+    echo "usage: $0 fetch|start|stop|libs|cluster start|restart N|stop|secure start|stop" >&2
     exit 2
     ;;
 esac

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Run a command against a throwaway Kafka broker and ClickHouse server:
+# Run a command against throwaway Kafka brokers and a ClickHouse server:
 #
 #   scripts/with-services.sh go test ./...
 #   scripts/with-services.sh --cluster go test ./...
 #
-# Starts both (in parallel), exports DRIFTGUARD_TEST_KAFKA (and the broker's
-# DRIFTGUARD_TEST_KAFKA_PID, for fault tests), DRIFTGUARD_TEST_CLICKHOUSE (and
+# Starts the plain broker, the secure one (TLS, SASL, ACLs: `kafka.sh secure
+# start`) and ClickHouse in parallel, exports DRIFTGUARD_TEST_KAFKA (and the
+# broker's DRIFTGUARD_TEST_KAFKA_PID, for fault tests), the secure broker's
+# DRIFTGUARD_TEST_KAFKA_SECURE_* variables, DRIFTGUARD_TEST_CLICKHOUSE (and
 # its secure port's DRIFTGUARD_TEST_CLICKHOUSE_SECURE, _CA, _USER and
 # _PASSWORD) and DRIFTGUARD_TEST_REQUIRE=1 (integration tests must then fail
 # rather than skip), runs the command, always stops them, and exits with the command's
@@ -36,6 +38,7 @@ cleanup() {
   for p in "${starters[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${starters[@]}"; do wait "$p" 2>/dev/null || true; done
   "$here/kafka.sh" stop &
+  "$here/kafka.sh" secure stop &
   "$here/clickhouse.sh" stop &
   if ((with_cluster)); then "$here/kafka.sh" cluster stop & fi
   wait || true
@@ -47,6 +50,8 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 "$here/kafka.sh" start >"$out/kafka" &
+starters+=("$!")
+"$here/kafka.sh" secure start >"$out/secure" &
 starters+=("$!")
 "$here/clickhouse.sh" start >"$out/clickhouse" &
 starters+=("$!")
@@ -67,6 +72,11 @@ kafka_pid="$(sed -n 's/^DRIFTGUARD_TEST_KAFKA_PID=//p' "$out/kafka")"
 clickhouse="$(sed -n 's/^DRIFTGUARD_TEST_CLICKHOUSE=//p' "$out/clickhouse")"
 export DRIFTGUARD_TEST_KAFKA="$kafka" DRIFTGUARD_TEST_KAFKA_PID="$kafka_pid" \
   DRIFTGUARD_TEST_CLICKHOUSE="$clickhouse" DRIFTGUARD_TEST_REQUIRE=1
+# Every line the secure broker printed is a DRIFTGUARD_TEST_KAFKA_SECURE_*
+# variable.
+while IFS= read -r line; do
+  [[ "$line" == DRIFTGUARD_TEST_KAFKA_SECURE_*=* ]] && export "${line?}"
+done <"$out/secure"
 for name in DRIFTGUARD_TEST_CLICKHOUSE_SECURE DRIFTGUARD_TEST_CLICKHOUSE_CA \
   DRIFTGUARD_TEST_CLICKHOUSE_USER DRIFTGUARD_TEST_CLICKHOUSE_PASSWORD; do
   export "$name=$(sed -n "s/^$name=//p" "$out/clickhouse")"

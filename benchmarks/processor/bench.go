@@ -98,7 +98,7 @@ func run(ctx context.Context, o options) (*Results, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(work)
-	cl, err := kafka.NewClient(brokers)
+	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers})
 	if err != nil {
 		return nil, err
 	}

@@ -28,7 +28,7 @@ type tail struct {
 
 func newTail(brokers []string, warmup, measure string) (*tail, error) {
 	w, m := naming.Prefixes{}.For(warmup), naming.Prefixes{}.For(measure)
-	cl, err := kafka.NewClient(brokers,
+	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers},
 		kgo.ConsumeTopics(w.Outcomes, m.Outcomes, m.State),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),

@@ -61,7 +61,7 @@ type placed struct {
 // preload writes ds to name's input as ingest would (key = user_id, the
 // body as value, ingest's headers) and returns where each landed.
 func preload(ctx context.Context, brokers []string, name string, ds []Delivery) ([]placed, error) {
-	cl, err := kafka.NewClient(brokers, kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(100_000))
+	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers}, kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(100_000))
 	if err != nil {
 		return nil, err
 	}

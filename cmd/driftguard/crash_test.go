@@ -296,7 +296,7 @@ func newOutputReader(t *testing.T, brokers []string, names map[string]string) *o
 	}
 	// As the sink reads them: committed records only. Transaction markers
 	// are kept to know when a topic is read to its end.
-	cl, err := kafka.NewClient(brokers, kgo.ConsumeTopics(ts...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers}, kgo.ConsumeTopics(ts...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
 	if err != nil {
 		t.Fatal(err)

@@ -69,6 +69,9 @@ func dev(ctx context.Context, cfg *config.Config, opts devOptions) error {
 	log := opts.Log
 	brokers := cfg.Kafka.Brokers
 	if len(brokers) == 0 {
+		// The embedded broker is plaintext and open: kafka.tls and
+		// kafka.sasl are for an external cluster.
+		cfg.Kafka.TLS, cfg.Kafka.SASL = config.KafkaTLS{}, config.KafkaSASL{}
 		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.ListenFn(func(network, _ string) (net.Listener, error) {
 			return net.Listen(network, "127.0.0.1:0")
 		}))
@@ -85,14 +88,17 @@ func dev(ctx context.Context, cfg *config.Config, opts devOptions) error {
 			demoSecretStreams = append(demoSecretStreams, name)
 		}
 	}
-	cl, err := kafka.NewClient(brokers)
+	conn, cl, err := kafka.ConnectClient(cfg, brokers)
 	if err != nil {
 		return err
 	}
-	_, err = kafka.EnsureTopics(ctx, cl, cfg, true)
+	err = conn.Check(ctx, cl, kafka.Access{})
+	if err == nil {
+		_, err = kafka.EnsureTopics(ctx, cl, cfg, true)
+	}
 	cl.Close()
 	if err != nil {
-		return fmt.Errorf("topics: %w", err)
+		return fmt.Errorf("topics: %w", conn.Explain(err))
 	}
 	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
 	if err != nil {
@@ -102,7 +108,7 @@ func dev(ctx context.Context, cfg *config.Config, opts devOptions) error {
 	services := []service.Service{
 		ingest.NewService(ingest.ServiceOptions{Config: cfg, Brokers: brokers, Logger: log, Ops: ops, Listener: ln, OpsOnListener: true}),
 		processors.NewService(processors.ServiceOptions{Config: cfg, Brokers: brokers, Logger: log, Ops: ops, InMemoryTables: true}),
-		&tail{brokers: brokers, cfg: cfg, out: opts.Out, every: opts.SummaryEvery},
+		&tail{conn: conn, cfg: cfg, out: opts.Out, every: opts.SummaryEvery},
 	}
 	chNote := "ClickHouse: off (--no-sink)"
 	if !opts.NoSink {

@@ -224,7 +224,7 @@ func TestDevDemoShowsEveryPolicyOnTheEmbeddedBroker(t *testing.T) {
 			t.Errorf("the banner's demo line does not name %s:\n%s", s, out.String())
 		}
 	}
-	cl, err := kafka.NewClient(brokers, kgo.ConsumeTopics(outcomeTopics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers}, kgo.ConsumeTopics(outcomeTopics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +356,7 @@ func postDemoWebhook(ctx context.Context, webhooks, stream, id string, body []by
 // "event_id outcome/reason vVERSION[ message_id]".
 func readOutcomes(t *testing.T, ctx context.Context, brokers []string, topic string, n int) []string {
 	t.Helper()
-	cl, err := kafka.NewClient(brokers, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers}, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
 	}

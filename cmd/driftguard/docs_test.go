@@ -568,7 +568,9 @@ func TestDocsEnvironmentVariables(t *testing.T) {
 	known := map[string]bool{testenv.EnvKafka: true, testenv.EnvKafkaPID: true, testenv.EnvClickHouse: true,
 		testenv.EnvClickHouseSecure: true, testenv.EnvClickHouseCA: true, testenv.EnvClickHouseUser: true, testenv.EnvClickHousePassword: true,
 		testenv.EnvRequire: true, envCrashSeed: true, envScreenshots: true,
-		testenv.EnvCluster: true, testenv.EnvClusterPIDs: true, testenv.EnvClusterControl: true, testenv.EnvFaults: true, envFaultSeed: true}
+		testenv.EnvCluster: true, testenv.EnvClusterPIDs: true, testenv.EnvClusterControl: true, testenv.EnvFaults: true, envFaultSeed: true,
+		testenv.EnvSecureSASLSSL: true, testenv.EnvSecureMTLS: true, testenv.EnvSecureSASLPlaintext: true, testenv.EnvSecureCAFile: true,
+		testenv.EnvSecureCertFile: true, testenv.EnvSecureKeyFile: true, testenv.EnvSecureUser: true, testenv.EnvSecurePassword: true}
 	if readByCommand(t) {
 		known["DRIFTGUARD_CONFIG"] = true
 	}
@@ -701,7 +703,12 @@ func loadExample(t *testing.T, page string, b fencedBlock, dir string) {
 	if err := os.WriteFile(path, []byte(b.body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(path, nil)
+	// The pages keep SASL passwords out of the file, in the environment.
+	var environ []string
+	if strings.Contains(b.body, "sasl:") {
+		environ = []string{"DRIFTGUARD_KAFKA_SASL_PASSWORD=from-a-secret"}
+	}
+	cfg, err := config.Load(path, environ)
 	if err != nil {
 		t.Errorf("%s:%d: config.Load refuses the example:\n%v", page, b.line, err)
 		return

@@ -53,7 +53,7 @@ func TestFaultClientSettingsOfEveryComponent(t *testing.T) {
 	cfg.Bridge.Secret = strings.Repeat("s", 32)
 	stream := cfg.Streams["presence"]
 
-	runtime, err := processors.NewRuntime(brokers, stream, processors.Options{}, processors.RuntimeOptions{TransactionalID: naming.Prefixes{}.TransactionalID("instance-0", stream.Name)})
+	runtime, err := processors.NewRuntime(kafka.Conn{Brokers: brokers}, stream, processors.Options{}, processors.RuntimeOptions{TransactionalID: naming.Prefixes{}.TransactionalID("instance-0", stream.Name)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestFaultClientSettingsOfEveryComponent(t *testing.T) {
 		t.Fatal(err)
 	}
 	clients := []clientUnderTest{
-		{name: "ingest's producer", opts: kafka.Options(brokers, ingest.ProducerOptions(time.Millisecond)...), produces: true},
+		{name: "ingest's producer", opts: kafka.Options(kafka.Conn{Brokers: brokers}, ingest.ProducerOptions(time.Millisecond)...), produces: true},
 		{name: "the processor's transact session", opts: runtime.ClientOptions(), produces: true, transactional: true, consumes: true, group: true},
 		{name: "the processor's table restore", opts: runtime.ChangelogReaderOptions(0, 0), consumes: true},
 		{name: "the ClickHouse sink", opts: sink.ClientOptions(), consumes: true, group: true},
@@ -113,7 +113,7 @@ func TestFaultClientSettingsOfEveryComponent(t *testing.T) {
 		t.Fatal(err)
 	}
 	linger := defaults.Kafka.Linger
-	producer, err := kgo.NewClient(kafka.Options(brokers, ingest.ProducerOptions(linger)...)...)
+	producer, err := kgo.NewClient(kafka.Options(kafka.Conn{Brokers: brokers}, ingest.ProducerOptions(linger)...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

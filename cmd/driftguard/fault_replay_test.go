@@ -121,7 +121,7 @@ type outcomeReader struct {
 
 func newOutcomeReader(t *testing.T, brokers []string, topic string) *outcomeReader {
 	t.Helper()
-	cl, err := kafka.NewClient(brokers, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers}, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		t.Fatal(err)

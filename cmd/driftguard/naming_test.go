@@ -44,7 +44,7 @@ func namedStream(t *testing.T, stream, head, extra string, environ ...string) (*
 	}
 	cfg.Streams = map[string]*config.Stream{stream: cfg.Streams[stream]}
 	cfg.Kafka.Brokers = brokers
-	cl, err := kafka.NewClient(brokers)
+	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers})
 	if err != nil {
 		t.Fatal(err)
 	}

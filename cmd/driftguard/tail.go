@@ -20,10 +20,10 @@ import (
 // tail prints the first outcomes one per line, then counts by outcome, so
 // the decisions are visible without any other tool.
 type tail struct {
-	brokers []string
-	cfg     *config.Config
-	out     io.Writer
-	every   time.Duration
+	conn  kafka.Conn
+	cfg   *config.Config
+	out   io.Writer
+	every time.Duration
 }
 
 // firstOutcomes are printed one per line before switching to summaries.
@@ -37,7 +37,7 @@ func (t *tail) Run(ctx context.Context) error {
 		names = append(names, t.cfg.Kafka.Naming().For(s).Outcomes)
 	}
 	// Committed outcomes only: a processor's aborted transaction shows nothing.
-	cl, err := kafka.NewClient(t.brokers, kgo.ConsumeTopics(names...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	cl, err := kafka.NewClient(t.conn, kgo.ConsumeTopics(names...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		return err

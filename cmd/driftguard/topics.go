@@ -22,12 +22,16 @@ func topicsFlags(fs *flag.FlagSet) runner {
 }
 
 func runTopics(ctx context.Context, env *environment, create bool) error {
-	cl, err := kafka.NewClient(env.cfg.BrokersOrDefault())
+	conn, cl, err := kafka.ConnectClient(env.cfg, nil)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	if err := conn.Check(ctx, cl, kafka.Access{}); err != nil {
+		return err
+	}
 	statuses, err := kafka.EnsureTopics(ctx, cl, env.cfg, create)
+	err = conn.Explain(err)
 	if len(statuses) == 0 {
 		return err
 	}

@@ -125,7 +125,7 @@ func makeInternalTopics(t *testing.T, brokers []string) {
 	t.Helper()
 	ctx := testenv.Context(t, time.Minute)
 	topic := testenv.UniqueName("internal")
-	cl, err := kafka.NewClient(brokers, kgo.TransactionalID(topic), kgo.DefaultProduceTopic(topic))
+	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers}, kgo.TransactionalID(topic), kgo.DefaultProduceTopic(topic))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestTopicsCheckReportsWeakTopicsOnTheCluster(t *testing.T) {
 	cfg, specs := catalogueCopies(t, brokers, 3)
 	cfg.Streams = map[string]*config.Stream{specs[0].Stream: cfg.Streams[specs[0].Stream]}
 	names := naming.Prefixes{}.For(specs[0].Stream)
-	cl, err := kafka.NewClient(brokers)
+	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers})
 	if err != nil {
 		t.Fatal(err)
 	}

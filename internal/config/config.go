@@ -71,6 +71,9 @@ type Kafka struct {
 	// cluster grants a team's ACLs by prefix. Default: none.
 	TopicPrefix string `yaml:"topic_prefix" env:"DRIFTGUARD_KAFKA_TOPIC_PREFIX"`
 	GroupPrefix string `yaml:"group_prefix" env:"DRIFTGUARD_KAFKA_GROUP_PREFIX"`
+	// TLS and SASL of every client (kafkasec.go).
+	TLS  KafkaTLS  `yaml:"tls"`
+	SASL KafkaSASL `yaml:"sasl"`
 }
 
 // HTTP configures the ingest edge's listener and its limits.
@@ -297,7 +300,11 @@ func Load(path string, environ []string) (*Config, error) {
 			return nil, err
 		}
 	}
+	passwordInFile := c.Kafka.SASL.Password != ""
 	if err := c.applyEnv(environ); err != nil {
+		return nil, err
+	}
+	if err := c.readSecretFiles(); err != nil {
 		return nil, err
 	}
 	c.applyDefaults()
@@ -308,6 +315,7 @@ func Load(path string, environ []string) (*Config, error) {
 		return nil, err
 	}
 	c.warnDurability()
+	c.warnSecurity(passwordInFile)
 	c.warnNaming()
 	return c, nil
 }
@@ -529,6 +537,7 @@ func (c *Config) Validate() error {
 	if c.ClickHouse.FetchMinBytes < 1 {
 		add("clickhouse.fetch_min_bytes", "must be at least 1, got %d", c.ClickHouse.FetchMinBytes)
 	}
+	c.Kafka.validateSecurity(add)
 	for i, b := range c.Kafka.Brokers {
 		if !strings.Contains(b, ":") {
 			add(fmt.Sprintf("kafka.brokers[%d]", i), "%q needs host:port", b)
@@ -622,6 +631,19 @@ kafka:
   # min_insync_replicas: 1       # default 2 when replication_factor is 3 or more
   produce_timeout: 5s            # ingest answers 503 after this
   linger: 5ms                    # ingest's producer batches webhooks this long
+  tls:                           # every client; any key below turns TLS on
+    enabled: false               # DRIFTGUARD_KAFKA_TLS_ENABLED; system roots unless ca_file
+    # ca_file: /etc/kafka-tls/ca.crt     # DRIFTGUARD_KAFKA_TLS_CA_FILE: PEM CAs of the brokers
+    # cert_file: /etc/kafka-tls/tls.crt  # DRIFTGUARD_KAFKA_TLS_CERT_FILE: client certificate (mTLS),
+    # key_file: /etc/kafka-tls/tls.key   # DRIFTGUARD_KAFKA_TLS_KEY_FILE: and its key
+    # server_name: kafka.internal        # DRIFTGUARD_KAFKA_TLS_SERVER_NAME: when not the dialed host
+  sasl:
+    mechanism: ""                # DRIFTGUARD_KAFKA_SASL_MECHANISM: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, AWS_MSK_IAM
+    # username: driftguard               # DRIFTGUARD_KAFKA_SASL_USERNAME (PLAIN, SCRAM)
+    # password: prefer DRIFTGUARD_KAFKA_SASL_PASSWORD or password_file to the file
+    # password_file: /etc/kafka-sasl/password  # DRIFTGUARD_KAFKA_SASL_PASSWORD_FILE: read at start
+    # token_file: /var/run/secrets/kafka/token # DRIFTGUARD_KAFKA_SASL_TOKEN_FILE (OAUTHBEARER): read at every login
+    # AWS_MSK_IAM: credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN
   topic_prefix: ""               # DRIFTGUARD_KAFKA_TOPIC_PREFIX, e.g. team-a.: starts every topic name
   group_prefix: ""               # DRIFTGUARD_KAFKA_GROUP_PREFIX: starts every consumer group and transactional id
 http:

@@ -1,6 +1,7 @@
 // Package kafka holds the franz-go plumbing every component shares: one way
-// to build a client (Kafka's murmur2 partitioning, acks=all, idempotence),
-// topic setup.
+// to build a client (Kafka's murmur2 partitioning, acks=all, idempotence,
+// the TLS and SASL of kafka.tls and kafka.sasl), topic setup, and the
+// errors that name the security setting a broker refused.
 package kafka
 
 import (
@@ -15,10 +16,10 @@ import (
 	"github.com/driftguard/driftguard/internal/topics"
 )
 
-// NewClient returns a franz-go client for brokers with driftguard's
-// defaults; opts add consumer settings or override.
-func NewClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
-	return New(Options(brokers, opts...))
+// NewClient returns a franz-go client of conn with driftguard's defaults;
+// opts add consumer settings or override.
+func NewClient(conn Conn, opts ...kgo.Opt) (*kgo.Client, error) {
+	return New(Options(conn, opts...))
 }
 
 // New builds a client of opts, a component's whole option list built on
@@ -32,10 +33,11 @@ func New(opts []kgo.Opt) (*kgo.Client, error) {
 }
 
 // Options are NewClient's options, for clients built another way (a
-// transactional session).
-func Options(brokers []string, opts ...kgo.Opt) []kgo.Opt {
+// transactional session): every client's seed brokers, TLS and SASL come
+// from here.
+func Options(conn Conn, opts ...kgo.Opt) []kgo.Opt {
 	base := []kgo.Opt{
-		kgo.SeedBrokers(brokers...),
+		kgo.SeedBrokers(conn.Brokers...),
 		// Java's and goka's (with partition.GokaHasher) placement of keys.
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
 		// acks=all and idempotence are franz-go's defaults; stated so a
@@ -48,6 +50,7 @@ func Options(brokers []string, opts ...kgo.Opt) []kgo.Opt {
 		// up to 12 s in the cluster fault test. A second is still cheap.
 		kgo.MetadataMinAge(time.Second),
 	}
+	base = append(base, conn.securityOptions()...)
 	return append(base, opts...)
 }
 

@@ -18,7 +18,7 @@ func TestClientMetricsShareARegistry(t *testing.T) {
 		t.Helper()
 		// Never asked for anything, so never connected: the hooks register
 		// when the client is built.
-		cl, err := New(Options([]string{"127.0.0.1:1"}, ClientMetrics(reg, role)...))
+		cl, err := New(Options(Conn{Brokers: []string{"127.0.0.1:1"}}, ClientMetrics(reg, role)...))
 		if err != nil {
 			t.Fatal(err)
 		}

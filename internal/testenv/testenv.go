@@ -184,11 +184,12 @@ func ProcessCPU(t testing.TB) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// Topics creates the topics of cfg's streams on the brokers and returns a
-// client of the brokers, with opts, for the caller to close.
+// Topics creates the topics of cfg's streams on the brokers (with cfg's
+// kafka.tls and kafka.sasl) and returns a client of the brokers, with
+// opts, for the caller to close.
 func Topics(t testing.TB, ctx context.Context, cfg *config.Config, brokers []string, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
-	cl, err := kafka.NewClient(brokers, opts...)
+	_, cl, err := kafka.ConnectClient(cfg, brokers, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

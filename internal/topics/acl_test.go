@@ -41,7 +41,7 @@ func TestEnsureWithoutCreateUnderPrefixACLs(t *testing.T) {
 	t.Cleanup(cancel)
 	ensure := func(user string, create bool) ([]topics.Status, error) {
 		t.Helper()
-		cl, err := kafka.NewClient(c.ListenAddrs(), kgo.SASL(plain.Auth{User: user, Pass: user}.AsMechanism()))
+		cl, err := kafka.NewClient(kafka.Conn{Brokers: c.ListenAddrs()}, kgo.SASL(plain.Auth{User: user, Pass: user}.AsMechanism()))
 		if err != nil {
 			t.Fatal(err)
 		}

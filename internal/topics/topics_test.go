@@ -154,7 +154,7 @@ func newFixtureWith(t *testing.T, brokers []string, kafkaYAML string) *fixture {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	cl, err := kafka.NewClient(brokers)
+	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func (f *fixture) names() []string {
 
 func (f *fixture) ensure(t *testing.T, create bool) ([]topics.Status, error) {
 	t.Helper()
-	cl, err := kafka.NewClient(f.cfg.BrokersOrDefault())
+	cl, err := kafka.NewClient(kafka.Conn{Brokers: f.cfg.BrokersOrDefault()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +414,7 @@ func testEnsureRejectsWrongCleanupPolicy(t *testing.T, brokers []string) {
 // client listed the topics as missing just before they were created.
 func testEnsureChecksTopicCreatedAfterListing(t *testing.T, brokers []string) {
 	f := newFixture(t, brokers)
-	cl, err := kafka.NewClient(brokers)
+	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 func TestSinkWritesCommittedTransactionsOnly(t *testing.T) {
 	ctx := testenv.Context(t, 2*time.Minute)
 	b := newBrokerSink(t, ctx, "committed")
-	txn, err := kafka.NewClient(b.cfg.Kafka.Brokers, kgo.TransactionalID(b.stream+"-txn"))
+	txn, err := kafka.NewClient(kafka.Conn{Brokers: b.cfg.Kafka.Brokers}, kgo.TransactionalID(b.stream+"-txn"))
 	if err != nil {
 		t.Fatal(err)
 	}

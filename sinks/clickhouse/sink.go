@@ -32,8 +32,11 @@ const maxBackoff = 5 * time.Second
 // Sink consumes the outcomes, state and DLQ topics of every stream and
 // inserts them into ClickHouse.
 type Sink struct {
-	cfg     *config.Config
-	brokers []string
+	cfg *config.Config
+	// kc and kcErr are the Kafka connection of kafka.tls and kafka.sasl,
+	// or why it could not be made (returned by Run).
+	kc      kafka.Conn
+	kcErr   error
 	conn    driver.Conn
 	log     *slog.Logger
 	ops     *telemetry.Ops
@@ -94,8 +97,9 @@ type Options struct {
 
 // New builds the sink.
 func New(opts Options) *Sink {
-	s := &Sink{cfg: opts.Config, brokers: opts.Config.BrokersOr(opts.Brokers), conn: opts.Conn, log: telemetry.OrDiscard(opts.Logger), ops: opts.Ops, kinds: map[string]topicKind{}, streams: map[string]string{},
+	s := &Sink{cfg: opts.Config, conn: opts.Conn, log: telemetry.OrDiscard(opts.Logger), ops: opts.Ops, kinds: map[string]topicKind{}, streams: map[string]string{},
 		held: map[heldKey]int64{}, loaded: map[string]bool{}, ids: map[string]string{}, metrics: newMetrics(opts.Ops)}
+	s.kc, s.kcErr = kafka.Connect(opts.Config, opts.Brokers)
 	for _, name := range s.cfg.StreamNames() {
 		n := s.cfg.Kafka.Naming().For(name)
 		s.kinds[n.Outcomes] = outcomesTopic
@@ -124,7 +128,7 @@ func (s *Sink) ClientOptions() []kgo.Opt {
 	// No kgo.WithPools: record.DecodeOutcome reads strings over record values
 	// until they are copied into the columns, which pooled buffers could
 	// overwrite.
-	return kafka.Options(s.brokers, append([]kgo.Opt{
+	return kafka.Options(s.kc, append([]kgo.Opt{
 		kgo.ConsumerGroup(s.cfg.Kafka.Naming().ConsumerGroup(ch.ConsumerGroup)),
 		kgo.SessionTimeout(ch.SessionTimeout),
 		kgo.ConsumeTopics(names...),
@@ -163,6 +167,9 @@ func (s *Sink) registry() prometheus.Registerer {
 // not committed before a crash is not inserted again, because the sink
 // skips offsets at or below what sink_positions says a table holds.
 func (s *Sink) Run(ctx context.Context) error {
+	if s.kcErr != nil {
+		return s.kcErr
+	}
 	cl, err := kafka.New(s.ClientOptions())
 	if err != nil {
 		return err
@@ -170,6 +177,9 @@ func (s *Sink) Run(ctx context.Context) error {
 	defer cl.Close()
 	// Close leaves the group, which waits for a rebalance a poll may block.
 	defer cl.AllowRebalance()
+	if err := s.kc.Check(ctx, cl, kafka.Needs(kafka.ComponentSink, s.cfg)); err != nil {
+		return err
+	}
 	watchCtx, stopWatching := context.WithCancel(ctx)
 	watching := make(chan struct{})
 	go func() { defer close(watching); s.metrics.watchLag(watchCtx, kadm.NewClient(cl)) }()

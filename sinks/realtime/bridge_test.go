@@ -123,7 +123,7 @@ func TestCursorsThatCannotResumeAreGone(t *testing.T) {
 		for p := range p0.Offsets {
 			p0.Offsets[p] = 0
 		}
-		admin, err := kafka.NewClient(brokers)
+		admin, err := kafka.NewClient(kafka.Conn{Brokers: brokers})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,7 +22,7 @@ func TestBridgeShowsCommittedStatesOnly(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	stream := testenv.UniqueName("presence")
 	e := newBridgeEnv(t, brokers, presenceAs(stream, nil), "presence")
-	txn, err := kafka.NewClient(brokers, kgo.TransactionalID(stream+"-txn"))
+	txn, err := kafka.NewClient(kafka.Conn{Brokers: brokers}, kgo.TransactionalID(stream+"-txn"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,8 @@ type Options struct {
 // Bridge serves every stream of the catalogue.
 type Bridge struct {
 	cfg     config.Bridge
-	brokers []string
+	kc      kafka.Conn
+	need    kafka.Access
 	log     *slog.Logger
 	ops     *telemetry.Ops
 	ln      net.Listener
@@ -71,7 +72,11 @@ func New(opts Options) (*Bridge, error) {
 	if len(cfg.Bridge.Secret) < config.MinBridgeSecretBytes {
 		return nil, ErrNoSecret
 	}
-	b := &Bridge{cfg: cfg.Bridge, brokers: cfg.BrokersOr(opts.Brokers), log: telemetry.OrDiscard(opts.Logger),
+	kc, err := kafka.Connect(cfg, opts.Brokers)
+	if err != nil {
+		return nil, err
+	}
+	b := &Bridge{cfg: cfg.Bridge, kc: kc, need: kafka.Needs(kafka.ComponentBridge, cfg), log: telemetry.OrDiscard(opts.Logger),
 		ops: opts.Ops, ln: opts.Listener, now: opts.Now, streams: map[string]*stream{}}
 	if b.ops == nil {
 		b.ops = telemetry.NewOps()
@@ -109,7 +114,7 @@ func (b *Bridge) reader(role, topic string, start map[int32]kgo.Offset, wait tim
 
 // ReaderOptions are the franz-go options of a reader (see reader).
 func (b *Bridge) ReaderOptions(topic string, start map[int32]kgo.Offset, wait time.Duration) []kgo.Opt {
-	return kafka.Options(b.brokers, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
+	return kafka.Options(b.kc, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
 		kgo.FetchMaxWait(wait), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
 }
 
@@ -118,11 +123,14 @@ func (b *Bridge) Name() string { return "bridge" }
 
 // Run reads every stream and serves until ctx is done.
 func (b *Bridge) Run(ctx context.Context) error {
-	cl, err := kafka.NewClient(b.brokers, kafka.ClientMetrics(b.ops.Registry, "bridge")...)
+	cl, err := kafka.NewClient(b.kc, kafka.ClientMetrics(b.ops.Registry, "bridge")...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	if err := b.kc.Check(ctx, cl, b.need); err != nil {
+		return err
+	}
 	b.adm = kadm.NewClient(cl)
 	b.ops.AddReadiness("bridge", b.ready)
 	ln := b.ln
