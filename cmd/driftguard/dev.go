@@ -71,7 +71,7 @@ func dev(ctx context.Context, cfg *config.Config, opts devOptions) error {
 	if len(brokers) == 0 {
 		// The embedded broker is plaintext and open: kafka.tls and
 		// kafka.sasl are for an external cluster.
-		cfg.Kafka.TLS, cfg.Kafka.SASL = config.KafkaTLS{}, config.KafkaSASL{}
+		cfg.Kafka.TLS, cfg.Kafka.SASL = config.TLS{}, config.KafkaSASL{}
 		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.ListenFn(func(network, _ string) (net.Listener, error) {
 			return net.Listen(network, "127.0.0.1:0")
 		}))

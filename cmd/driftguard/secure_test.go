@@ -59,7 +59,7 @@ func TestSecureKafka(t *testing.T) {
 	}{
 		{"SCRAM-SHA-512 over TLS, prefix team-a., PREFIXED ACLs", "team-a.", config.SASLScramSHA512, func(*config.Config) {}},
 		{"SCRAM-SHA-256 over plaintext, no prefix, ACLs by name", "", config.SASLScramSHA256, func(c *config.Config) {
-			c.Kafka.Brokers, c.Kafka.TLS = []string{k.SASLPlaintext}, config.KafkaTLS{}
+			c.Kafka.Brokers, c.Kafka.TLS = []string{k.SASLPlaintext}, config.TLS{}
 		}},
 	} {
 		t.Run(run.name, func(t *testing.T) {
@@ -145,7 +145,7 @@ func TestSecureKafka(t *testing.T) {
 			name, want string
 			edit       func(*config.Config)
 		}{
-			{"plaintext to the TLS listener", "kafka.tls: the brokers speak TLS on this port", func(c *config.Config) { c.Kafka.TLS = config.KafkaTLS{} }},
+			{"plaintext to the TLS listener", "kafka.tls: the brokers speak TLS on this port", func(c *config.Config) { c.Kafka.TLS = config.TLS{} }},
 			{"TLS to the plaintext listener", "kafka.tls: the brokers closed the connection at once", func(c *config.Config) { c.Kafka.Brokers = []string{k.SASLPlaintext} }},
 			{"no client certificate on the mTLS listener", "kafka.tls: the brokers refused the TLS handshake", func(c *config.Config) {
 				c.Kafka.Brokers, c.Kafka.SASL = []string{k.MTLS}, config.KafkaSASL{}
@@ -166,7 +166,7 @@ func TestSecureKafka(t *testing.T) {
 			c.Kafka.Brokers = []string{m.addr}
 			c.Kafka.SASL.Mechanism = m.mechanism
 			if m.addr == k.SASLPlaintext {
-				c.Kafka.TLS = config.KafkaTLS{}
+				c.Kafka.TLS = config.TLS{}
 			}
 			if err := checkConn(ctx, &c); err != nil {
 				t.Errorf("%s on %s: %v", m.mechanism, m.addr, err)

@@ -29,7 +29,7 @@ func TestLoadClickHouseConnectionFromTheEnvironment(t *testing.T) {
 		{"TLS.On()", c.TLS.On(), true},
 		{"Cluster", c.Cluster, "analytics"},
 	})
-	tlsConfig, err := c.TLS.Config()
+	tlsConfig, err := c.TLS.Config("clickhouse.tls")
 	if err != nil || tlsConfig.ServerName != "ch.example.com" || tlsConfig.RootCAs != nil {
 		t.Errorf("TLS.Config() = %+v, %v; want server name ch.example.com and the system roots", tlsConfig, err)
 	}

@@ -72,7 +72,7 @@ type Kafka struct {
 	TopicPrefix string `yaml:"topic_prefix" env:"DRIFTGUARD_KAFKA_TOPIC_PREFIX"`
 	GroupPrefix string `yaml:"group_prefix" env:"DRIFTGUARD_KAFKA_GROUP_PREFIX"`
 	// TLS and SASL of every client (kafkasec.go).
-	TLS  KafkaTLS  `yaml:"tls"`
+	TLS  TLS       `yaml:"tls" envprefix:"DRIFTGUARD_KAFKA_TLS_"`
 	SASL KafkaSASL `yaml:"sasl"`
 }
 
@@ -150,7 +150,7 @@ type ClickHouse struct {
 	// start; a trailing newline is dropped. Not with Password.
 	PasswordFile string `yaml:"password_file" env:"DRIFTGUARD_CLICKHOUSE_PASSWORD_FILE"`
 	// TLS to the native port; ClickHouse serves it on tcp_port_secure.
-	TLS ClickHouseTLS `yaml:"tls"`
+	TLS TLS `yaml:"tls" envprefix:"DRIFTGUARD_CLICKHOUSE_TLS_"`
 	// Cluster, when set, makes the migrations create every table and view
 	// ON CLUSTER with Replicated engines: the name of a cluster of the
 	// servers' remote_servers, whose macros define {shard} and {replica}.

@@ -44,13 +44,18 @@ type EnvVariable struct {
 }
 
 // envVariables are the variables of Config's `env` tags, in field order.
-var envVariables = collectEnv(reflect.TypeFor[Config](), "", nil)
+var envVariables = collectEnv(reflect.TypeFor[Config](), "", "", nil)
 
 // EnvVariables returns every variable the configuration reads through an
 // `env` tag (DRIFTGUARD_SECRETS_<STREAM> aside), in the order of the fields.
 func EnvVariables() []EnvVariable { return slices.Clone(envVariables) }
 
-func collectEnv(t reflect.Type, path string, index []int) []EnvVariable {
+// collectEnv lists the variables of t's fields. A section type used in
+// several places (TLS) tags its fields with the end of the name only, and
+// each use names the start with an `envprefix` tag: under a field tagged
+// `envprefix:"DRIFTGUARD_KAFKA_TLS_"`, the field tagged `env:"CA_FILE"` is
+// set by DRIFTGUARD_KAFKA_TLS_CA_FILE.
+func collectEnv(t reflect.Type, path, prefix string, index []int) []EnvVariable {
 	var out []EnvVariable
 	for i := range t.NumField() {
 		f := t.Field(i)
@@ -60,7 +65,7 @@ func collectEnv(t reflect.Type, path string, index []int) []EnvVariable {
 		}
 		at := append(slices.Clone(index), i)
 		if name := f.Tag.Get("env"); name != "" {
-			out = append(out, EnvVariable{Name: name, Path: join(path, key), index: at, field: f})
+			out = append(out, EnvVariable{Name: prefix + name, Path: join(path, key), index: at, field: f})
 			continue
 		}
 		ft := f.Type
@@ -69,7 +74,7 @@ func collectEnv(t reflect.Type, path string, index []int) []EnvVariable {
 		}
 		// Maps (the catalogue) are keyed by the file, not by the code.
 		if ft.Kind() == reflect.Struct && ft != reflect.TypeFor[time.Time]() {
-			out = append(out, collectEnv(ft, join(path, key), at)...)
+			out = append(out, collectEnv(ft, join(path, key), prefix+f.Tag.Get("envprefix"), at)...)
 		}
 	}
 	return out

@@ -37,7 +37,7 @@ type envKinds struct {
 type policyAlias Policy
 
 func TestEnvSetsEveryKind(t *testing.T) {
-	vars := collectEnv(reflect.TypeFor[envKinds](), "", nil)
+	vars := collectEnv(reflect.TypeFor[envKinds](), "", "", nil)
 	values := map[string]string{
 		"DRIFTGUARD_K_S": "text", "DRIFTGUARD_K_L": " a, b,,c ", "DRIFTGUARD_K_I": "-7", "DRIFTGUARD_K_I6": "9000000000",
 		"DRIFTGUARD_K_U": "65535", "DRIFTGUARD_K_F": "1.5", "DRIFTGUARD_K_D": "1m30s", "DRIFTGUARD_K_B": "true",
@@ -78,7 +78,7 @@ func TestEnvRefusesWhatDoesNotParseNamingVariableAndPath(t *testing.T) {
 		"DRIFTGUARD_K_D": "90", "DRIFTGUARD_K_B": "yes please", "DRIFTGUARD_K_PB": "maybe", "DRIFTGUARD_K_DL": "1s,soon",
 		"DRIFTGUARD_K_PN_I": "3x",
 	}
-	for _, v := range collectEnv(reflect.TypeFor[envKinds](), "", nil) {
+	for _, v := range collectEnv(reflect.TypeFor[envKinds](), "", "", nil) {
 		value, ok := bad[v.Name]
 		if !ok {
 			continue
@@ -94,7 +94,7 @@ func TestEnvRefusesWhatDoesNotParseNamingVariableAndPath(t *testing.T) {
 		t.Errorf("not collected: %v", bad)
 	}
 	// A secret's value is not quoted back.
-	for _, v := range collectEnv(reflect.TypeFor[envKinds](), "", nil) {
+	for _, v := range collectEnv(reflect.TypeFor[envKinds](), "", "", nil) {
 		if v.Name != "DRIFTGUARD_K_PIN" {
 			continue
 		}

@@ -8,29 +8,6 @@ import (
 	"strings"
 )
 
-// KafkaTLS configures TLS on every connection to the brokers.
-type KafkaTLS struct {
-	// Enabled turns TLS on; setting any other kafka.tls key turns it on
-	// as well. With no ca_file the system's roots verify the brokers.
-	Enabled bool `yaml:"enabled" env:"DRIFTGUARD_KAFKA_TLS_ENABLED"`
-	// CAFile is a PEM bundle of the CAs that sign the brokers'
-	// certificates, instead of the system's roots.
-	CAFile string `yaml:"ca_file" env:"DRIFTGUARD_KAFKA_TLS_CA_FILE"`
-	// CertFile and KeyFile are a PEM client certificate and its key, for
-	// brokers that require client certificates (mTLS). Both or neither.
-	CertFile string `yaml:"cert_file" env:"DRIFTGUARD_KAFKA_TLS_CERT_FILE"`
-	KeyFile  string `yaml:"key_file" env:"DRIFTGUARD_KAFKA_TLS_KEY_FILE"`
-	// ServerName is the name the brokers' certificates must carry, when it
-	// is not the host of the address dialed.
-	ServerName string `yaml:"server_name" env:"DRIFTGUARD_KAFKA_TLS_SERVER_NAME"`
-}
-
-// On reports whether the clients use TLS: kafka.tls.enabled, or any other
-// kafka.tls key set.
-func (t KafkaTLS) On() bool {
-	return t.Enabled || t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != ""
-}
-
 // The SASL mechanisms of kafka.sasl.mechanism.
 const (
 	SASLPlain       = "PLAIN"

@@ -49,7 +49,7 @@ func Connect(cfg *config.Config, brokers []string) (Conn, error) {
 	k := cfg.Kafka
 	c := Conn{Brokers: cfg.BrokersOr(brokers), tlsOn: k.TLS.On(), caFile: k.TLS.CAFile}
 	if c.tlsOn {
-		t, err := config.ClientTLS("kafka.tls", k.TLS.CAFile, k.TLS.CertFile, k.TLS.KeyFile, k.TLS.ServerName)
+		t, err := k.TLS.Config("kafka.tls")
 		if err != nil {
 			return Conn{}, err
 		}

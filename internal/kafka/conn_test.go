@@ -22,12 +22,12 @@ func TestConnectNamesTheTLSFileItCannotUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := []struct {
-		tls  config.KafkaTLS
+		tls  config.TLS
 		want string
 	}{
-		{config.KafkaTLS{CAFile: filepath.Join(dir, "absent.pem")}, "kafka.tls.ca_file: open "},
-		{config.KafkaTLS{CAFile: notPEM}, "kafka.tls.ca_file: " + notPEM + " holds no PEM certificate"},
-		{config.KafkaTLS{CertFile: notPEM, KeyFile: notPEM}, "in kafka.tls.cert_file and kafka.tls.key_file: "},
+		{config.TLS{CAFile: filepath.Join(dir, "absent.pem")}, "kafka.tls.ca_file: open "},
+		{config.TLS{CAFile: notPEM}, "kafka.tls.ca_file: " + notPEM + " holds no PEM certificate"},
+		{config.TLS{CertFile: notPEM, KeyFile: notPEM}, "in kafka.tls.cert_file and kafka.tls.key_file: "},
 	}
 	for _, c := range cases {
 		cfg := &config.Config{}

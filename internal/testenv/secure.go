@@ -48,7 +48,7 @@ func Secure(t testing.TB) SecureKafka {
 // SCRAM points cfg at the SASL_SSL listener as user with SCRAM-SHA-512.
 func (k SecureKafka) SCRAM(cfg *config.Config, user, password string) {
 	cfg.Kafka.Brokers = []string{k.SASLSSL}
-	cfg.Kafka.TLS = config.KafkaTLS{CAFile: k.CAFile}
+	cfg.Kafka.TLS = config.TLS{CAFile: k.CAFile}
 	cfg.Kafka.SASL = config.KafkaSASL{Mechanism: config.SASLScramSHA512, Username: user, Password: password}
 }
 
@@ -59,6 +59,6 @@ func (k SecureKafka) Admin(cfg *config.Config) { k.SCRAM(cfg, k.User, k.Password
 // with the super user's.
 func (k SecureKafka) MutualTLS(cfg *config.Config) {
 	cfg.Kafka.Brokers = []string{k.MTLS}
-	cfg.Kafka.TLS = config.KafkaTLS{CAFile: k.CAFile, CertFile: k.CertFile, KeyFile: k.KeyFile}
+	cfg.Kafka.TLS = config.TLS{CAFile: k.CAFile, CertFile: k.CertFile, KeyFile: k.KeyFile}
 	cfg.Kafka.SASL = config.KafkaSASL{}
 }

@@ -72,7 +72,7 @@ func Open(ctx context.Context, c config.ClickHouse) (driver.Conn, error) {
 // addrDialTimeout of it: a server that swallows packets delays the next
 // one, rather than leave it untried.
 func options(c config.ClickHouse) (*ch.Options, error) {
-	tlsConfig, err := c.TLS.Config()
+	tlsConfig, err := c.TLS.Config("clickhouse.tls")
 	if err != nil {
 		return nil, err
 	}

@@ -65,7 +65,7 @@ func TestOpenNamesTheSettingItFailsOn(t *testing.T) {
 	wrongPassword := secure
 	wrongPassword.Password = "not-" + secure.Password
 	systemRoots := secure
-	systemRoots.TLS = config.ClickHouseTLS{Enabled: true}
+	systemRoots.TLS = config.TLS{Enabled: true}
 	otherCA := secure
 	otherCA.TLS.CAFile = writeSelfSignedCA(t)
 	otherName := secure
