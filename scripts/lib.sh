@@ -10,17 +10,24 @@ DIR_FILE="$STATE_DIR/$NAME.dir"
 log() { echo "$NAME.sh: $*" >&2; }
 
 # apt_install PKG...: installs Debian packages with apt-get, as root or
-# through sudo.
+# through sudo. The package lists are updated once per half hour, not once
+# per script: the test task installs from five scripts on a fresh machine,
+# and each update costs seconds to tens of seconds. Another install that
+# holds dpkg's lock is waited for rather than failed on.
 apt_install() {
-  local sudo=()
+  local sudo=() stamp="$STATE_DIR/apt-lists-updated"
   if ((EUID != 0)); then
     command -v sudo >/dev/null || { log "need root or sudo to apt-get install $*"; exit 1; }
     sudo=(sudo)
   fi
   log "installing $* from Debian"
-  "${sudo[@]}" apt-get update -qq >&2
+  mkdir -p "$STATE_DIR"
+  if [[ -z "$(find "$stamp" -mmin -30 2>/dev/null)" ]]; then
+    "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=300 update -qq >&2
+    touch "$stamp"
+  fi
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y -qq --no-install-recommends "$@" >&2
+    apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "$@" >&2
 }
 
 # True if something accepts TCP connections on 127.0.0.1:$1.
