@@ -92,13 +92,16 @@ func dev(ctx context.Context, cfg *config.Config, opts devOptions) error {
 	if err != nil {
 		return err
 	}
+	// Check's errors are explained already; EnsureTopics' are not.
 	err = conn.Check(ctx, cl, kafka.Access{})
 	if err == nil {
-		_, err = kafka.EnsureTopics(ctx, cl, cfg, true)
+		if _, err = kafka.EnsureTopics(ctx, cl, cfg, true); err != nil {
+			err = conn.Explain(err)
+		}
 	}
 	cl.Close()
 	if err != nil {
-		return fmt.Errorf("topics: %w", conn.Explain(err))
+		return fmt.Errorf("topics: %w", err)
 	}
 	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
 	if err != nil {

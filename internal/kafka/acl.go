@@ -24,9 +24,10 @@ var Components = []string{ComponentIngest, ComponentProcess, ComponentSink, Comp
 
 // ACL is one Kafka ACL a component's principal needs: ALLOW of each
 // operation on the resource (LITERAL: the name exactly; PREFIXED: every
-// name that starts with it). Kafka implies DESCRIBE from READ and WRITE
-// (and DESCRIBE_CONFIGS from ALTER_CONFIGS), so it is listed only where
-// neither is granted.
+// name that starts with it). Kafka implies DESCRIBE from READ and WRITE,
+// so it is listed only where neither is granted. `topics` creates topics
+// with their settings (CREATE alone allows that) and reports settings that
+// differ, never alters them: it needs no ALTER_CONFIGS.
 type ACL struct {
 	Resource   string // TOPIC, GROUP, TRANSACTIONAL_ID or CLUSTER
 	Pattern    string // LITERAL or PREFIXED
@@ -121,7 +122,7 @@ func byName(component string, cfg *config.Config) []ACL {
 			}
 		case ComponentTopics:
 			for _, spec := range topics.Specs(p, s) {
-				topic(spec.Name, "CREATE", "DESCRIBE", "ALTER_CONFIGS", "DESCRIBE_CONFIGS")
+				topic(spec.Name, "CREATE", "DESCRIBE", "DESCRIBE_CONFIGS")
 			}
 		}
 	}

@@ -113,7 +113,7 @@ func (b *Bridge) readEpoch(ctx context.Context, st *stream) error {
 	for p := range int32(partitions) {
 		start[p] = kgo.NewOffset().AtStart()
 	}
-	cl, err := b.reader("bridge-"+st.topic, st.topic, start, 200*time.Millisecond)
+	cl, err := b.reader("bridge-"+st.topic, b.ops.Registry, st.topic, start, 200*time.Millisecond)
 	if err != nil {
 		return err
 	}
@@ -206,7 +206,7 @@ func (b *Bridge) readRange(ctx context.Context, topic string, from, to map[int32
 	if len(start) == 0 {
 		return nil
 	}
-	cl, err := b.reader("bridge-"+topic+"-catchup", topic, start, 100*time.Millisecond)
+	cl, err := b.reader("bridge-"+topic+"-catchup", nil, topic, start, 100*time.Millisecond)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -107,9 +108,12 @@ func New(opts Options) (*Bridge, error) {
 // takes the last offset of each partition it wrote, so without them a
 // reader would never reach the log's end (its last stable offset, which
 // the readers compare their positions with).
-// Its Kafka metrics carry the client id "driftguard-" + role.
-func (b *Bridge) reader(role, topic string, start map[int32]kgo.Offset, wait time.Duration) (*kgo.Client, error) {
-	return kafka.New(append(b.ReaderOptions(topic, start, wait), kafka.ClientMetrics(b.ops.Registry, role)...))
+// Its client id is "driftguard-" + role; with reg not nil its Kafka
+// metrics are on reg. A short-lived reader (a client's catch-up) passes
+// nil: it would register and unregister a set of series per request, and
+// catch-ups side by side share a role, so they could not be counted apart.
+func (b *Bridge) reader(role string, reg prometheus.Registerer, topic string, start map[int32]kgo.Offset, wait time.Duration) (*kgo.Client, error) {
+	return kafka.New(append(b.ReaderOptions(topic, start, wait), kafka.ClientMetrics(reg, role)...))
 }
 
 // ReaderOptions are the franz-go options of a reader (see reader).
