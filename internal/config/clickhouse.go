@@ -30,13 +30,6 @@ func (c ClickHouse) validate() []error {
 	if c.Username == "" {
 		add("clickhouse.username", "is empty")
 	}
-	if c.PasswordFile != "" {
-		if c.Password != "" {
-			add("clickhouse.password_file", "is set, and so is clickhouse.password (DRIFTGUARD_CLICKHOUSE_PASSWORD): give one")
-		} else if _, err := readSecretFile(c.PasswordFile); err != nil {
-			add("clickhouse.password_file", "%v", err)
-		}
-	}
 	if _, err := c.TLS.Config("clickhouse.tls"); err != nil {
 		errs = append(errs, err)
 	}
@@ -46,22 +39,10 @@ func (c ClickHouse) validate() []error {
 	return errs
 }
 
-// readPasswordFile sets Password from PasswordFile, when one is given.
-func (c *ClickHouse) readPasswordFile() error {
-	if c.PasswordFile == "" {
-		return nil
-	}
-	p, err := readSecretFile(c.PasswordFile)
-	if err != nil {
-		return fmt.Errorf("in clickhouse.password_file: %w", err)
-	}
-	c.Password = p
-	return nil
-}
-
-// readSecretFile reads a secret mounted as a file, without the trailing
-// newline that editors and `echo` leave.
-func readSecretFile(path string) (string, error) {
+// ReadSecretFile reads a secret mounted as a file (a password, a token),
+// without the trailing newline that editors and `echo` leave; an empty one
+// is an error.
+func ReadSecretFile(path string) (string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return "", err

@@ -311,9 +311,6 @@ func Load(path string, environ []string) (*Config, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	if err := c.ClickHouse.readPasswordFile(); err != nil {
-		return nil, err
-	}
 	c.warnDurability()
 	c.warnSecurity(passwordInFile)
 	c.warnNaming()

@@ -46,6 +46,16 @@ type EnvVariable struct {
 // envVariables are the variables of Config's `env` tags, in field order.
 var envVariables = collectEnv(reflect.TypeFor[Config](), "", "", nil)
 
+// envName is the variable of the setting at path, empty when none.
+func envName(path string) string {
+	for _, v := range envVariables {
+		if v.Path == path {
+			return v.Name
+		}
+	}
+	return ""
+}
+
 // EnvVariables returns every variable the configuration reads through an
 // `env` tag (DRIFTGUARD_SECRETS_<STREAM> aside), in the order of the fields.
 func EnvVariables() []EnvVariable { return slices.Clone(envVariables) }

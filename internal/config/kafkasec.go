@@ -39,24 +39,34 @@ type KafkaSASL struct {
 	TokenFile string `yaml:"token_file" env:"DRIFTGUARD_KAFKA_SASL_TOKEN_FILE"`
 }
 
-// readSecretFiles reads kafka.sasl.password_file into the password: a
-// missing or unreadable file stops the start with the key named, rather
-// than every connection failing later. It also spells the mechanism as
-// Kafka does (scram-sha-512 is SCRAM-SHA-512).
+// readSecretFiles reads kafka.sasl.password_file and
+// clickhouse.password_file into their passwords: a missing or unreadable
+// file stops the start with the key named, rather than every connection
+// failing later. It also spells the mechanism as Kafka does (scram-sha-512
+// is SCRAM-SHA-512).
 func (c *Config) readSecretFiles() error {
 	s := &c.Kafka.SASL
 	s.Mechanism = strings.ToUpper(strings.TrimSpace(s.Mechanism))
-	if s.PasswordFile == "" {
+	return errors.Join(
+		passwordFromFile(&s.Password, s.PasswordFile, "kafka.sasl.password"),
+		passwordFromFile(&c.ClickHouse.Password, c.ClickHouse.PasswordFile, "clickhouse.password"))
+}
+
+// passwordFromFile sets *password, the setting at key, from the file of
+// key_file, when one is named; both set is an error, as one would silently
+// win.
+func passwordFromFile(password *string, file, key string) error {
+	if file == "" {
 		return nil
 	}
-	if s.Password != "" {
-		return errors.New("config: kafka.sasl.password and kafka.sasl.password_file are both set: keep one")
+	if *password != "" {
+		return fmt.Errorf("in %s_file: is set, and so is %s (%s or the file): keep one", key, key, envName(key))
 	}
-	p, err := readSecretFile(s.PasswordFile)
+	p, err := ReadSecretFile(file)
 	if err != nil {
-		return fmt.Errorf("in kafka.sasl.password_file: %w", err)
+		return fmt.Errorf("in %s_file: %w", key, err)
 	}
-	s.Password = p
+	*password = p
 	return nil
 }
 

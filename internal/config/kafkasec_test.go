@@ -88,7 +88,7 @@ func TestLoadKafkaSecurityErrorsNameTheKey(t *testing.T) {
 		{"IAM without TLS", []string{"DRIFTGUARD_KAFKA_SASL_MECHANISM=AWS_MSK_IAM"}, []string{"in kafka.tls.enabled: must be true with kafka.sasl.mechanism AWS_MSK_IAM"}},
 		{"missing password file", []string{"DRIFTGUARD_KAFKA_SASL_PASSWORD_FILE=" + missing}, []string{"kafka.sasl.password_file: open " + missing}},
 		{"password and password file", []string{"DRIFTGUARD_KAFKA_SASL_PASSWORD=p", "DRIFTGUARD_KAFKA_SASL_PASSWORD_FILE=" + missing},
-			[]string{"kafka.sasl.password and kafka.sasl.password_file are both set"}},
+			[]string{"in kafka.sasl.password_file: is set, and so is kafka.sasl.password", "DRIFTGUARD_KAFKA_SASL_PASSWORD"}},
 		{"bad TLS switch", []string{"DRIFTGUARD_KAFKA_TLS_ENABLED=yes please"}, []string{`DRIFTGUARD_KAFKA_TLS_ENABLED (kafka.tls.enabled): "yes please" is not true or false`}},
 	}
 	for _, c := range cases {

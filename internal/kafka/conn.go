@@ -103,13 +103,9 @@ func mechanism(s config.KafkaSASL) (sasl.Mechanism, error) {
 }
 
 func readToken(path string) (string, error) {
-	data, err := os.ReadFile(path)
+	tok, err := config.ReadSecretFile(path)
 	if err != nil {
 		return "", fmt.Errorf("kafka.sasl.token_file: %w", err)
-	}
-	tok := strings.TrimSpace(string(data))
-	if tok == "" {
-		return "", fmt.Errorf("kafka.sasl.token_file: %s is empty", path)
 	}
 	return tok, nil
 }
