@@ -1,6 +1,7 @@
 package processors
 
 import (
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
@@ -138,4 +140,34 @@ func labelsOf(m *dto.Metric) map[string]string {
 		out[l.GetName()] = l.GetValue()
 	}
 	return out
+}
+
+// A gap's expired report, made again each gap_timeout while the gap stays
+// open, is about no event: the decision latency counts the two steps that
+// arrived, not the reports, which would otherwise grow older with each
+// repeat and fill the histogram's top bucket.
+func TestDecisionLatencyCountsEventsNotGapReports(t *testing.T) {
+	cluster, ctx, s, names, cl := faultyPartitionStream(t, "workflow", func(s *config.Stream) {
+		s.Limits.GapTimeout = 100 * time.Millisecond
+	})
+	received := []kgo.RecordHeader{{Key: record.HeaderReceivedAt, Value: fmt.Appendf(nil, "%d", time.Now().UnixMilli())}}
+	for _, seq := range []int{1, 3} {
+		body := fmt.Appendf(nil, `{"event_id":"e%d","operation_id":"op-9","sequence":%d,"status":"running","occurred_at":"2026-11-30T10:00:00Z"}`, seq, seq)
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: names.In, Key: []byte("op-9"), Value: body, Headers: received}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	metrics := startRuntime(t, ctx, cluster.ListenAddrs(), s, RuntimeOptions{TransactionalID: "latency-gap", CommitEvery: 20 * time.Millisecond, TimerTick: 20 * time.Millisecond})
+	testenv.WaitFor(t, ctx, "three gap reports committed", func() bool {
+		n := 0
+		for _, o := range committedOutcomes(t, ctx, cl, names.Outcomes) {
+			if o.Reason == record.ReasonGapTimeout {
+				n++
+			}
+		}
+		return n >= 3
+	})
+	if n := histogramCount(t, metrics.decisionLatency.WithLabelValues(s.Name).(prometheus.Histogram)); n != 2 {
+		t.Errorf("%d decision latencies observed, want 2: steps 1 and 3, not the gap's reports", n)
+	}
 }

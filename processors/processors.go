@@ -370,7 +370,11 @@ func (h *handler) emitEffects(ctx decisionContext, effects decide.Effects, atMs 
 			DecisionID: origin.id(h.stream.Name, ctx.Key(), &d, i), Payload: d.Event.Body,
 		}
 		ctx.Emit(goka.Stream(h.names.Outcomes), ctx.Key(), record.AppendOutcome(make([]byte, 0, 512+len(o.Key)+len(o.EventID)+len(o.Payload)), &o))
-		h.decided(d.Event.ReceivedAtMs)
+		// A gap's report (gap_timeout, repeated while the gap stays open)
+		// is about no event: it has no latency to count.
+		if d.Event.EventID != "" {
+			h.decided(d.Event.ReceivedAtMs)
+		}
 		if d.DeadLetter != "" {
 			h.emitDeadLetter(ctx, d.Event, d.DeadLetter, fmt.Sprintf("event %s at version %d", d.Event.EventID, d.Version), atMs)
 		}

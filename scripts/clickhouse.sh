@@ -54,21 +54,19 @@ TLS_USER=driftguard_tls
 # `driftguard dev` stay plaintext and open.
 secure_config() {
   local dir="$1" port="$2" tls="$1/tls"
-  mkdir -p "$tls" "$dir/config.d" "$dir/users.d"
-  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=driftguard test CA" \
-    -keyout "$tls/ca.key" -out "$tls/ca.crt" 2>/dev/null
-  openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" \
-    -keyout "$tls/server.key" -out "$tls/server.csr" 2>/dev/null
-  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$tls/san.ext"
-  openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" -CAcreateserial \
-    -days 2 -extfile "$tls/san.ext" -out "$tls/server.crt" 2>/dev/null
+  mkdir -p "$dir/config.d" "$dir/users.d"
+  if ! make_test_certificates "$tls" >>"$dir/log/openssl.log" 2>&1; then
+    log "making the test certificates failed:"
+    tail -n 30 "$dir/log/openssl.log" >&2
+    return 1
+  fi
   cat >"$dir/config.d/secure.xml" <<EOF
 <?xml version="1.0"?>
 <yandex>
   <tcp_port_secure>$port</tcp_port_secure>
   <openSSL>
     <server>
-      <certificateFile>$tls/server.crt</certificateFile>
+      <certificateFile>$tls/server.pem</certificateFile>
       <privateKeyFile>$tls/server.key</privateKeyFile>
       <verificationMode>none</verificationMode>
       <loadDefaultCAFile>false</loadDefaultCAFile>
@@ -110,7 +108,7 @@ start() {
   sed -e "s|{{DIR}}|$dir|g" -e "s|{{TCP_PORT}}|$CLICKHOUSE_PORT|g" -e "s|{{HTTP_PORT}}|$CLICKHOUSE_HTTP_PORT|g" \
     "$tmpl/config.xml" >"$dir/config.xml"
   cp "$tmpl/users.xml" "$dir/users.xml"
-  secure_config "$dir" "$CLICKHOUSE_SECURE_PORT"
+  secure_config "$dir" "$CLICKHOUSE_SECURE_PORT" || { stop; exit 1; }
 
   # setsid: the server must outlive this script and not get the caller's ^C
   # before `stop` runs. Output goes to a file so that $(clickhouse.sh start)
@@ -133,7 +131,7 @@ start() {
   log "clickhouse $(clickhouse-client --host 127.0.0.1 --port "$CLICKHOUSE_PORT" -q "SELECT version()") ready (pid $pid, data $dir)"
   echo "DRIFTGUARD_TEST_CLICKHOUSE=127.0.0.1:$CLICKHOUSE_PORT"
   echo "DRIFTGUARD_TEST_CLICKHOUSE_SECURE=127.0.0.1:$CLICKHOUSE_SECURE_PORT"
-  echo "DRIFTGUARD_TEST_CLICKHOUSE_CA=$dir/tls/ca.crt"
+  echo "DRIFTGUARD_TEST_CLICKHOUSE_CA=$dir/tls/ca.pem"
   echo "DRIFTGUARD_TEST_CLICKHOUSE_USER=$TLS_USER"
   echo "DRIFTGUARD_TEST_CLICKHOUSE_PASSWORD=$TLS_PASSWORD"
 }

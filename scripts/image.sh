@@ -25,6 +25,10 @@
 # localhost/driftguard-builder:<go version> and kept as a tarball under
 # ~/.cache/driftguard so that a later run skips debootstrap.
 set -euo pipefail
+# The image's names come from functions run in $(...), where bash drops -e
+# unless told: a failed debootstrap would otherwise go on to cache a broken
+# stand-in for every later run.
+shopt -s inherit_errexit
 
 NAME=image
 # shellcheck source=scripts/lib.sh

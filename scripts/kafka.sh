@@ -207,8 +207,14 @@ wait_node() {
 
 # random_cluster_id: a cluster id as StorageTool's random-uuid makes one
 # (16 random bytes, base64url), without starting a JVM for it.
+# StorageTool reads an id that starts with '-' (1 in 64) as an option, so
+# such an id is drawn again, as Kafka's own Uuid.randomUuid does.
 random_cluster_id() {
-  head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n'
+  local id
+  until [[ -n "${id:-}" && "$id" != -* ]]; do
+    id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+  done
+  echo "$id"
 }
 
 stop() {
@@ -390,7 +396,7 @@ secure_start() {
     "$KAFKA_SECURE_SASL_PLAINTEXT_PORT" "$KAFKA_SECURE_CONTROLLER_PORT")"
   local tls="$dir/tls" password
   password="$(openssl rand -hex 16)"
-  if ! make_test_certificates "$tls" >>"$dir/openssl.log" 2>&1; then
+  if ! { make_test_certificates "$tls" && kafka_key_store "$tls"; } >>"$dir/openssl.log" 2>&1; then
     log "making the test certificates failed:"
     tail -n 30 "$dir/openssl.log" >&2
     stop
@@ -419,7 +425,7 @@ listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=$scram
 listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=$scram
 listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=$scram
 ssl.keystore.type=PEM
-ssl.keystore.location=$tls/server.pem
+ssl.keystore.location=$tls/server-store.pem
 ssl.truststore.type=PEM
 ssl.truststore.location=$tls/ca.pem
 listener.name.ssl.ssl.client.auth=required
@@ -443,32 +449,11 @@ EOF
   echo "DRIFTGUARD_TEST_KAFKA_SECURE_PASSWORD=$password"
 }
 
-# make_test_certificates DIR: a CA (ca.pem), the broker's key and
-# certificate chain in one file (server.pem) and a client certificate for
-# CN=admin (client.pem, client.key), all P-256, valid two days.
-make_test_certificates() {
-  local d="$1"
-  mkdir -p "$d"
-  local key=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
-  openssl req -x509 "${key[@]}" -keyout "$d/ca.key" -out "$d/ca.pem" -days 2 \
-    -subj "/CN=driftguard test CA" -addext "basicConstraints=critical,CA:TRUE" \
-    -addext "keyUsage=critical,keyCertSign,cRLSign"
-  local name ext
-  for name in server client; do
-    if [[ "$name" == server ]]; then
-      ext=$'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth'
-      openssl req "${key[@]}" -keyout "$d/server.key" -out "$d/server.csr" -subj "/CN=localhost"
-    else
-      ext="extendedKeyUsage=clientAuth"
-      openssl req "${key[@]}" -keyout "$d/client.key" -out "$d/client.csr" -subj "/CN=admin"
-    fi
-    openssl x509 -req -in "$d/$name.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
-      -days 2 -out "$d/$name.pem" -extfile <(printf '%s\n' "$ext")
-  done
-  # Kafka's PEM key store: the private key, then the certificate chain.
-  cat "$d/server.key" "$d/server.pem" "$d/ca.pem" >"$d/server-store.pem"
-  mv "$d/server-store.pem" "$d/server.pem"
-  chmod 600 "$d"/*.key "$d/server.pem"
+# kafka_key_store DIR: Kafka's PEM key store from make_test_certificates'
+# server key and certificate: the private key, then the certificate chain,
+# in server-store.pem.
+kafka_key_store() {
+  cat "$1/server.key" "$1/server.pem" "$1/ca.pem" >"$1/server-store.pem" && chmod 600 "$1/server-store.pem"
 }
 
 secure() {

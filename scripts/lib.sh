@@ -90,3 +90,32 @@ new_run_dir() {
   echo "$dir" >"$DIR_FILE"
   echo "$dir"
 }
+
+# make_test_certificates DIR: a CA (ca.pem, ca.key), a server key and
+# certificate for 127.0.0.1 and localhost (server.key, server.pem) and a
+# client certificate for CN=admin (client.key, client.pem), all P-256 and
+# valid two days, for the test servers' TLS listeners. The CA is the
+# tests' only trust anchor, so a client trusting the system roots alone
+# fails. Each step is checked: callers run it under `if !`, where set -e
+# does not hold.
+make_test_certificates() {
+  local d="$1" key=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+  command -v openssl >/dev/null || apt_install openssl
+  mkdir -p "$d" || return 1
+  openssl req -x509 "${key[@]}" -keyout "$d/ca.key" -out "$d/ca.pem" -days 2 \
+    -subj "/CN=driftguard test CA" -addext "basicConstraints=critical,CA:TRUE" \
+    -addext "keyUsage=critical,keyCertSign,cRLSign" || return 1
+  local name ext
+  for name in server client; do
+    if [[ "$name" == server ]]; then
+      ext=$'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth'
+      openssl req "${key[@]}" -keyout "$d/server.key" -out "$d/server.csr" -subj "/CN=localhost" || return 1
+    else
+      ext="extendedKeyUsage=clientAuth"
+      openssl req "${key[@]}" -keyout "$d/client.key" -out "$d/client.csr" -subj "/CN=admin" || return 1
+    fi
+    openssl x509 -req -in "$d/$name.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+      -days 2 -out "$d/$name.pem" -extfile <(printf '%s\n' "$ext") || return 1
+  done
+  chmod 600 "$d"/*.key
+}

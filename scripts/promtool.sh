@@ -5,8 +5,10 @@
 #
 #   scripts/promtool.sh install   apt-get install prometheus if promtool is missing
 #
-# Debian's prometheus package ships promtool beside the server; the package's
-# server is not started or used.
+# Debian's prometheus package ships promtool beside the server. On a host
+# run by systemd the package starts its server (on every address, port
+# 9090); this script installed it only for promtool, so it stops and
+# disables that server again.
 set -euo pipefail
 
 NAME=promtool
@@ -16,6 +18,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 install() {
   command -v promtool >/dev/null && return 0
   apt_install prometheus
+  if [[ -d /run/systemd/system ]] && command -v systemctl >/dev/null; then
+    systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+  fi
 }
 
 case "${1:-}" in
