@@ -76,7 +76,7 @@ func NewService(opts ServiceOptions) *Service {
 // Retry-After, or no answer at all.
 const readinessCheck = "webhooks"
 
-var errNotListening = errors.New("the webhook port is not listening yet")
+var errNotListening = errors.New("the webhook port is not listening")
 
 // Name implements service.Service.
 func (s *Service) Name() string { return "ingest" }
@@ -147,6 +147,9 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 	s.ops.AddReadiness(readinessCheck, func(context.Context) error { return nil })
+	// Once the listener is closed (shutdown, or a serve error), the port
+	// answers nothing: not ready again.
+	defer s.ops.AddReadiness(readinessCheck, func(context.Context) error { return errNotListening })
 	s.log.Info("ingest listening", "addr", ln.Addr().String(), "streams", s.cfg.StreamNames(),
 		"max_in_flight_bytes", s.cfg.HTTP.MaxInFlightBytes, "max_per_source", s.cfg.HTTP.MaxPerSource,
 		"max_connections", s.cfg.HTTP.MaxConnections)

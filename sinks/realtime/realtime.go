@@ -176,8 +176,9 @@ func (l smallSendBuffers) Accept() (net.Conn, error) {
 	return c, err
 }
 
-// ready is nil once every stream is read to where it ended at start and
-// holds all its entities.
+// ready is nil once every stream is read to where it ended at start. A
+// stream over bridge.max_entities stays ready: it serves what it holds and
+// counts what it drops, since every replica would pass the limit at once.
 func (b *Bridge) ready(context.Context) error {
 	for _, name := range slices.Sorted(maps.Keys(b.streams)) {
 		st := b.streams[name]
