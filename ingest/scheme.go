@@ -43,7 +43,7 @@ func IsSignatureError(err error) bool {
 // default.
 func NewScheme(s *config.Stream) (Scheme, error) {
 	if len(s.Signature.Secrets) == 0 {
-		return nil, fmt.Errorf("in streams.%s.signature.secrets: no secret; set DRIFTGUARD_SECRETS_%s", s.Name, upper(s.Name))
+		return nil, fmt.Errorf("in streams.%s.signature.secrets: no secret; set %s", s.Name, config.SecretsVariable(s.Name))
 	}
 	switch s.Signature.Scheme {
 	case config.SchemeStandardWebhooks:
@@ -53,16 +53,6 @@ func NewScheme(s *config.Stream) (Scheme, error) {
 	default:
 		return nil, fmt.Errorf("in streams.%s.signature.scheme: %q is not supported", s.Name, s.Signature.Scheme)
 	}
-}
-
-func upper(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if c >= 'a' && c <= 'z' {
-			b[i] = c - 'a' + 'A'
-		}
-	}
-	return string(b)
 }
 
 // headerValue is h.Get for a key already in canonical form: Get would

@@ -48,7 +48,7 @@ func probeFlags(fs *flag.FlagSet) runner {
 			}
 			name := *secretEnv
 			if name == "" {
-				name = "DRIFTGUARD_SECRETS_" + strings.ToUpper(*stream)
+				name = config.SecretsVariable(*stream)
 			}
 			secrets := config.SplitList(os.Getenv(name))
 			if len(secrets) == 0 {

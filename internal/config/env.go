@@ -21,6 +21,9 @@ const envPrefix = "DRIFTGUARD_"
 // signature.secrets: DRIFTGUARD_SECRETS_<STREAM>, the name in upper case.
 const streamSecretsPrefix = envPrefix + "SECRETS_"
 
+// SecretsVariable is the variable that sets stream's signature.secrets.
+func SecretsVariable(stream string) string { return streamSecretsPrefix + strings.ToUpper(stream) }
+
 // NonConfigVariables are the variables with the prefix that driftguard and
 // its tests read besides the configuration's own, so that setting one is
 // not warned about as a typo. DRIFTGUARD_TEST_* are the tests' (see
@@ -153,7 +156,7 @@ func (c *Config) unknownVariable(name string) string {
 		candidates = append(candidates, v.Name)
 	}
 	for _, s := range c.StreamNames() {
-		candidates = append(candidates, streamSecretsPrefix+strings.ToUpper(s))
+		candidates = append(candidates, SecretsVariable(s))
 	}
 	best, bestDistance := "", -1
 	for _, cand := range candidates {

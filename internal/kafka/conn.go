@@ -192,16 +192,23 @@ func (c Conn) Check(ctx context.Context, cl *kgo.Client, need Access) error {
 		return nil
 	}
 	adm := kadm.NewClient(cl)
+	// One request for every topic, the ones read first; each refusal is
+	// named with the operation it was needed for. The raw request: kadm
+	// folds a refused topic into one error that names none.
+	var names []string
+	opOf := map[string]string{}
 	for _, topics := range []struct {
 		op    string
 		names []string
 	}{{"READ", need.ReadTopics}, {"WRITE", need.WriteTopics}} {
-		op, names := topics.op, topics.names
-		if len(names) == 0 {
-			continue
+		for _, name := range topics.names {
+			if _, seen := opOf[name]; !seen {
+				opOf[name] = topics.op
+				names = append(names, name)
+			}
 		}
-		// The raw request: kadm folds a refused topic into one error
-		// that names none.
+	}
+	if len(names) > 0 {
 		req := kmsg.NewPtrMetadataRequest()
 		for _, name := range names {
 			t := kmsg.NewMetadataRequestTopic()
@@ -212,9 +219,15 @@ func (c Conn) Check(ctx context.Context, cl *kgo.Client, need Access) error {
 		if err != nil {
 			return nil
 		}
+		refused := map[string]error{}
 		for _, t := range resp.Topics {
 			if err := kerr.ErrorForCode(t.ErrorCode); errors.Is(err, kerr.TopicAuthorizationFailed) && t.Topic != nil {
-				return c.Denied(err, op, "TOPIC", *t.Topic)
+				refused[*t.Topic] = err
+			}
+		}
+		for _, name := range names {
+			if err := refused[name]; err != nil {
+				return c.Denied(err, opOf[name], "TOPIC", name)
 			}
 		}
 	}
