@@ -7,17 +7,10 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -103,7 +96,7 @@ func TestSecureKafka(t *testing.T) {
 		expectStartError(t, ctx, &wrong, everywhere("kafka.sasl: the brokers refused user"))
 
 		foreign := *cfg
-		foreign.Kafka.TLS.CAFile = foreignCA(t)
+		foreign.Kafka.TLS.CAFile = testenv.ForeignCA(t)
 		expectStartError(t, ctx, &foreign, everywhere("kafka.tls.ca_file: the brokers' certificate is signed by a CA not in "+foreign.Kafka.TLS.CAFile))
 
 		user, password := testenv.UniqueName("dg-none"), testenv.UniqueName("pw")
@@ -446,26 +439,4 @@ func written(t *testing.T, ctx context.Context, adm *kadm.Client, topic string) 
 	n := int64(0)
 	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
 	return n
-}
-
-// foreignCA writes the certificate of a CA that signed nothing the broker
-// holds, and returns its path.
-func foreignCA(t *testing.T) string {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "not the broker's CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "foreign-ca.pem")
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }

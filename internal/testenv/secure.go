@@ -1,8 +1,16 @@
 package testenv
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/driftguard/driftguard/internal/config"
 )
@@ -61,4 +69,25 @@ func (k SecureKafka) MutualTLS(cfg *config.Config) {
 	cfg.Kafka.Brokers = []string{k.MTLS}
 	cfg.Kafka.TLS = config.TLS{CAFile: k.CAFile, CertFile: k.CertFile, KeyFile: k.KeyFile}
 	cfg.Kafka.SASL = config.KafkaSASL{}
+}
+
+// ForeignCA writes the PEM certificate of a CA made now, which signed
+// nothing any test server presents, and returns its file: a client that
+// trusts only it must refuse the server.
+func ForeignCA(t testing.TB) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "a CA no test server uses"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return WriteFile(t, t.TempDir(), "foreign-ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
 }

@@ -2,13 +2,6 @@ package clickhouse_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"strings"
 	"testing"
@@ -67,7 +60,7 @@ func TestOpenNamesTheSettingItFailsOn(t *testing.T) {
 	systemRoots := secure
 	systemRoots.TLS = config.TLS{Enabled: true}
 	otherCA := secure
-	otherCA.TLS.CAFile = writeSelfSignedCA(t)
+	otherCA.TLS.CAFile = testenv.ForeignCA(t)
 	otherName := secure
 	otherName.TLS.ServerName = "elsewhere.example"
 	plainPort := secure
@@ -153,24 +146,4 @@ func listen(t *testing.T, silent bool) string {
 		}
 	}()
 	return ln.Addr().String()
-}
-
-// writeSelfSignedCA writes the PEM certificate of a CA made now, which
-// signed nothing the server presents, and returns its file.
-func writeSelfSignedCA(t *testing.T) string {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "another CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return testenv.WriteFile(t, t.TempDir(), "ca.crt", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
 }
