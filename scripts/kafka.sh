@@ -192,11 +192,21 @@ launch_node() {
 
 # wait_node DIR PID PORT: waits until the node serves clients; false if it
 # exited or took longer than READY_TIMEOUT, after showing its last log lines.
+# Until the background job has exec'd java, its command line is still this
+# script's, without kafka.Kafka: under load (every server starting at once)
+# the first look can come that early, so a node counts as exited only once
+# it was seen as java, or is gone.
 wait_node() {
-  local dir="$1" pid="$2" port="$3"
+  local dir="$1" pid="$2" port="$3" seen=0 exited
   local deadline=$((SECONDS + READY_TIMEOUT))
   until port_open "$port" && grep -q "Kafka Server started" "$dir/server.log" 2>/dev/null; do
-    if ! pid_is "$pid" kafka.Kafka || ((SECONDS >= deadline)); then
+    exited=0
+    if pid_is "$pid" kafka.Kafka; then
+      seen=1
+    elif ((seen)) || ! kill -0 "$pid" 2>/dev/null; then
+      exited=1
+    fi
+    if ((exited)) || ((SECONDS >= deadline)); then
       log "broker $dir exited or was not ready within ${READY_TIMEOUT}s; last log lines:"
       tail -n 40 "$dir/server.log" "$dir/stdout.log" >&2 2>/dev/null || true
       return 1
