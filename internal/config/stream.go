@@ -218,7 +218,17 @@ type Assign struct {
 	// MessageID is the id given to an assigned message, with {key} for the
 	// entity key and {seq} for the sequence. Default "{key}:{seq}".
 	MessageID string `yaml:"message_id"`
+	// History is who reads which messages: HistoryJoined (the default), a
+	// user reads the messages sent while they were a member; HistoryShared,
+	// a member also reads everything sent before they joined.
+	History string `yaml:"history"`
 }
+
+// The history policies of an assign stream (Assign.History).
+const (
+	HistoryJoined = "joined"
+	HistoryShared = "shared"
+)
 
 // AssignSend names the sends of an assign stream.
 type AssignSend struct {
@@ -243,7 +253,10 @@ type AssignReceipts struct {
 	Read      []string `yaml:"read"`
 	Delivered []string `yaml:"delivered"`
 	User      string   `yaml:"user"`
-	Sequence  string   `yaml:"sequence"`
+	// Device points at the receiving device: delivery is recorded per
+	// device. Optional; without it a delivery receipt counts for the user.
+	Device   string `yaml:"device"`
+	Sequence string `yaml:"sequence"`
 }
 
 // AssignRole is the part an event type plays in an assign stream.
@@ -278,7 +291,7 @@ func (a *Assign) Roles() map[string]AssignRole {
 func (a *Assign) configured() bool {
 	return len(a.Send.Types)+len(a.Members.Added)+len(a.Members.Removed)+len(a.Receipts.Read)+len(a.Receipts.Delivered) > 0 ||
 		a.Send.Sender != "" || a.Send.Device != "" || a.Send.ClientMessageID != "" || a.Members.User != "" ||
-		a.Receipts.User != "" || a.Receipts.Sequence != "" || a.MessageID != ""
+		a.Receipts.User != "" || a.Receipts.Device != "" || a.Receipts.Sequence != "" || a.MessageID != "" || a.History != ""
 }
 
 // Terminal names the states after which an entity never changes again:
@@ -312,6 +325,7 @@ func (s *Stream) applyDefaults() {
 	s.Retention.applyDefaults()
 	if s.Policy == PolicyAssign {
 		orDefault(&s.Assign.MessageID, "{key}:{seq}")
+		orDefault(&s.Assign.History, HistoryJoined)
 	}
 	if s.Joined() {
 		orDefault(&s.Parent.TTL, 24*time.Hour)
@@ -553,6 +567,13 @@ func (s *Stream) validateAssign(path string, checkPointer func(sub, p string, re
 	receipts := len(a.Receipts.Read)+len(a.Receipts.Delivered) > 0
 	checkPointer("assign.receipts.user", a.Receipts.User, receipts)
 	checkPointer("assign.receipts.sequence", a.Receipts.Sequence, receipts)
+	checkPointer("assign.receipts.device", a.Receipts.Device, false)
+	if a.History != HistoryJoined && a.History != HistoryShared {
+		add("history", "must be %s (a member reads what was sent while they were one) or %s (also what was sent before they joined), got %q", HistoryJoined, HistoryShared, a.History)
+	}
+	if s.Limits.Devices < 1 || s.Limits.Devices > 1000 {
+		errs = append(errs, fmt.Errorf("in %s.limits.devices: the devices a member's delivery is recorded for must be between 1 and 1000, got %d", path, s.Limits.Devices))
+	}
 	part := map[string]string{}
 	for _, group := range []struct {
 		sub   string

@@ -1,8 +1,11 @@
 package decide
 
 import (
+	"cmp"
 	"encoding/json"
+	"maps"
 	"slices"
+	"strings"
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/record"
@@ -13,7 +16,10 @@ import (
 // and client message id) within the idempotency window, only members may
 // send, and each member's read and delivery cursors only move forward,
 // never past the last message. It knows the stream's event types only by
-// the part the catalogue gives each (config.Assign). Once the conversation
+// the part the catalogue gives each (config.Assign). Membership is kept as
+// intervals of sequences (who may read what is the readers' rule, by the
+// stream's assign.history), receipts count only from members, and delivery
+// is recorded per device. Once the conversation
 // is terminal, every new event is rejected; a retried send still gets its
 // sequence back.
 type assign struct {
@@ -24,11 +30,28 @@ type assign struct {
 
 // Conversation is the assign policy's part of the table value.
 type Conversation struct {
+	// Members are the current members, sorted.
 	Members []string `json:"members,omitempty"`
+	// Membership holds, per user, the intervals of conversation_seq they
+	// were a member for, oldest first; the last is open while they are.
+	Membership map[string][]Interval `json:"membership,omitempty"`
 	// Sent remembers recent sends by client key, oldest first.
 	Sent    []SentMessage     `json:"sent,omitempty"`
 	Cursors map[string]Cursor `json:"cursors,omitempty"`
 }
+
+// Interval is a run of sequences a user was a member for: From is the
+// first message sent after they joined, To the last sent before they left
+// (inclusive), 0 while they are a member.
+type Interval struct {
+	From int64 `json:"from"`
+	To   int64 `json:"to,omitempty"`
+}
+
+// MaxIntervals bounds the intervals kept per user. A user who joins once
+// more drops their oldest: they lose access to its messages, never gain
+// access to what was sent while they were out.
+const MaxIntervals = 16
 
 // SentMessage is what a retried send must get back.
 type SentMessage struct {
@@ -38,10 +61,19 @@ type SentMessage struct {
 	AtMs      int64  `json:"at_ms"`
 }
 
-// Cursor is one member's read and delivery position.
+// Cursor is one member's read position and how far their messages were
+// delivered: Delivered is the highest any of their devices reached
+// ("delivered" means it reached at least one device), Devices each
+// device's own, bounded by limits.devices.
 type Cursor struct {
-	Read      int64 `json:"read,omitempty"`
-	Delivered int64 `json:"delivered,omitempty"`
+	Read      int64                   `json:"read,omitempty"`
+	Delivered int64                   `json:"delivered,omitempty"`
+	Devices   map[string]DeviceCursor `json:"devices,omitempty"`
+}
+
+// DeviceCursor is how far one device has received a conversation.
+type DeviceCursor struct {
+	Delivered int64 `json:"delivered"`
 }
 
 // chatEntryOverhead is what one member, cursor or remembered send takes
@@ -57,16 +89,26 @@ func stringBytes(ss ...string) int {
 	return n
 }
 
+// intervalOverhead is what one interval takes in the encoded
+// conversation, at most.
+const intervalOverhead = 48
+
 // size is at least what the conversation takes in the table value. Its
-// members and cursors count twice: the entity's public state (changed)
-// repeats them.
+// members, membership and cursors count twice: the entity's public state
+// (changed) repeats them.
 func (c *Conversation) size() int {
 	n := 0
 	for _, m := range c.Members {
 		n += 2 * (stringBytes(m) + chatEntryOverhead)
 	}
-	for m := range c.Cursors {
+	for m, ivs := range c.Membership {
+		n += 2 * (stringBytes(m) + chatEntryOverhead + len(ivs)*intervalOverhead)
+	}
+	for m, cur := range c.Cursors {
 		n += 2 * (stringBytes(m) + chatEntryOverhead)
+		for d := range cur.Devices {
+			n += 2 * (stringBytes(d) + chatEntryOverhead)
+		}
 	}
 	for _, sent := range c.Sent {
 		n += sent.size()
@@ -88,6 +130,7 @@ func (p assign) decide(e *Entity, ev Event) Effects {
 		e.Chat = &Conversation{}
 	}
 	c := e.Chat
+	c.dateMembers()
 	role := p.roles[ev.Type]
 	if role == config.RoleSend {
 		// A retried send, under its old event id or a new one, gets back
@@ -111,14 +154,17 @@ func (p assign) decide(e *Entity, ev Event) Effects {
 		return p.send(e, c, ev)
 	case config.RoleMemberAdded:
 		if !slices.Contains(c.Members, ev.Member) {
-			if c.size()+2*(stringBytes(ev.Member)+chatEntryOverhead) > chatBudget(p.stream) {
+			grows := intervalOverhead
+			if c.Membership[ev.Member] == nil {
+				grows += stringBytes(ev.Member) + chatEntryOverhead
+			}
+			if c.size()+2*(stringBytes(ev.Member)+chatEntryOverhead+grows) > chatBudget(p.stream) {
 				return conversationFull(e, ev)
 			}
-			c.Members = append(c.Members, ev.Member)
-			slices.Sort(c.Members)
+			c.join(ev.Member, e.Version)
 		}
 	case config.RoleMemberRemoved:
-		c.Members = slices.DeleteFunc(c.Members, func(m string) bool { return m == ev.Member })
+		c.leave(ev.Member, e.Version)
 	case config.RoleReceiptRead, config.RoleReceiptDelivered:
 		return p.receipt(e, c, ev, role)
 	default:
@@ -163,39 +209,129 @@ func (p assign) forgetOld(c *Conversation, nowMs int64) {
 	c.Sent = slices.DeleteFunc(c.Sent, func(m SentMessage) bool { return m.AtMs < cutoff })
 }
 
+// join makes user a member from the message after lastSeq on.
+func (c *Conversation) join(user string, lastSeq int64) {
+	c.Members = append(c.Members, user)
+	slices.Sort(c.Members)
+	if c.Membership == nil {
+		c.Membership = map[string][]Interval{}
+	}
+	ivs := append(c.Membership[user], Interval{From: lastSeq + 1})
+	if over := len(ivs) - MaxIntervals; over > 0 {
+		ivs = slices.Delete(ivs, 0, over)
+	}
+	c.Membership[user] = ivs
+}
+
+// leave ends user's membership after message lastSeq; an interval in which
+// nothing was sent is not kept. Removing a non-member changes nothing.
+func (c *Conversation) leave(user string, lastSeq int64) {
+	i, found := slices.BinarySearch(c.Members, user)
+	if !found {
+		return
+	}
+	c.Members = slices.Delete(c.Members, i, i+1)
+	ivs := c.Membership[user]
+	if n := len(ivs); n > 0 && ivs[n-1].To == 0 {
+		if ivs[n-1].To = lastSeq; lastSeq < ivs[n-1].From {
+			ivs = ivs[:n-1]
+		}
+	}
+	if len(ivs) == 0 {
+		delete(c.Membership, user)
+	} else {
+		c.Membership[user] = ivs
+	}
+}
+
+// dateMembers gives a member of a conversation stored before membership
+// intervals one from the first message: they read everything, as then.
+func (c *Conversation) dateMembers() {
+	for _, m := range c.Members {
+		if ivs := c.Membership[m]; len(ivs) == 0 || ivs[len(ivs)-1].To != 0 {
+			if c.Membership == nil {
+				c.Membership = map[string][]Interval{}
+			}
+			c.Membership[m] = append(ivs, Interval{From: 1})
+		}
+	}
+}
+
+// receipt moves a member's read position, or a device's delivery, forward.
+// A receipt from someone who is not a member when it is decided never
+// enters the state.
 func (p assign) receipt(e *Entity, c *Conversation, ev Event, role config.AssignRole) Effects {
+	if !slices.Contains(c.Members, ev.Member) {
+		return one(ev, record.Rejected, record.ReasonNotMember, ev.Seq)
+	}
 	if ev.Seq > e.Version {
 		return one(ev, record.Rejected, record.ReasonAheadOfConversation, ev.Seq)
+	}
+	cur, known := c.Cursors[ev.Member]
+	grows := 0
+	if !known {
+		grows += 2 * (stringBytes(ev.Member) + chatEntryOverhead)
+	}
+	switch {
+	case role == config.RoleReceiptRead:
+		if ev.Seq <= cur.Read {
+			return one(ev, record.Stale, "", ev.Seq)
+		}
+		cur.Read = ev.Seq
+	case ev.Device == "":
+		// A delivery receipt that names no device counts for the user.
+		if ev.Seq <= cur.Delivered {
+			return one(ev, record.Stale, "", ev.Seq)
+		}
+		cur.Delivered = ev.Seq
+	default:
+		d, seen := cur.Devices[ev.Device]
+		if ev.Seq <= d.Delivered {
+			return one(ev, record.Stale, "", ev.Seq)
+		}
+		devices := maps.Clone(cur.Devices)
+		if devices == nil {
+			devices = map[string]DeviceCursor{}
+		}
+		if !seen {
+			if len(devices) >= p.stream.Limits.Devices {
+				delete(devices, leastDelivered(devices))
+			}
+			grows += 2 * (stringBytes(ev.Device) + chatEntryOverhead)
+		}
+		devices[ev.Device] = DeviceCursor{Delivered: ev.Seq}
+		cur.Devices = devices
+		cur.Delivered = max(cur.Delivered, ev.Seq)
+	}
+	if grows > 0 && c.size()+grows > chatBudget(p.stream) {
+		return conversationFull(e, ev)
 	}
 	if c.Cursors == nil {
 		c.Cursors = map[string]Cursor{}
 	}
-	cur, known := c.Cursors[ev.Member]
-	if !known && c.size()+2*(stringBytes(ev.Member)+chatEntryOverhead) > chatBudget(p.stream) {
-		return conversationFull(e, ev)
-	}
-	pos := &cur.Read
-	if role == config.RoleReceiptDelivered {
-		pos = &cur.Delivered
-	}
-	if ev.Seq <= *pos {
-		return one(ev, record.Stale, "", ev.Seq)
-	}
-	*pos = ev.Seq
 	c.Cursors[ev.Member] = cur
 	effects := p.changed(e, ev)
 	effects.Decisions[0].Version = ev.Seq
 	return effects
 }
 
+// leastDelivered is the device a new one replaces at limits.devices: the
+// one that received least (ties by id, so the choice is deterministic).
+func leastDelivered(devices map[string]DeviceCursor) string {
+	return slices.MinFunc(slices.Collect(maps.Keys(devices)), func(a, b string) int {
+		return cmp.Or(cmp.Compare(devices[a].Delivered, devices[b].Delivered), strings.Compare(a, b))
+	})
+}
+
 // changed records an applied change and renders the public state.
 func (p assign) changed(e *Entity, ev Event) Effects {
 	state := struct {
-		LastSeq     int64             `json:"last_seq"`
-		Members     []string          `json:"members"`
-		Cursors     map[string]Cursor `json:"cursors,omitempty"`
-		LastMessage json.RawMessage   `json:"last_message,omitempty"`
-	}{LastSeq: e.Version, Members: e.Chat.Members, Cursors: e.Chat.Cursors}
+		LastSeq     int64                 `json:"last_seq"`
+		Members     []string              `json:"members"`
+		Membership  map[string][]Interval `json:"membership,omitempty"`
+		Cursors     map[string]Cursor     `json:"cursors,omitempty"`
+		LastMessage json.RawMessage       `json:"last_message,omitempty"`
+	}{LastSeq: e.Version, Members: e.Chat.Members, Membership: e.Chat.Membership, Cursors: e.Chat.Cursors}
 	if p.roles[ev.Type] == config.RoleSend {
 		state.LastMessage = ev.Body
 	} else if e.State != nil {

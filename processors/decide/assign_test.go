@@ -70,11 +70,14 @@ func TestAssignDecisions(t *testing.T) {
 		}
 	}
 	var state struct {
-		LastSeq int64             `json:"last_seq"`
-		Members []string          `json:"members"`
-		Cursors map[string]Cursor `json:"cursors"`
+		LastSeq    int64                 `json:"last_seq"`
+		Members    []string              `json:"members"`
+		Membership map[string][]Interval `json:"membership"`
+		Cursors    map[string]Cursor     `json:"cursors"`
 	}
-	if err := json.Unmarshal(e.State, &state); err != nil || state.LastSeq != 2 || len(state.Members) != 0 || state.Cursors["alice"] != (Cursor{Read: 2, Delivered: 1}) {
+	err := json.Unmarshal(e.State, &state)
+	if cur := state.Cursors["alice"]; err != nil || state.LastSeq != 2 || len(state.Members) != 0 || cur.Read != 2 || cur.Delivered != 1 || cur.Devices["d"].Delivered != 1 ||
+		len(state.Membership["alice"]) != 1 || state.Membership["alice"][0] != (Interval{From: 1, To: 2}) {
 		t.Fatalf("public state %s (%v)", e.State, err)
 	}
 }
@@ -185,10 +188,73 @@ func TestAssignConversationFull(t *testing.T) {
 			t.Fatalf("member %d: %+v", i, d)
 		}
 	}
-	if full < 100 {
+	if full < 80 {
 		t.Fatalf("the conversation was full after %d members (or never, -1)", full)
 	}
 	if got := r.Decide(&e, send(t, r, "s", name(0), "d", "c1", 1)).Decisions[0]; got.Outcome != record.Applied {
 		t.Fatalf("a member's send in a full conversation: %+v", got)
+	}
+}
+
+// Delivery is recorded per device: a laptop that got message 1 after the
+// phone got message 2 is applied for the laptop, and the user's delivered
+// stays at the highest any device reached. At limits.devices the device
+// that received least makes room.
+func TestAssignDeliveryPerDevice(t *testing.T) {
+	s := testenv.Shipped(t, "chat")
+	s.Limits.Devices = 2
+	p := For(s)
+	var e Entity
+	p.Decide(&e, member(t, p, "m", "member.added", "alice"))
+	for i := range 3 {
+		p.Decide(&e, send(t, p, fmt.Sprint("s", i), "alice", "d", fmt.Sprint("c", i), 0))
+	}
+	delivered := func(id, device string, seq int64) Decision {
+		return p.Decide(&e, chatEvent(t, p, id, "receipt.delivered", 0, map[string]any{"user_id": "alice", "device_id": device, "conversation_seq": seq})).Decisions[0]
+	}
+	steps := []struct {
+		id, device string
+		seq        int64
+		outcome    record.Result
+	}{
+		{"r1", "phone", 2, record.Applied},
+		{"r2", "laptop", 1, record.Applied},
+		{"r3", "laptop", 1, record.Stale},
+		{"r4", "phone", 2, record.Stale},
+		{"r5", "tablet", 3, record.Applied}, // evicts the laptop (1)
+		{"r6", "laptop", 1, record.Applied}, // a new device again: evicts the phone (2)
+	}
+	for _, st := range steps {
+		if d := delivered(st.id, st.device, st.seq); d.Outcome != st.outcome || d.Version != st.seq {
+			t.Fatalf("%s: %+v, want %s at %d", st.id, d, st.outcome, st.seq)
+		}
+	}
+	cur := e.Chat.Cursors["alice"]
+	if cur.Delivered != 3 || len(cur.Devices) != 2 || cur.Devices["tablet"].Delivered != 3 || cur.Devices["laptop"].Delivered != 1 {
+		t.Fatalf("cursor %+v", cur)
+	}
+}
+
+// A member who joins and leaves more than MaxIntervals times keeps the
+// last MaxIntervals intervals: the oldest is forgotten, never merged.
+func TestAssignIntervalsBound(t *testing.T) {
+	p := For(testenv.Shipped(t, "chat"))
+	var e Entity
+	p.Decide(&e, member(t, p, "a", "member.added", "alice"))
+	for i := range MaxIntervals + 3 {
+		p.Decide(&e, member(t, p, fmt.Sprint("j", i), "member.added", "bob"))
+		p.Decide(&e, send(t, p, fmt.Sprint("s", i), "alice", "d", fmt.Sprint("c", i), 0))
+		p.Decide(&e, member(t, p, fmt.Sprint("l", i), "member.removed", "bob"))
+		p.Decide(&e, send(t, p, fmt.Sprint("t", i), "alice", "d", fmt.Sprint("u", i), 0))
+	}
+	ivs := e.Chat.Membership["bob"]
+	if len(ivs) != MaxIntervals || ivs[0] != (Interval{From: 7, To: 7}) || ivs[MaxIntervals-1] != (Interval{From: 37, To: 37}) {
+		t.Fatalf("bob's intervals %v", ivs)
+	}
+	// A member of a conversation stored before intervals reads everything.
+	old := Entity{Row: Row{Applied: true, Version: 5}, Chat: &Conversation{Members: []string{"carol"}}}
+	p.Decide(&old, member(t, p, "x", "member.removed", "carol"))
+	if got := old.Chat.Membership["carol"]; len(got) != 1 || got[0] != (Interval{From: 1, To: 5}) {
+		t.Fatalf("an old member's intervals %v", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/processors/decide"
@@ -82,4 +83,22 @@ func TestOrdersModelWithDrawnLimits(t *testing.T) {
 		outs, last := decideHistory(t, decide.For(s), h)
 		h.Check(t, outs, last)
 	})
+}
+
+// Joins, leaves, re-joins, sends and receipts from members, removed
+// members and strangers, under both history policies (the rules keep the
+// same facts for both).
+func TestMembershipModel(t *testing.T) {
+	for _, history := range []string{config.HistoryJoined, config.HistoryShared} {
+		t.Run(history, func(t *testing.T) {
+			s := testenv.Shipped(t, "chat")
+			s.Assign.History = history
+			rules := decide.For(s)
+			rapid.Check(t, func(t *rapid.T) {
+				h, _ := decidetest.Membership(t, s, "k")
+				outs, last := decideHistory(t, rules, h)
+				h.Check(t, outs, last)
+			})
+		})
+	}
 }

@@ -8,7 +8,7 @@ import (
 // reader reads what the rules need of an event from its body, through the
 // stream's catalogue entry: the catalogue fields, the device and its value
 // (devices), whether the event is terminal, and an assign event's member,
-// client key and sequence.
+// client key, sequence and receiving device.
 type reader struct {
 	stream *config.Stream
 	// roles is the part of each event type (assign).
@@ -69,6 +69,9 @@ func (r reader) assignFields(doc *envelope.Document, ev *Event) {
 		ev.Member = text(a.Members.User)
 	case config.RoleReceiptRead, config.RoleReceiptDelivered:
 		ev.Member = text(a.Receipts.User)
+		if a.Receipts.Device != "" {
+			ev.Device = text(a.Receipts.Device)
+		}
 		if v, err := doc.Lookup(a.Receipts.Sequence); err == nil {
 			ev.Seq, _ = v.Int()
 		}

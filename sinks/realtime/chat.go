@@ -88,19 +88,31 @@ func (c *chat) add(o *record.Outcome) {
 	c.wake = make(chan struct{})
 }
 
-// after returns up to limit messages of conversation key after seq, in
-// order, and whether messages after seq are no longer held (the window
-// starts past seq+1, or never held what came before it).
-func (c *chat) after(key string, seq int64, limit int) (out []message, limited bool) {
+// read returns up to limit messages of conversation key after seq after
+// for which may is true, in order, each once; next is the last sequence
+// looked at (a caller pages on with after = next), and limited reports
+// that messages after `after` the caller may read are no longer held.
+func (c *chat) read(_ context.Context, key string, after int64, limit int, may func(seq int64) bool) (msgs []message, next int64, limited bool, err error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	msgs := c.conversations[key]
-	if len(msgs) > 0 && msgs[0].Seq > seq+1 {
-		limited = true
+	held := c.conversations[key]
+	next = after
+	if len(held) > 0 {
+		for seq := after + 1; seq < held[0].Seq; seq++ {
+			if may(seq) {
+				limited = true
+				break
+			}
+		}
 	}
-	i, _ := slices.BinarySearchFunc(msgs, seq+1, func(a message, seq int64) int { return int(a.Seq - seq) })
-	end := min(len(msgs), i+limit)
-	return slices.Clone(msgs[i:end]), limited
+	i, _ := slices.BinarySearchFunc(held, after+1, func(a message, seq int64) int { return int(a.Seq - seq) })
+	for ; i < len(held) && len(msgs) < limit; i++ {
+		next = held[i].Seq
+		if may(held[i].Seq) {
+			msgs = append(msgs, held[i])
+		}
+	}
+	return msgs, next, limited, nil
 }
 
 // highest is the highest sequence held of conversation key, and the

@@ -2,6 +2,7 @@ package realtime
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -206,6 +207,8 @@ type client struct {
 	// at once, from runStart to runEnd, runLen of them; nil when none.
 	queued                   *frameBlock
 	runStart, runEnd, runLen int
+	// told are the conversations the client was told it left.
+	told map[string]bool
 }
 
 // tooFarBehind reports whether the client, behind changes from the head
@@ -331,19 +334,41 @@ func (c *client) send(ch *change, nowMs int64, at time.Duration) (ok bool, err e
 		return true, nil
 	}
 	if !c.q.visible(ch.ent) {
-		// A member removed from the conversation it follows receives
-		// nothing decided after the removal: the connection ends.
+		// A member removed from the conversation receives nothing decided
+		// after the removal, only the boundary of what they may still
+		// read, once; following it, the connection ends.
+		if end := ch.ent.access.boundary(c.q.user.Subject); end > 0 && !c.told[ch.ent.key] {
+			if c.told == nil {
+				c.told = map[string]bool{}
+			}
+			c.told[ch.ent.key] = true
+			c.buf = fmt.Appendf(c.buf[:0], "event: left\ndata: {\"key\":%s,\"readable_until_seq\":%d}\n\n", quoteJSON(ch.ent.key), end)
+			if err := c.write(c.buf, at); err != nil {
+				return false, err
+			}
+		}
 		return c.key == "", nil
 	}
 	expired := isExpired(ch.ent, nowMs)
+	shown := c.q.shown(ch.ent)
 	switch {
-	case c.live && !expired:
+	case c.live && !expired && shown == ch.ent:
 		return true, c.queue(ch, at)
-	case c.live:
+	case c.live && shown == ch.ent:
 		return true, c.write(ch.expired(), at)
 	}
-	c.buf = appendFrame(c.buf[:0], c.pos.String(), ch.ent, expired)
+	id := c.pos.String()
+	if c.live {
+		id = ch.after
+	}
+	c.buf = appendFrame(c.buf[:0], id, shown, expired)
 	return true, c.write(c.buf, at)
+}
+
+// quoteJSON is s as a JSON string.
+func quoteJSON(s string) []byte {
+	b, _ := json.Marshal(s)
+	return b
 }
 
 // maxRun bounds the bytes of live messages a client writes at once. The

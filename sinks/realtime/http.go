@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/problem"
 )
 
@@ -26,7 +25,23 @@ const (
 // stream in their token, but for assign streams only a current member of
 // the conversation.
 func (q *request) visible(e *entity) bool {
-	return q.stream.cfg.Policy != config.PolicyAssign || e.isMember(q.user.Subject)
+	return e.access == nil || e.access.member(q.user.Subject)
+}
+
+// shown is entity e as the user is shown it: a conversation's member who
+// may not read its last message (they joined after it) gets the state
+// without it. Most are shown e itself, shared by every client.
+func (q *request) shown(e *entity) *entity {
+	if e.access == nil || e.access.lastSeq == 0 || readable(q.readable(e), e.access.lastSeq) {
+		return e
+	}
+	return withoutLastMessage(e)
+}
+
+// readable are the sequences of conversation e the user may read, under
+// the stream's history policy.
+func (q *request) readable(e *entity) []interval {
+	return e.access.intervals(q.user.Subject, q.stream.cfg.Assign.History)
 }
 
 // intParam reads a query parameter that must be an integer in [lo, hi],
@@ -93,7 +108,7 @@ func (b *Bridge) snapshot(q *request) {
 			more = true
 			return false
 		}
-		page = append(page, e.json(nowMs))
+		page = append(page, q.shown(e).json(nowMs))
 		return true
 	})
 	s.mu.RUnlock()
@@ -133,6 +148,8 @@ func parsePageToken(tok string) (Cursor, string, error) {
 func (b *Bridge) entity(q *request) {
 	e, ok := q.stream.store.Load().get(q.r.PathValue("key"))
 	switch {
+	case q.stream.chat != nil && ok && !q.visible(e) && e.access.boundary(q.user.Subject) > 0:
+		b.forbid(q.w, q.stream.cfg.Name, fmt.Sprintf("you left the conversation after message %d: the messages up to it stay readable at its messages", e.access.boundary(q.user.Subject)))
 	case q.stream.chat != nil && (!ok || !q.visible(e)):
 		// Alike whether the conversation exists or not, so that its id
 		// tells a non-member nothing.
@@ -140,7 +157,7 @@ func (b *Bridge) entity(q *request) {
 	case !ok:
 		problem.Write(q.w, http.StatusNotFound, "not_found", "the key has no state", nil)
 	default:
-		writeJSON(q.w, e.json(b.now().UnixMilli()))
+		writeJSON(q.w, q.shown(e).json(b.now().UnixMilli()))
 	}
 }
 
@@ -154,8 +171,10 @@ func (s *store) get(key string) (*entity, bool) {
 // to hold the messages the conversation's state says were sent.
 const messageWait = 2 * time.Second
 
-// messages serves a conversation's applied sends after after_seq, in
-// order, each sequence once (assign streams).
+// messages serves a conversation's applied sends after after_seq that the
+// user may read, in order, each sequence once (assign streams), with the
+// intervals they may read: a current member's, or a former member's up to
+// the boundary of their removal.
 func (b *Bridge) messages(q *request) {
 	c := q.stream.chat
 	if c == nil {
@@ -172,12 +191,19 @@ func (b *Bridge) messages(q *request) {
 	}
 	key := q.r.PathValue("key")
 	e, found := q.stream.store.Load().get(key)
-	if !found || !q.visible(e) {
+	var ivs []interval
+	if found {
+		ivs = q.readable(e)
+	}
+	if len(ivs) == 0 {
 		b.forbid(q.w, q.stream.cfg.Name, "only a member of the conversation may read its messages")
 		return
 	}
 	// The state may be ahead of the outcomes read so far.
-	last := lastSeq(e.state)
+	last := e.access.lastSeq
+	if end := ivs[len(ivs)-1].To; end != 0 {
+		last = min(last, end)
+	}
 	until := time.Now().Add(messageWait)
 	for {
 		top, wake := c.highest(key)
@@ -191,19 +217,21 @@ func (b *Bridge) messages(q *request) {
 			return
 		}
 	}
-	msgs, limited := c.after(key, after, int(limit))
-	next := after
-	if len(msgs) > 0 {
-		next = msgs[len(msgs)-1].Seq
+	msgs, next, limited, err := c.read(q.r.Context(), key, after, int(limit), func(seq int64) bool { return readable(ivs, seq) })
+	if err != nil {
+		q.w.Header().Set("Retry-After", "1")
+		problem.Write(q.w, http.StatusServiceUnavailable, "unavailable", "reading the conversation's messages: "+err.Error(), nil)
+		return
 	}
 	if msgs == nil {
 		msgs = []message{}
 	}
 	writeJSON(q.w, struct {
-		Messages     []message `json:"messages"`
-		NextAfterSeq int64     `json:"next_after_seq"`
-		Limited      bool      `json:"limited"`
-	}{msgs, next, limited})
+		Messages     []message  `json:"messages"`
+		NextAfterSeq int64      `json:"next_after_seq"`
+		Limited      bool       `json:"limited"`
+		Intervals    []interval `json:"intervals"`
+	}{msgs, next, limited, ivs})
 }
 
 // lastSeq reads an assign stream's public state's last sequence.

@@ -21,14 +21,9 @@ type entity struct {
 	updatedAt int64 // unix ms
 	expiresAt int64 // unix ms, 0 for never
 	partition int32
-	// members of an assign stream's entity (a conversation), sorted; only
-	// they may read it.
-	members []string
-}
-
-func (e *entity) isMember(user string) bool {
-	_, found := slices.BinarySearch(e.members, user)
-	return found
+	// access is an assign stream's entity's (a conversation's) membership:
+	// who may read it, and which of its messages; nil on other streams.
+	access *access
 }
 
 // change is one state record the bridge applied, in the order it applied
@@ -187,7 +182,8 @@ func newEntity(partition int32, r stateRecord, assign bool) *entity {
 	e := &entity{key: r.st.Key, version: r.st.Version, state: json.RawMessage(r.state),
 		updatedAt: r.st.UpdatedAtMs, expiresAt: r.st.ExpiresAtMs, partition: partition}
 	if assign {
-		e.members = membersOf(e.state)
+		a := accessOf(e.state)
+		e.access = &a
 	}
 	return e
 }
@@ -204,16 +200,6 @@ func (s *store) position() Cursor {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return Cursor{Epoch: s.epoch, Offsets: slices.Clone(s.next)}
-}
-
-// membersOf reads the members of an assign stream's public state, sorted.
-func membersOf(state json.RawMessage) []string {
-	var s struct {
-		Members []string `json:"members"`
-	}
-	_ = json.Unmarshal(state, &s)
-	slices.Sort(s.Members)
-	return s.Members
 }
 
 // isExpired reports whether the entity's claim has gone stale at nowMs: a
