@@ -45,6 +45,16 @@ func accessOf(state json.RawMessage) access {
 	return access{lastSeq: s.LastSeq, members: s.Members, membership: s.Membership}
 }
 
+// users are the current and former members, sorted, each once.
+func (a *access) users() []string {
+	us := slices.Clone(a.members)
+	for u := range a.membership {
+		us = append(us, u)
+	}
+	slices.Sort(us)
+	return slices.Compact(us)
+}
+
 // member reports whether user is a current member.
 func (a *access) member(user string) bool {
 	_, found := slices.BinarySearch(a.members, user)

@@ -18,20 +18,26 @@ type Cursor struct {
 	Offsets []int64
 }
 
-// cursorVersion is the first byte of an encoded cursor, so the format can
-// change without an old cursor being misread.
-const cursorVersion = 1
+// The first byte of an encoded position says what it is, so the format can
+// change without an old one being misread, and a sync token is never taken
+// for an events cursor or the other way round: both are positions in the
+// state topic, but a sync token also stands for the messages the client
+// took with it.
+const (
+	cursorVersion    = 1
+	syncTokenVersion = 2
+)
 
 // String encodes the cursor: base64url (unpadded) of the version byte, the
 // epoch, the partition count and each offset, as uvarints.
 func (c Cursor) String() string {
-	return string(c.append(nil))
+	return string(c.appendAs(nil, cursorVersion))
 }
 
-// append appends the encoded cursor to b.
-func (c Cursor) append(b []byte) []byte {
+// appendAs appends the position encoded with the first byte version.
+func (c Cursor) appendAs(b []byte, version byte) []byte {
 	var raw [256]byte
-	r := append(raw[:0], cursorVersion)
+	r := append(raw[:0], version)
 	r = append(r, c.Epoch[:]...)
 	r = binary.AppendUvarint(r, uint64(len(c.Offsets)))
 	for _, o := range c.Offsets {
@@ -43,9 +49,12 @@ func (c Cursor) append(b []byte) []byte {
 var errMalformedCursor = errors.New("malformed cursor")
 
 // ParseCursor decodes a cursor String gave.
-func ParseCursor(s string) (Cursor, error) {
+func ParseCursor(s string) (Cursor, error) { return parseAs(s, cursorVersion) }
+
+// parseAs decodes a position appendAs encoded with the first byte version.
+func parseAs(s string, version byte) (Cursor, error) {
 	raw, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(raw) < 1+16+1 || raw[0] != cursorVersion {
+	if err != nil || len(raw) < 1+16+1 || raw[0] != version {
 		return Cursor{}, errMalformedCursor
 	}
 	var c Cursor

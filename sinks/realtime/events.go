@@ -58,17 +58,11 @@ func (b *Bridge) events(q *request) {
 	s := q.stream.store.Load()
 	pos, err := ParseCursor(raw)
 	if err != nil {
-		b.gone(q, errors.New("the cursor is malformed"))
+		b.gone(q, errors.New("the cursor is malformed"), retakeSnapshot)
 		return
 	}
 	if err := b.resumable(q.r.Context(), q.stream, s, pos); err != nil {
-		var g goneError
-		if errors.As(err, &g) {
-			b.gone(q, err)
-			return
-		}
-		q.w.Header().Set("Retry-After", "1")
-		problem.Write(q.w, http.StatusServiceUnavailable, "unavailable", err.Error(), nil)
+		b.cannotResume(q, err, retakeSnapshot)
 		return
 	}
 	key := q.r.URL.Query().Get("key")
@@ -100,6 +94,18 @@ func (b *Bridge) events(q *request) {
 	if err != nil && q.r.Context().Err() == nil {
 		b.log.Debug("events client ended", "stream", name, "err", err)
 	}
+}
+
+// cannotResume answers a position resumable refused: 410 when it is gone
+// (advice says what the client does then), else 503.
+func (b *Bridge) cannotResume(q *request, err error, advice string) {
+	var g goneError
+	if errors.As(err, &g) {
+		b.gone(q, err, advice)
+		return
+	}
+	q.w.Header().Set("Retry-After", "1")
+	problem.Write(q.w, http.StatusServiceUnavailable, "unavailable", err.Error(), nil)
 }
 
 // resumable checks a cursor against the stream: its epoch and partition
@@ -311,14 +317,7 @@ func (c *client) take() (batch []*change, head uint64, next []int64, wake <-chan
 
 // missed reports whether the log no longer holds a change at or after the
 // client's position (the store's lock held).
-func (c *client) missed() bool {
-	for p, o := range c.pos.Offsets {
-		if o < c.s.floor[p] {
-			return true
-		}
-	}
-	return false
-}
+func (c *client) missed() bool { return !c.s.holdsFrom(c.pos.Offsets) }
 
 // send writes one change when the client should see it, expired as of
 // nowMs, at at (since clock); ok is false when the client must stop (it
@@ -349,6 +348,8 @@ func (c *client) send(ch *change, nowMs int64, at time.Duration) (ok bool, err e
 		}
 		return c.key == "", nil
 	}
+	// A member again (added back): a later removal is told again.
+	delete(c.told, ch.ent.key)
 	expired := isExpired(ch.ent, nowMs)
 	shown := c.q.shown(ch.ent)
 	switch {

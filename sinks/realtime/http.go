@@ -1,6 +1,7 @@
 package realtime
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -65,10 +66,14 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// gone answers 410 for a cursor that cannot resume.
-func (b *Bridge) gone(q *request, err error) {
+// retakeSnapshot is what a client does with a cursor that is gone.
+const retakeSnapshot = "take a new snapshot"
+
+// gone answers 410 for a position that cannot resume; advice says what
+// the client does instead.
+func (b *Bridge) gone(q *request, err error, advice string) {
 	b.metrics.gone.WithLabelValues(q.stream.cfg.Name).Inc()
-	problem.Write(q.w, http.StatusGone, "cursor-gone", err.Error()+"; take a new snapshot", nil)
+	problem.Write(q.w, http.StatusGone, "cursor-gone", err.Error()+"; "+advice, nil)
 }
 
 // snapshot serves one page of the stream's entities in key order, with
@@ -90,7 +95,7 @@ func (b *Bridge) snapshot(q *request) {
 			return
 		}
 		if pos.Epoch != s.epoch {
-			b.gone(q, errors.New("the snapshot began on another epoch of the stream"))
+			b.gone(q, errors.New("the snapshot began on another epoch of the stream"), retakeSnapshot)
 			return
 		}
 	} else {
@@ -204,18 +209,8 @@ func (b *Bridge) messages(q *request) {
 	if end := ivs[len(ivs)-1].To; end != 0 {
 		last = min(last, end)
 	}
-	until := time.Now().Add(messageWait)
-	for {
-		top, wake := c.highest(key)
-		if top >= last || !time.Now().Before(until) {
-			break
-		}
-		select {
-		case <-wake:
-		case <-time.After(time.Until(until)):
-		case <-q.r.Context().Done():
-			return
-		}
+	if !c.await(q.r.Context(), key, last, time.Now().Add(messageWait)) {
+		return
 	}
 	msgs, next, limited, err := c.read(q.r.Context(), key, after, int(limit), func(seq int64) bool { return readable(ivs, seq) })
 	if err != nil {
@@ -232,6 +227,23 @@ func (b *Bridge) messages(q *request) {
 		Limited      bool       `json:"limited"`
 		Intervals    []interval `json:"intervals"`
 	}{msgs, next, limited, ivs})
+}
+
+// await waits until the messages held of conversation key reach
+// sequence last, or until; false when ctx ended first.
+func (c *chat) await(ctx context.Context, key string, last int64, until time.Time) bool {
+	for {
+		top, wake := c.highest(key)
+		if top >= last || !time.Now().Before(until) {
+			return true
+		}
+		select {
+		case <-wake:
+		case <-time.After(time.Until(until)):
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // lastSeq reads an assign stream's public state's last sequence.

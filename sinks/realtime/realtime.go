@@ -208,6 +208,7 @@ func (b *Bridge) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/streams/{stream}/entities/{key}", b.authorized(b.entity))
 	mux.HandleFunc("GET /v1/streams/{stream}/entities/{key}/messages", b.authorized(b.messages))
 	mux.HandleFunc("GET /v1/streams/{stream}/events", b.authorized(b.events))
+	mux.HandleFunc("GET /v1/streams/{stream}/sync", b.authorized(b.sync))
 	mux.HandleFunc("OPTIONS /v1/streams/", b.preflight)
 	b.ops.Register(mux)
 	registerPage(mux)

@@ -32,6 +32,11 @@ type change struct {
 	partition int32
 	offset    int64
 	ent       *entity
+	// before is the membership of the entity the change replaced, on an
+	// assign stream; nil for a new key. A sync tells from the first change
+	// after a client's token what the client held then (sync.go); only the
+	// parsed membership is kept, not the state it came from.
+	before *access
 	// after is the stream's position once the change was applied, encoded:
 	// the id of the change for a client that was at the position before it.
 	after string
@@ -105,8 +110,13 @@ type store struct {
 	// maxEntities bounds entities; dropped counts new keys refused.
 	maxEntities int
 	dropped     int64
-	// assign streams keep each conversation's members.
-	assign bool
+	// assign streams keep each conversation's members, and which
+	// conversations each user has or had intervals in (a current or former
+	// member), so a sync finds a user's conversations without a scan of
+	// every entity; it holds a key for every user of its membership, no
+	// more than the entities' own membership holds.
+	assign        bool
+	conversations map[string]map[string]struct{}
 }
 
 func newStore(epoch [16]byte, partitions, logSize, maxEntities int, assign bool) *store {
@@ -115,6 +125,7 @@ func newStore(epoch [16]byte, partitions, logSize, maxEntities int, assign bool)
 		entities: btree.NewG(32, func(a, b *entity) bool { return a.key < b.key }),
 		log:      make([]*change, 0, min(logSize, 1024)), logSize: logSize,
 		wake: make(chan struct{}), retired: make(chan struct{}), maxEntities: maxEntities, assign: assign,
+		conversations: map[string]map[string]struct{}{},
 	}
 }
 
@@ -155,6 +166,12 @@ func (s *store) apply(partition int32, recs []stateRecord) (dropped int) {
 		s.entities.ReplaceOrInsert(e)
 		c := &change{partition: partition, offset: r.offset, ent: e,
 			after: Cursor{Epoch: s.epoch, Offsets: s.next}.String(), block: block}
+		if s.assign {
+			if had {
+				c.before = old.access
+			}
+			s.index(c.before, e)
+		}
 		block.changes = append(block.changes, c)
 		s.append(c)
 	}
@@ -175,6 +192,57 @@ func (s *store) append(c *change) {
 	}
 	s.head++
 	s.headNow.Store(s.head)
+}
+
+// index keeps conversations up to date for conversation e, whose
+// membership was before (nil for a new conversation).
+func (s *store) index(before *access, e *entity) {
+	var was []string
+	if before != nil {
+		was = before.users()
+	}
+	now := e.access.users()
+	for _, u := range was {
+		if _, still := slices.BinarySearch(now, u); !still {
+			delete(s.conversations[u], e.key)
+			if len(s.conversations[u]) == 0 {
+				delete(s.conversations, u)
+			}
+		}
+	}
+	for _, u := range now {
+		if _, found := slices.BinarySearch(was, u); found {
+			continue
+		}
+		keys := s.conversations[u]
+		if keys == nil {
+			keys = map[string]struct{}{}
+			s.conversations[u] = keys
+		}
+		keys[e.key] = struct{}{}
+	}
+}
+
+// conversationsOf are the keys of the conversations user is or was a
+// member of, sorted (the store's lock held).
+func (s *store) conversationsOf(user string) []string {
+	keys := make([]string, 0, len(s.conversations[user]))
+	for k := range s.conversations[user] {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// holdsFrom reports whether the log holds every change at or after the
+// offsets, one a partition (the store's lock held).
+func (s *store) holdsFrom(offsets []int64) bool {
+	for p, o := range offsets {
+		if o < s.floor[p] {
+			return false
+		}
+	}
+	return true
 }
 
 // newEntity is the entity of a state record of partition.

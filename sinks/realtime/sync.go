@@ -1,0 +1,217 @@
+package realtime
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/driftguard/driftguard/internal/problem"
+)
+
+// Bounds of the messages one sync answers per conversation.
+const (
+	defaultSyncLimit = 50
+	maxSyncLimit     = 1000
+)
+
+// resync is what a client does with a sync token that is gone.
+const resync = "sync again without `since`"
+
+// syncConversation is one conversation of a sync's answer.
+type syncConversation struct {
+	Key string `json:"key"`
+	// Entity is the conversation as the user is shown it; null for a
+	// former member, who is told Left instead.
+	Entity *entityJSON `json:"entity"`
+	Left   *syncLeft   `json:"left,omitempty"`
+	// Intervals are the sequences the user may read (the messages
+	// endpoint's).
+	Intervals []interval `json:"intervals"`
+	// AfterSeq is the sequence the messages follow: what the client held
+	// at its token (0 without one).
+	AfterSeq int64     `json:"after_seq"`
+	Messages []message `json:"messages"`
+	// NextAfterSeq is the last sequence the messages cover; Limited is
+	// true while it is below the last one the user may read: the client
+	// pages on at the messages endpoint from it.
+	NextAfterSeq int64 `json:"next_after_seq"`
+	Limited      bool  `json:"limited"`
+	// Gap is the messages endpoint's `limited`: messages after AfterSeq
+	// that the user may read are held nowhere any more.
+	Gap bool `json:"gap"`
+}
+
+// syncLeft tells a former member the last sequence they may still read.
+type syncLeft struct {
+	ReadableUntilSeq int64 `json:"readable_until_seq"`
+}
+
+// syncPick is a conversation a sync answers, as the store held it at the
+// sync's position: its entity, and the membership of the entity the
+// client held (nil when it held none).
+type syncPick struct {
+	e      *entity
+	before *access
+}
+
+// sync answers, for every conversation of the user that changed after the
+// token `since` (every one without it), the conversation, the user's
+// intervals and the messages after what the client held, and the token to
+// ask with next (docs/bridge.md, "One sync call").
+func (b *Bridge) sync(q *request) {
+	c := q.stream.chat
+	if c == nil {
+		problem.Write(q.w, http.StatusNotFound, "not_assign", fmt.Sprintf("stream %q does not assign sequences: it has no conversations to sync", q.stream.cfg.Name), nil)
+		return
+	}
+	limit, ok := q.intParam("limit", defaultSyncLimit, 1, maxSyncLimit)
+	if !ok {
+		return
+	}
+	s := q.stream.store.Load()
+	var since []int64
+	if raw := q.r.URL.Query().Get("since"); raw != "" {
+		tok, err := parseAs(raw, syncTokenVersion)
+		if err != nil {
+			b.gone(q, errors.New("the sync token is malformed"), resync)
+			return
+		}
+		if err := b.resumable(q.r.Context(), q.stream, s, tok); err != nil {
+			b.cannotResume(q, err, resync)
+			return
+		}
+		since = tok.Offsets
+	}
+	pos, picks, ok := s.syncPicks(q.user.Subject, since)
+	if !ok {
+		b.gone(q, errors.New("the sync token is older than the changes the bridge holds"), resync)
+		return
+	}
+	nowMs := b.now().UnixMilli()
+	until := time.Now().Add(messageWait)
+	out := make([]syncConversation, 0, len(picks))
+	for _, p := range picks {
+		sc, ok := q.syncConversation(p, since == nil, nowMs)
+		if !ok {
+			continue
+		}
+		target := sc.NextAfterSeq
+		if sc.AfterSeq < target {
+			// The state may be ahead of the outcomes read so far.
+			if !c.await(q.r.Context(), p.e.key, target, until) {
+				return
+			}
+			ivs := sc.Intervals
+			msgs, next, gap, err := c.read(q.r.Context(), p.e.key, sc.AfterSeq, int(limit), func(seq int64) bool { return seq <= target && readable(ivs, seq) })
+			if err != nil {
+				q.w.Header().Set("Retry-After", "1")
+				problem.Write(q.w, http.StatusServiceUnavailable, "unavailable", "reading the messages of "+p.e.key+": "+err.Error(), nil)
+				return
+			}
+			// Sequences above target were looked at but not given: they
+			// are not covered.
+			sc.Messages, sc.NextAfterSeq, sc.Gap = msgs, max(sc.AfterSeq, min(next, target)), gap
+			sc.Limited = sc.NextAfterSeq < target
+		}
+		if sc.Messages == nil {
+			sc.Messages = []message{}
+		}
+		out = append(out, sc)
+	}
+	writeJSON(q.w, struct {
+		Next          string             `json:"next"`
+		Conversations []syncConversation `json:"conversations"`
+	}{string(pos.appendAs(nil, syncTokenVersion)), out})
+}
+
+// syncPicks reads, under one read lock, the store's position and the
+// conversations of user a sync answers: those changed at or after the
+// offsets since, or with since nil all of them, sorted by key. ok is false
+// when the log no longer holds every change after since.
+func (s *store) syncPicks(user string, since []int64) (pos Cursor, picks []syncPick, ok bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	pos = Cursor{Epoch: s.epoch, Offsets: slices.Clone(s.next)}
+	if since == nil {
+		for _, key := range s.conversationsOf(user) {
+			if e, found := s.entities.Get(&entity{key: key}); found {
+				picks = append(picks, syncPick{e: e})
+			}
+		}
+		return pos, picks, true
+	}
+	if !s.holdsFrom(since) {
+		return pos, nil, false
+	}
+	// Newest first, so the change kept of each key is its first after
+	// since: what it replaced is what the client held. A partition's
+	// changes lie in the log in offset order, so once one of them is
+	// below since, all before it are too.
+	first := map[string]*change{}
+	below := make([]bool, len(since))
+	passed := 0
+	for seq := s.head; seq > s.tail() && passed < len(since); seq-- {
+		ch := s.at(seq - 1)
+		if ch.offset < since[ch.partition] {
+			if !below[ch.partition] {
+				below[ch.partition] = true
+				passed++
+			}
+			continue
+		}
+		first[ch.ent.key] = ch
+	}
+	for key, ch := range first {
+		if e, found := s.entities.Get(&entity{key: key}); found {
+			picks = append(picks, syncPick{e: e, before: ch.before})
+		}
+	}
+	slices.SortFunc(picks, func(a, b syncPick) int { return strings.Compare(a.e.key, b.e.key) })
+	return pos, picks, true
+}
+
+// syncConversation is what the user is told of conversation p.e, less the
+// messages: AfterSeq is what the client held, NextAfterSeq (for now) the
+// last sequence the user may read, and Entity, for a current member, as
+// they are shown it at nowMs.
+// ok is false when the user is told nothing: they never were a member, or,
+// with a token (initial false), they were a former member already at it
+// and nothing of theirs changed since (a former member receives nothing
+// decided after their removal).
+func (q *request) syncConversation(p syncPick, initial bool, nowMs int64) (sc syncConversation, ok bool) {
+	user, a := q.user.Subject, p.e.access
+	ivs := q.readable(p.e)
+	member := a.member(user)
+	if len(ivs) == 0 {
+		return sc, false
+	}
+	sc = syncConversation{Key: p.e.key, Intervals: ivs, NextAfterSeq: a.lastSeq}
+	if member {
+		ent := q.shown(p.e).json(nowMs)
+		sc.Entity = &ent
+	} else {
+		end := a.boundary(user)
+		if end == 0 {
+			return sc, false
+		}
+		if !initial && p.before != nil && !p.before.member(user) && slices.Equal(p.before.membership[user], a.membership[user]) {
+			return sc, false
+		}
+		sc.Left, sc.NextAfterSeq = &syncLeft{ReadableUntilSeq: end}, min(a.lastSeq, end)
+	}
+	if p.before != nil {
+		// A member at the token held every message they could read up to
+		// the conversation's last sequence then, a former member up to
+		// their boundary, anyone else nothing.
+		if p.before.member(user) {
+			sc.AfterSeq = p.before.lastSeq
+		} else {
+			sc.AfterSeq = p.before.boundary(user)
+		}
+	}
+	sc.NextAfterSeq = max(sc.NextAfterSeq, sc.AfterSeq)
+	return sc, true
+}
