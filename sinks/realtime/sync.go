@@ -177,7 +177,9 @@ func (s *store) syncPicks(user string, since []int64) (pos Cursor, picks []syncP
 // messages: AfterSeq is what the client held, NextAfterSeq (for now) the
 // last sequence the user may read, and Entity, for a current member, as
 // they are shown it at nowMs.
-// ok is false when the user is told nothing: they never were a member, or,
+// One who may read nothing of it any more, though they could at the token,
+// is told Left with readable_until_seq 0. ok is false when the user is
+// told nothing: they never were a member, or,
 // with a token (initial false), they were a former member already at it
 // and nothing of theirs changed since (a former member receives nothing
 // decided after their removal).
@@ -186,6 +188,12 @@ func (q *request) syncConversation(p syncPick, initial bool, nowMs int64) (sc sy
 	ivs := q.readable(p.e)
 	member := a.member(user)
 	if len(ivs) == 0 {
+		// Someone who could read the conversation at the token and now
+		// may read none of it (removed before anything was sent to them)
+		// is told they left it, and nothing else.
+		if !initial && p.before != nil && len(p.before.intervals(user, q.stream.cfg.Assign.History)) > 0 {
+			return syncConversation{Key: p.e.key, Left: &syncLeft{}, Intervals: []interval{}, Messages: []message{}}, true
+		}
 		return sc, false
 	}
 	sc = syncConversation{Key: p.e.key, Intervals: ivs, NextAfterSeq: a.lastSeq}

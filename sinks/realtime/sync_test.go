@@ -1,0 +1,546 @@
+package realtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"pgregory.net/rapid"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/naming"
+	"github.com/driftguard/driftguard/internal/record"
+	"github.com/driftguard/driftguard/internal/testenv"
+	"github.com/driftguard/driftguard/processors/decide"
+	"github.com/driftguard/driftguard/sinks/realtime"
+)
+
+// chatWorld decides the events of an assign stream's conversations
+// through the shipped rules and writes to the bridge's broker what a
+// processor writes: each decision's outcome, then the conversation's new
+// state.
+type chatWorld struct {
+	e     *bridgeEnv
+	s     *config.Stream
+	rules *decide.Rules
+	convs map[string]*decide.Entity
+	// written is, per partition of the state topic, the offset after the
+	// last state written.
+	written map[int32]int64
+	n       int
+}
+
+func newChatWorld(e *bridgeEnv) *chatWorld {
+	s := e.cfg.Streams["chat"]
+	return &chatWorld{e: e, s: s, rules: decide.For(s), convs: map[string]*decide.Entity{}, written: map[int32]int64{}}
+}
+
+// decide decides one event of type typ for conversation key, with fields
+// keyed by the stream's JSON pointers, and writes what it changed.
+func (w *chatWorld) decide(t *rapid.T, key, typ string, fields map[string]any) {
+	w.n++
+	fields[w.s.EventID], fields[w.s.Type.Field], fields[w.s.Key] = fmt.Sprintf("%s-e%d", key, w.n), typ, key
+	obj := map[string]any{}
+	for pointer, v := range fields {
+		obj[strings.TrimPrefix(pointer, "/")] = v
+	}
+	body, _ := json.Marshal(obj)
+	doc, err := envelope.Parse(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := w.rules.Read(doc, "")
+	doc.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.Body, ev.ReceivedAtMs = body, int64(1000+w.n)
+	ent := w.convs[key]
+	if ent == nil {
+		ent = &decide.Entity{}
+		w.convs[key] = ent
+	}
+	effects := w.rules.Decide(ent, ev)
+	topics := naming.Prefixes{}.For("chat")
+	var recs []*kgo.Record
+	for _, d := range effects.Decisions {
+		o := record.Outcome{Stream: "chat", Key: key, EventID: d.Event.EventID, EventType: d.Event.Type, Version: d.Version,
+			Outcome: d.Outcome, Reason: d.Reason, MessageID: d.MessageID, ReceivedAtMs: d.Event.ReceivedAtMs, Payload: d.Event.Body}
+		recs = append(recs, &kgo.Record{Topic: topics.Outcomes, Key: []byte(key), Value: record.AppendOutcome(nil, &o)})
+	}
+	if effects.ChangesState() {
+		state, _, err := w.rules.PublicState(ent, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, stateRecord("chat", key, ent.Revision(), string(state)))
+	}
+	results := w.e.cl.ProduceSync(w.e.ctx, recs...)
+	if err := results.FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range results {
+		if r.Record.Topic == topics.State {
+			w.written[r.Record.Partition] = max(w.written[r.Record.Partition], r.Record.Offset+1)
+		}
+	}
+}
+
+// state is conversation key's last public state as written.
+func (w *chatWorld) state(t *rapid.T, key string) publicChat {
+	var st publicChat
+	raw, _, err := w.rules.PublicState(w.convs[key], key)
+	if err == nil && w.convs[key].Revision() >= 0 {
+		err = json.Unmarshal(raw, &st)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// applied waits until the bridge has read every state written, as a
+// snapshot's cursor (read before its first page) shows.
+func (w *chatWorld) applied(t *rapid.T, observer string) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var page snapshotPage
+		if w.e.get("/v1/streams/chat/snapshot?limit=1", observer, &page) == http.StatusOK {
+			pos, err := realtime.ParseCursor(page.Cursor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(slices.Collect(maps.Keys(w.written)), func(p int32) bool { return pos.Offsets[p] < w.written[p] }) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the bridge did not read the states written (%v)", w.written)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// publicChat is what the test reads of a conversation's public state.
+type publicChat struct {
+	LastSeq    int64                 `json:"last_seq"`
+	Members    []string              `json:"members"`
+	Membership map[string][]interval `json:"membership"`
+}
+
+type interval struct {
+	From int64 `json:"from"`
+	To   int64 `json:"to,omitempty"`
+}
+
+// mayRead says whether a user with intervals ivs (as the state writes
+// them) may read seq under the history policy.
+func mayRead(ivs []interval, seq int64, history string) bool {
+	if len(ivs) == 0 {
+		return false
+	}
+	if history == config.HistoryShared {
+		return ivs[len(ivs)-1].To == 0 || seq <= ivs[len(ivs)-1].To
+	}
+	return slices.ContainsFunc(ivs, func(iv interval) bool { return seq >= iv.From && (iv.To == 0 || seq <= iv.To) })
+}
+
+// heldConv is what a client holds of one conversation: its state (nil once
+// told it left, with the last sequence it may read), the intervals it was
+// told, and the messages it holds, contiguous up to pos.
+type heldConv struct {
+	version int64
+	state   json.RawMessage
+	left    int64
+	ivs     []interval
+	msgs    map[int64]string
+	pos     int64
+}
+
+// target is the last sequence the client should hold messages up to.
+func (c *heldConv) target() int64 {
+	if c.state == nil {
+		return c.left
+	}
+	var st publicChat
+	_ = json.Unmarshal(c.state, &st)
+	return st.LastSeq
+}
+
+// merge adds messages and keeps only those of the intervals told.
+func (c *heldConv) merge(msgs []syncMessage, ivs []interval) {
+	c.ivs = ivs
+	for _, m := range msgs {
+		c.msgs[m.Seq] = m.MessageID + " " + m.SenderID + ": " + m.Body
+	}
+	for seq := range c.msgs {
+		if !slices.ContainsFunc(ivs, func(iv interval) bool { return seq >= iv.From && (iv.To == 0 || seq <= iv.To) }) {
+			delete(c.msgs, seq)
+		}
+	}
+}
+
+type syncMessage struct {
+	Seq       int64  `json:"conversation_seq"`
+	MessageID string `json:"message_id"`
+	SenderID  string `json:"sender_id"`
+	Body      string `json:"body"`
+}
+
+type syncAnswer struct {
+	Next          string `json:"next"`
+	Conversations []struct {
+		Key    string      `json:"key"`
+		Entity *entityJSON `json:"entity"`
+		Left   *struct {
+			ReadableUntilSeq int64 `json:"readable_until_seq"`
+		} `json:"left"`
+		Intervals    []interval    `json:"intervals"`
+		AfterSeq     int64         `json:"after_seq"`
+		Messages     []syncMessage `json:"messages"`
+		NextAfterSeq int64         `json:"next_after_seq"`
+		Limited      bool          `json:"limited"`
+		Gap          bool          `json:"gap"`
+	} `json:"conversations"`
+}
+
+type messagesAnswer struct {
+	Messages     []syncMessage `json:"messages"`
+	NextAfterSeq int64         `json:"next_after_seq"`
+	Limited      bool          `json:"limited"`
+	Intervals    []interval    `json:"intervals"`
+}
+
+// chatClient is one client's conversations.
+type chatClient struct {
+	e     *bridgeEnv
+	tok   string
+	convs map[string]*heldConv
+}
+
+func (c *chatClient) conv(key string) *heldConv {
+	h := c.convs[key]
+	if h == nil {
+		h = &heldConv{version: -1, msgs: map[int64]string{}}
+		c.convs[key] = h
+	}
+	return h
+}
+
+// pageOn reads conversation key's messages from the messages endpoint
+// until it holds them up to its target; false once it may no longer read
+// them (403).
+func (c *chatClient) pageOn(t *rapid.T, key string, limit int) bool {
+	h := c.convs[key]
+	for first := true; first || h.pos < h.target(); first = false {
+		var page messagesAnswer
+		switch status := c.e.get(fmt.Sprintf("/v1/streams/chat/entities/%s/messages?after_seq=%d&limit=%d", key, h.pos, limit), c.tok, &page); status {
+		case http.StatusForbidden:
+			return false
+		case http.StatusOK:
+		default:
+			t.Fatalf("messages of %s after %d: %d", key, h.pos, status)
+		}
+		if page.Limited {
+			t.Fatalf("messages of %s after %d: limited", key, h.pos)
+		}
+		if len(page.Messages) == 0 && page.NextAfterSeq <= h.pos && h.pos < h.target() {
+			t.Fatalf("messages of %s stop at %d, before %d", key, h.pos, h.target())
+		}
+		h.merge(page.Messages, page.Intervals)
+		h.pos = max(h.pos, page.NextAfterSeq)
+	}
+	return true
+}
+
+// sync asks for what changed since the client's token, on 410 for
+// everything, applies the answer, pages on every limited conversation,
+// then keeps the answer's token; it returns the status of the first ask.
+func (c *chatClient) sync(t *rapid.T, since string, limit int) (int, string) {
+	q := url.Values{"limit": {fmt.Sprint(limit)}}
+	if since != "" {
+		q.Set("since", since)
+	}
+	var ans syncAnswer
+	var p problemBody
+	status := c.e.get("/v1/streams/chat/sync?"+q.Encode(), c.tok, &ans)
+	if status == http.StatusGone {
+		c.e.get("/v1/streams/chat/sync?"+q.Encode(), c.tok, &p)
+		if p.Type != "https://driftguard.dev/problems/cursor-gone" {
+			t.Fatalf("410 of type %q", p.Type)
+		}
+		q.Del("since")
+		since = ""
+		if s := c.e.get("/v1/streams/chat/sync?"+q.Encode(), c.tok, &ans); s != http.StatusOK {
+			t.Fatalf("a sync without a token: %d", s)
+		}
+	} else if status != http.StatusOK {
+		t.Fatalf("sync: %d", status)
+	}
+	keys := map[string]bool{}
+	for i, a := range ans.Conversations {
+		keys[a.Key] = true
+		if i > 0 && ans.Conversations[i-1].Key >= a.Key {
+			t.Fatalf("sync answered %s after %s", a.Key, ans.Conversations[i-1].Key)
+		}
+		if len(a.Messages) > limit {
+			t.Fatalf("%s: %d messages over the limit %d", a.Key, len(a.Messages), limit)
+		}
+		if (a.Entity == nil) == (a.Left == nil) {
+			t.Fatalf("%s: an entity and left, or neither: %+v", a.Key, a)
+		}
+		if a.Left != nil && a.Left.ReadableUntilSeq == 0 {
+			delete(c.convs, a.Key)
+			continue
+		}
+		h := c.conv(a.Key)
+		if a.AfterSeq > h.pos {
+			t.Fatalf("%s: the sync took the client to hold messages up to %d, it holds them up to %d", a.Key, a.AfterSeq, h.pos)
+		}
+		if a.Entity != nil {
+			if a.Entity.Version < h.version {
+				t.Fatalf("%s: version %d after %d", a.Key, a.Entity.Version, h.version)
+			}
+			h.version, h.state, h.left = a.Entity.Version, a.Entity.State, 0
+		} else {
+			h.state, h.left = nil, a.Left.ReadableUntilSeq
+		}
+		if a.Gap {
+			t.Fatalf("%s: a gap, with every message held", a.Key)
+		}
+		h.merge(a.Messages, a.Intervals)
+		h.pos = max(h.pos, a.NextAfterSeq)
+		if a.Limited != (a.NextAfterSeq < h.target()) {
+			t.Fatalf("%s: limited %v with messages up to %d of %d", a.Key, a.Limited, a.NextAfterSeq, h.target())
+		}
+		if a.Limited && !c.pageOn(t, a.Key, limit) {
+			t.Fatalf("%s: the messages endpoint refused a conversation the sync answered", a.Key)
+		}
+	}
+	if since == "" {
+		// Everything the user may read is in an answer without a token.
+		for key := range c.convs {
+			if !keys[key] {
+				delete(c.convs, key)
+			}
+		}
+	}
+	return status, ans.Next
+}
+
+// followSSE applies the events of a whole-stream connection until
+// conversation key reaches version.
+func (c *chatClient) followSSE(t *rapid.T, s *sse, key string, version int64) {
+	timeout := time.After(10 * time.Second)
+	for {
+		var ev sseEvent
+		select {
+		case e, ok := <-s.events:
+			if !ok {
+				t.Fatalf("the events ended")
+			}
+			ev = e
+		case <-timeout:
+			t.Fatalf("no event of %s at version %d", key, version)
+		}
+		switch ev.event {
+		case "state":
+			var ent entityJSON
+			if err := json.Unmarshal([]byte(ev.data), &ent); err != nil {
+				t.Fatal(err)
+			}
+			h := c.conv(ent.Key)
+			if ent.Version > h.version {
+				h.version, h.state, h.left = ent.Version, ent.State, 0
+			}
+			if ent.Key == key && ent.Version >= version {
+				return
+			}
+		case "left":
+			var l struct {
+				Key              string `json:"key"`
+				ReadableUntilSeq int64  `json:"readable_until_seq"`
+			}
+			if err := json.Unmarshal([]byte(ev.data), &l); err != nil {
+				t.Fatal(err)
+			}
+			h := c.conv(l.Key)
+			h.state, h.left = nil, l.ReadableUntilSeq
+		default:
+			t.Fatalf("event %+v", ev)
+		}
+	}
+}
+
+// A client that alternates sync and disconnects ends with exactly what a
+// client that never disconnected holds: the conversations, their states,
+// and the messages, each of the user's intervals only. Conversations are
+// decided through the shipped rules: joins, leaves, re-joins, sends and
+// receipts. Between batches of events the connected client follows the
+// whole stream's events and the messages endpoint; the other syncs,
+// sometimes with a small limit (it pages on), sometimes with an older
+// token, sometimes after a long absence, when its token is gone from the
+// bridge's small log (410, then a sync without a token).
+func TestSyncEndsWhereAClientThatNeverLeftIs(t *testing.T) {
+	for _, history := range []string{config.HistoryJoined, config.HistoryShared} {
+		t.Run(history, func(t *testing.T) {
+			e := newBridgeEnv(t, testenv.Fake(t), func(c *config.Config) {
+				c.Bridge.Window = 6 // the log: 18 changes over 3 partitions
+				c.Streams["chat"].Assign.History = history
+			}, "chat")
+			w := newChatWorld(e)
+			observer := e.token("observer", "chat")
+			checks, gone := 0, 0
+			rapid.Check(t, func(rt *rapid.T) {
+				checks++
+				a := &w.s.Assign
+				p := fmt.Sprintf("h%d", checks)
+				users := []string{p + "-alice", p + "-bob", p + "-carol"}
+				alice := users[0]
+				tok := e.token(alice, "chat")
+				convs := []string{p + "-a", p + "-b"}
+				mark := p + "-mark"
+				w.decide(rt, mark, a.Members.Added[0], map[string]any{a.Members.User: alice})
+
+				cursor, _ := e.snapshot("chat", tok, 100)
+				ctx, cancel := context.WithCancel(e.ctx)
+				defer cancel()
+				live, status := e.open(ctx, "chat", tok, cursor, "")
+				if status != http.StatusOK {
+					rt.Fatalf("events: %d", status)
+				}
+				defer live.close()
+				ref := &chatClient{e: e, tok: tok, convs: map[string]*heldConv{}}
+				syncer := &chatClient{e: e, tok: tok, convs: map[string]*heldConv{}}
+				var next string
+				var tokens []string
+				doSync := func(since string, limit int) {
+					status, n := syncer.sync(rt, since, limit)
+					if status == http.StatusGone {
+						gone++
+					}
+					next = n
+				}
+				marks := 0
+				for range rapid.IntRange(1, 8).Draw(rt, "batches") {
+					client := rapid.IntRange(0, 5).Draw(rt, "client")
+					if client == 5 {
+						// A long absence: more changes than the log holds, a
+						// few at a time, so the connected client keeps up.
+						for i := range 3*e.cfg.Bridge.Window + 1 {
+							w.decide(rt, mark, a.Send.Types[0], map[string]any{a.Send.Sender: alice, a.Send.Device: "phone",
+								a.Send.ClientMessageID: fmt.Sprintf("away%d", w.n), a.Send.Body: "while away"})
+							if i%4 == 3 {
+								ref.followSSE(rt, live, mark, w.convs[mark].Revision())
+							}
+						}
+					}
+					for range rapid.IntRange(1, 6).Draw(rt, "events") {
+						key := rapid.SampledFrom(convs).Draw(rt, "conversation")
+						// Mostly the user whose clients are compared.
+						u := rapid.SampledFrom(append([]string{alice, alice}, users...)).Draw(rt, "user")
+						switch op := rapid.IntRange(0, 6).Draw(rt, "op"); {
+						case op == 0:
+							w.decide(rt, key, a.Members.Added[0], map[string]any{a.Members.User: u})
+						case op == 1:
+							w.decide(rt, key, a.Members.Removed[0], map[string]any{a.Members.User: u})
+						case op <= 4:
+							w.decide(rt, key, a.Send.Types[0], map[string]any{a.Send.Sender: u, a.Send.Device: u + "-phone",
+								a.Send.ClientMessageID: fmt.Sprintf("m%d", w.n), a.Send.Body: fmt.Sprintf("text %d", w.n)})
+						default:
+							typ := a.Receipts.Read[0]
+							if op == 6 && len(a.Receipts.Delivered) > 0 {
+								typ = a.Receipts.Delivered[0]
+							}
+							fields := map[string]any{a.Receipts.User: u, a.Receipts.Sequence: rapid.Int64Range(1, 6).Draw(rt, "receipt seq")}
+							if a.Receipts.Device != "" {
+								fields[a.Receipts.Device] = rapid.SampledFrom([]string{"phone", "laptop"}).Draw(rt, "device")
+							}
+							w.decide(rt, key, typ, fields)
+						}
+					}
+					// The connected client: every change read, then the
+					// messages of each conversation it holds.
+					w.applied(rt, observer)
+					marks++
+					w.decide(rt, mark, a.Send.Types[0], map[string]any{a.Send.Sender: alice, a.Send.Device: "phone",
+						a.Send.ClientMessageID: fmt.Sprintf("mark%d", marks), a.Send.Body: "mark"})
+					ref.followSSE(rt, live, mark, w.convs[mark].Revision())
+					for _, key := range slices.Sorted(maps.Keys(ref.convs)) {
+						if !ref.pageOn(rt, key, 1000) {
+							delete(ref.convs, key)
+						}
+					}
+					// The other: away, or a sync.
+					switch client {
+					case 0, 1, 5:
+					case 2:
+						doSync(next, 1000)
+					case 3:
+						doSync(next, rapid.IntRange(1, 3).Draw(rt, "limit"))
+					case 4:
+						if len(tokens) > 0 {
+							doSync(rapid.SampledFrom(tokens).Draw(rt, "older token"), 1000)
+						}
+					}
+					if next != "" {
+						tokens = append(tokens, next)
+					}
+				}
+				doSync(next, rapid.IntRange(1, 1000).Draw(rt, "last limit"))
+
+				// Both hold what the states written say the user may read.
+				want := map[string][]int64{}
+				for _, key := range append(convs, mark) {
+					if w.convs[key] == nil {
+						continue
+					}
+					st := w.state(rt, key)
+					ivs := st.Membership[alice]
+					if len(ivs) == 0 && !slices.Contains(st.Members, alice) {
+						continue
+					}
+					want[key] = []int64{}
+					for seq := int64(1); seq <= st.LastSeq; seq++ {
+						if mayRead(ivs, seq, history) {
+							want[key] = append(want[key], seq)
+						}
+					}
+				}
+				for name, c := range map[string]*chatClient{"the connected client": ref, "the syncing client": syncer} {
+					if got := slices.Sorted(maps.Keys(c.convs)); !slices.Equal(got, slices.Sorted(maps.Keys(want))) {
+						rt.Fatalf("%s holds conversations %v, want %v", name, got, slices.Sorted(maps.Keys(want)))
+					}
+					for key, seqs := range want {
+						if got := slices.Sorted(maps.Keys(c.convs[key].msgs)); !slices.Equal(got, seqs) {
+							rt.Fatalf("%s holds messages %v of %s, want %v (state %s)", name, got, key, seqs, c.convs[key].state)
+						}
+					}
+				}
+				for key, r := range ref.convs {
+					s := syncer.convs[key]
+					if r.version != s.version && r.state != nil || string(r.state) != string(s.state) || r.left != s.left || !maps.Equal(r.msgs, s.msgs) {
+						rt.Fatalf("%s: the connected client holds version %d %s left %d %v\nthe syncing client version %d %s left %d %v",
+							key, r.version, r.state, r.left, r.msgs, s.version, s.state, s.left, s.msgs)
+					}
+					if st := w.state(rt, key); r.state != nil && (!slices.Contains(st.Members, alice) || r.version != w.convs[key].Revision()) {
+						rt.Fatalf("%s: the clients hold version %d as a member, the last is %d with members %v", key, r.version, w.convs[key].Revision(), st.Members)
+					}
+				}
+			})
+			if gone == 0 {
+				t.Errorf("no sync token went (410) in %d histories: the test did not try a sync after a long absence", checks)
+			}
+			t.Logf("%d histories, %d tokens gone", checks, gone)
+		})
+	}
+}
