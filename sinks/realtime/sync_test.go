@@ -2,6 +2,7 @@ package realtime_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -542,5 +543,86 @@ func TestSyncEndsWhereAClientThatNeverLeftIs(t *testing.T) {
 			}
 			t.Logf("%d histories, %d tokens gone", checks, gone)
 		})
+	}
+}
+
+// The sync call's refusals: a token it cannot resume is 410 cursor-gone
+// (malformed, an events cursor, of another epoch or partition count, ahead
+// of the log end, older than the bridge's log), as are its tokens given to
+// the events; 401 and 403 as for the other endpoints; 404 not_assign on a
+// stream that is not assign. A token that resumes answers only what
+// changed after it.
+func TestSyncTokensThatCannotResumeAreGone(t *testing.T) {
+	e := newBridgeEnv(t, testenv.Fake(t), func(c *config.Config) { c.Bridge.Window = 2 }, "chat", "presence")
+	alice := e.token("alice", "chat")
+	e.publish("chat", "room", 1, `{"last_seq":0,"members":["alice"],"membership":{"alice":[{"from":1}]}}`)
+	e.publish("chat", "other", 1, `{"last_seq":0,"members":["bob"],"membership":{"bob":[{"from":1}]}}`)
+	var ans syncAnswer
+	testenv.WaitFor(t, e.ctx, "alice's conversation", func() bool {
+		return e.get("/v1/streams/chat/sync", alice, &ans) == http.StatusOK && len(ans.Conversations) == 1
+	})
+	if a := ans.Conversations[0]; a.Key != "room" || a.Entity == nil || a.Entity.Version != 1 || a.Left != nil || len(a.Messages) != 0 || a.Limited {
+		t.Fatalf("alice's initial sync: %+v", ans)
+	}
+	var again syncAnswer
+	if status := e.get("/v1/streams/chat/sync?since="+ans.Next, alice, &again); status != http.StatusOK || len(again.Conversations) != 0 || again.Next != ans.Next {
+		t.Fatalf("a sync with nothing new: %d %+v", status, again)
+	}
+
+	// The token is the events' cursor but for its first byte.
+	raw, err := base64.RawURLEncoding.DecodeString(ans.Next)
+	if err != nil || raw[0] != 2 {
+		t.Fatalf("token %q: %v", ans.Next, err)
+	}
+	asCursor := base64.RawURLEncoding.EncodeToString(append([]byte{1}, raw[1:]...))
+	pos, err := realtime.ParseCursor(asCursor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := func(c realtime.Cursor) string {
+		b, _ := base64.RawURLEncoding.DecodeString(c.String())
+		b[0] = 2
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	if token(pos) != ans.Next {
+		t.Fatalf("the token %s is not the cursor %s with another first byte", ans.Next, asCursor)
+	}
+	other, fewer, ahead := pos.Clone(), pos.Clone(), pos.Clone()
+	other.Epoch[0] ^= 0xff
+	fewer.Offsets = fewer.Offsets[:2]
+	for p := range ahead.Offsets {
+		ahead.Offsets[p] += 1000
+	}
+	// Enough changes that the log (two a partition) no longer holds those
+	// after the token.
+	for v := range int64(12) {
+		e.publish("chat", fmt.Sprintf("k%d", v), 1, `{"last_seq":0,"members":["bob"]}`)
+	}
+	testenv.WaitFor(t, e.ctx, "the changes read", func() bool {
+		var page snapshotPage
+		return e.get("/v1/streams/chat/snapshot", e.token("bob", "chat"), &page) == http.StatusOK && len(page.Entities) == 13
+	})
+	gone := "https://driftguard.dev/problems/cursor-gone"
+	for name, tc := range map[string]struct {
+		path, tok string
+		status    int
+		problem   string
+	}{
+		"malformed":                {"/v1/streams/chat/sync?since=not-a-token", alice, http.StatusGone, gone},
+		"an events cursor":         {"/v1/streams/chat/sync?since=" + asCursor, alice, http.StatusGone, gone},
+		"another epoch":            {"/v1/streams/chat/sync?since=" + token(other), alice, http.StatusGone, gone},
+		"another partition count":  {"/v1/streams/chat/sync?since=" + token(fewer), alice, http.StatusGone, gone},
+		"ahead of the log end":     {"/v1/streams/chat/sync?since=" + token(ahead), alice, http.StatusGone, gone},
+		"older than the log":       {"/v1/streams/chat/sync?since=" + ans.Next, alice, http.StatusGone, gone},
+		"a token given the events": {"/v1/streams/chat/events?cursor=" + ans.Next, alice, http.StatusGone, gone},
+		"no token":                 {"/v1/streams/chat/sync", "", http.StatusUnauthorized, "https://driftguard.dev/problems/unauthorized"},
+		"a token for presence":     {"/v1/streams/chat/sync", e.token("alice", "presence"), http.StatusForbidden, "https://driftguard.dev/problems/forbidden"},
+		"not assign":               {"/v1/streams/presence/sync", e.token("alice", "*"), http.StatusNotFound, "https://driftguard.dev/problems/not_assign"},
+		"a limit over 1000":        {"/v1/streams/chat/sync?limit=1001", alice, http.StatusBadRequest, "https://driftguard.dev/problems/bad_request"},
+	} {
+		var p problemBody
+		if status := e.get(tc.path, tc.tok, &p); status != tc.status || p.Type != tc.problem {
+			t.Errorf("%s: %d %s (%s), want %d %s", name, status, p.Type, p.Detail, tc.status, tc.problem)
+		}
 	}
 }
