@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"pgregory.net/rapid"
 
@@ -557,12 +558,33 @@ func TestSyncTokensThatCannotResumeAreGone(t *testing.T) {
 	alice := e.token("alice", "chat")
 	e.publish("chat", "room", 1, `{"last_seq":0,"members":["alice"],"membership":{"alice":[{"from":1}]}}`)
 	e.publish("chat", "other", 1, `{"last_seq":0,"members":["bob"],"membership":{"bob":[{"from":1}]}}`)
+	e.sent("left", 1, "bob", "one")
+	e.sent("left", 2, "alice", "two")
+	e.sent("left", 3, "bob", "three")
+	e.publish("chat", "left", 4, `{"last_seq":3,"members":["bob"],"membership":{"alice":[{"from":2,"to":2}],"bob":[{"from":1}]}}`)
 	var ans syncAnswer
-	testenv.WaitFor(t, e.ctx, "alice's conversation", func() bool {
-		return e.get("/v1/streams/chat/sync", alice, &ans) == http.StatusOK && len(ans.Conversations) == 1
+	testenv.WaitFor(t, e.ctx, "alice's conversations", func() bool {
+		return e.get("/v1/streams/chat/sync", alice, &ans) == http.StatusOK && len(ans.Conversations) == 2
 	})
-	if a := ans.Conversations[0]; a.Key != "room" || a.Entity == nil || a.Entity.Version != 1 || a.Left != nil || len(a.Messages) != 0 || a.Limited {
+	if a := ans.Conversations[1]; a.Key != "room" || a.Entity == nil || a.Entity.Version != 1 || a.Left != nil || len(a.Messages) != 0 || a.Limited {
 		t.Fatalf("alice's initial sync: %+v", ans)
+	}
+	if a := ans.Conversations[0]; a.Key != "left" || a.Entity != nil || a.Left == nil || a.Left.ReadableUntilSeq != 2 ||
+		len(a.Messages) != 1 || a.Messages[0].Seq != 2 || a.NextAfterSeq != 2 || a.Limited {
+		t.Fatalf("the conversation alice left: %+v", a)
+	}
+	// The answer is as docs/openapi.yaml describes it.
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromFile("../../docs/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answer any
+	if status := e.get("/v1/streams/chat/sync", alice, &answer); status != http.StatusOK {
+		t.Fatalf("sync: %d", status)
+	}
+	if err := doc.Components.Schemas["SyncAnswer"].Value.VisitJSON(answer); err != nil {
+		t.Errorf("the answer is not docs/openapi.yaml's SyncAnswer: %v", err)
 	}
 	var again syncAnswer
 	if status := e.get("/v1/streams/chat/sync?since="+ans.Next, alice, &again); status != http.StatusOK || len(again.Conversations) != 0 || again.Next != ans.Next {
@@ -600,7 +622,7 @@ func TestSyncTokensThatCannotResumeAreGone(t *testing.T) {
 	}
 	testenv.WaitFor(t, e.ctx, "the changes read", func() bool {
 		var page snapshotPage
-		return e.get("/v1/streams/chat/snapshot", e.token("bob", "chat"), &page) == http.StatusOK && len(page.Entities) == 13
+		return e.get("/v1/streams/chat/snapshot", e.token("bob", "chat"), &page) == http.StatusOK && len(page.Entities) == 14 // other, left and the twelve
 	})
 	gone := "https://driftguard.dev/problems/cursor-gone"
 	for name, tc := range map[string]struct {
