@@ -144,6 +144,11 @@ func TestPageInARealBrowser(t *testing.T) {
 			t.Errorf("%s: %d snapshots and %d resumes, want one snapshot and then resumes from the cursor", stream, s.Snapshots, s.Resumes)
 		}
 	}
+	// The chat brought its conversations up to date with the sync call
+	// after the first connect and after the reconnect.
+	if s := got.Streams["chat"]; s.Syncs < 2 {
+		t.Errorf("the chat applied %d sync answers, want one after each connect", s.Syncs)
+	}
 	// Each message once, in order, retries included: the opening's three
 	// and the flow's.
 	if want := 3 + send.msgs; len(got.Messages) != want {
@@ -345,11 +350,13 @@ func (r pageRow) String() string {
 }
 
 type pageStream struct {
-	Conn      string    `json:"conn"`
-	Snapshots int       `json:"snapshots"`
-	Resumes   int       `json:"resumes"`
-	Changes   int       `json:"changes"`
-	Rows      []pageRow `json:"rows"`
+	Conn      string `json:"conn"`
+	Snapshots int    `json:"snapshots"`
+	Resumes   int    `json:"resumes"`
+	Changes   int    `json:"changes"`
+	// Syncs are the chat's sync answers applied.
+	Syncs int       `json:"syncs"`
+	Rows  []pageRow `json:"rows"`
 }
 
 func (s pageStream) row(key string) (pageRow, bool) {
@@ -396,7 +403,7 @@ const summaryJS = `(() => {
   const out = {streams: {}, messages: []};
   for (const s of document.querySelectorAll('section[data-stream]')) {
     out.streams[s.dataset.stream] = {conn: s.dataset.conn, snapshots: Number(s.dataset.snapshots || 0),
-      resumes: Number(s.dataset.resumes || 0), changes: Number(s.dataset.changes || 0),
+      resumes: Number(s.dataset.resumes || 0), changes: Number(s.dataset.changes || 0), syncs: Number(s.dataset.syncs || 0),
       rows: [...s.querySelectorAll('li[data-key]')].map((li) => row(li, li.dataset.key))};
   }
   out.conversation = document.getElementById('conversation').hidden ? '' : document.getElementById('conversation-title').textContent;

@@ -6,7 +6,10 @@
 // One feed per stream: a snapshot (every page), then the events from the
 // snapshot's cursor, read with fetch() and a streaming reader and parsed
 // here (EventSource hides status codes, and the 410 of a cursor that
-// cannot resume is the one that matters). A change is applied only when its
+// cannot resume is the one that matters). The chat, after each connect,
+// asks the bridge's sync call what changed in all of the user's
+// conversations since its last sync, messages included, rather than one
+// request per conversation. A change is applied only when its
 // version is higher than the one held, so a replay or an overlapping page
 // does no harm. The last cursor fully applied is kept in sessionStorage
 // with the state it covers; after a disconnect the feed resumes from it,
@@ -27,7 +30,8 @@
 // shows: a presence or `unknown`, a workflow's status, a conversation's
 // last sequence, an order's last event type), and each section its feed's
 // data-conn, data-snapshots, data-resumes and data-changes: a read-only
-// summary for tests, invisible to people.
+// summary for tests, invisible to people; the chat's section also has
+// data-syncs, the sync answers applied.
 'use strict';
 
 const FEEDS = ['presence', 'workflow', 'chat', 'orders'];
@@ -310,9 +314,16 @@ class Feed {
         if (done) return 'closed';
         alive();
         const applied = [];
+        let removed = false;
         const before = this.cursor;
         for (const ev of parser.push(value)) {
           if (ev.event === 'reset') return 'reset';
+          if (ev.event === 'left') {
+            // Removed from a conversation: it goes from the list (its
+            // messages up to readable_until_seq stay readable).
+            removed = this.entities.delete(JSON.parse(ev.data).key) || removed;
+            continue;
+          }
           if (ev.event !== 'state') continue;
           // A message that does not parse throws: the feed reconnects from
           // the last cursor it applied, before that message.
@@ -324,7 +335,7 @@ class Feed {
           if (ev.id) this.cursor = ev.id;
         }
         if (this.cursor !== before) this.hooks.publish(this.message('change', applied));
-        if (applied.length > 0) this.hooks.changed(this);
+        if (applied.length > 0 || removed) this.hooks.changed(this);
         this.scheduleSave();
       }
     } finally {
@@ -566,23 +577,35 @@ function renderOrders() {
   });
 }
 
-// chat is the conversation shown and its messages: each conversation_seq
-// once, in order.
+// chat is what the page holds of the user's conversations: per
+// conversation its messages, each conversation_seq once, in order, and the
+// sequence they are complete up to; and the conversation shown. After each
+// (re)connect one sync call brings every conversation up to date; while
+// live, the conversation shown asks for its new messages itself.
 const chat = {
   selected: null,
-  messages: [],
-  lastSeq: 0,
-  note: '',
+  held: new Map(),
+  // since is the last sync's token: what changed after it comes next.
+  since: null,
+  syncs: 0,
+  syncing: false,
+  syncAgain: false,
   loading: false,
   again: false,
   retry: 0,
 
+  conv(key) {
+    let c = this.held.get(key);
+    if (!c) {
+      c = { messages: [], lastSeq: 0, note: '' };
+      this.held.set(key, c);
+    }
+    return c;
+  },
+
   select(key) {
     if (key === this.selected) return;
     this.selected = key;
-    this.messages = [];
-    this.lastSeq = 0;
-    this.note = '';
     renderChat();
     if (key !== null) this.catchUp();
   },
@@ -594,13 +617,113 @@ const chat = {
     if (this.selected === null || !ents.has(this.selected)) {
       const keys = [...ents.keys()].sort();
       this.select(ents.has('team-room') ? 'team-room' : keys.length > 0 ? keys[0] : null);
-    } else if (lastSeqOf(ents.get(this.selected)) > this.lastSeq) {
+    } else if (!this.syncing && lastSeqOf(ents.get(this.selected)) > this.conv(this.selected).lastSeq) {
+      // A sync under way brings the messages, and looks again when done.
       this.catchUp();
     }
   },
 
-  // catchUp asks for the messages after the last one shown; one request at
-  // a time, and once more if asked again meanwhile.
+  // merge adds messages to conversation c, each conversation_seq once.
+  merge(c, msgs) {
+    const seen = new Set(c.messages.map((m) => m.conversation_seq));
+    let added = false;
+    for (const m of msgs) {
+      if (seen.has(m.conversation_seq)) continue;
+      seen.add(m.conversation_seq);
+      c.messages.push(m);
+      added = true;
+    }
+    if (added) c.messages.sort((a, b) => a.conversation_seq - b.conversation_seq);
+  },
+
+  // leave drops a conversation the user is no longer a member of.
+  leave(key) {
+    feeds.chat.entities.delete(key);
+    this.held.delete(key);
+    renderChatList();
+    this.entitiesChanged();
+  },
+
+  // sync asks what changed since the last sync (everything the first
+  // time, or once the bridge no longer knows the token: 410), applies it,
+  // pages on where a conversation has more than one answer holds, and only
+  // then keeps the answer's token. One at a time, and once more if asked
+  // again meanwhile.
+  async sync() {
+    if (this.syncing) {
+      this.syncAgain = true;
+      return;
+    }
+    this.syncing = true;
+    try {
+      do {
+        this.syncAgain = false;
+        await this.syncOnce();
+      } while (this.syncAgain);
+    } finally {
+      this.syncing = false;
+    }
+    this.entitiesChanged();
+  },
+
+  async syncOnce() {
+    let answer;
+    for (;;) {
+      const q = new URLSearchParams({ limit: String(MESSAGE_LIMIT) });
+      if (this.since !== null) q.set('since', this.since);
+      try {
+        answer = await getJSON(streamPath('chat', 'sync?' + q));
+        break;
+      } catch (err) {
+        if (err instanceof HTTPError && err.status === 410 && this.since !== null) {
+          this.since = null;
+          continue;
+        }
+        // The feed reconnects (and syncs) when the bridge is gone; a sync
+        // that failed on its own is asked again.
+        if (!(err instanceof HTTPError) || err.status >= 500) this.syncLater();
+        return;
+      }
+    }
+    const initial = this.since === null;
+    const named = new Set();
+    const behind = [];
+    for (const c of answer.conversations) {
+      named.add(c.key);
+      if (!c.entity) {
+        // The page shows the conversations the user is a member of.
+        feeds.chat.entities.delete(c.key);
+        this.held.delete(c.key);
+        continue;
+      }
+      feeds.chat.apply(c.entity);
+      const h = this.conv(c.key);
+      this.merge(h, c.messages);
+      // The messages follow after_seq: they complete what the page holds
+      // only when it holds that much.
+      if (h.lastSeq >= c.after_seq) h.lastSeq = Math.max(h.lastSeq, c.next_after_seq);
+      if (c.gap) h.note = 'Earlier messages are no longer held by the bridge.';
+      if (h.lastSeq < lastSeqOf(c.entity)) behind.push(c.key);
+    }
+    if (initial) {
+      for (const key of [...this.held.keys()]) {
+        if (!named.has(key)) this.held.delete(key);
+      }
+    }
+    for (const key of behind) await this.fetchMessages(key);
+    this.since = answer.next;
+    this.syncs++;
+    section('chat').dataset.syncs = String(this.syncs);
+    renderChat();
+  },
+
+  syncLater() {
+    setTimeout(() => this.sync(), MESSAGE_RETRY_MS);
+  },
+
+  // catchUp asks for the messages of the conversation shown after the last
+  // one held; one request at a time, and once more if asked again
+  // meanwhile.
   async catchUp() {
     if (this.loading) {
       this.again = true;
@@ -610,56 +733,51 @@ const chat = {
     try {
       do {
         this.again = false;
-        await this.fetchMessages();
+        const key = this.selected;
+        if (key === null) break;
+        // The bridge may hold the conversation's state before its messages.
+        if (!(await this.fetchMessages(key)) && key === this.selected) this.retryLater();
       } while (this.again);
     } finally {
       this.loading = false;
     }
   },
 
-  async fetchMessages() {
-    const key = this.selected;
-    if (key === null) return;
+  // fetchMessages pages through a conversation's messages after the last
+  // one held, and reports whether it holds them up to the state's last
+  // sequence.
+  async fetchMessages(key) {
+    const h = this.conv(key);
     let reloaded = false;
     for (;;) {
-      const q = new URLSearchParams({ after_seq: String(this.lastSeq), limit: String(MESSAGE_LIMIT) });
+      const q = new URLSearchParams({ after_seq: String(h.lastSeq), limit: String(MESSAGE_LIMIT) });
       let page;
       try {
         page = await getJSON(streamPath('chat', `entities/${encodeURIComponent(key)}/messages?${q}`));
       } catch (err) {
-        if (key !== this.selected) return;
         if (err instanceof HTTPError && err.status === 403) {
           // No longer a member: the conversation goes.
-          feeds.chat.entities.delete(key);
-          renderChatList();
-          this.entitiesChanged();
-          return;
+          this.leave(key);
         }
-        this.retryLater();
-        return;
+        return false;
       }
-      if (key !== this.selected) return;
+      if (this.held.get(key) !== h) return false; // left meanwhile
       if (page.limited && !reloaded) {
-        // What came after the last message shown is no longer held: show
-        // the most recent page instead.
+        // What came after the last message held is no longer held by the
+        // bridge: show the most recent page instead.
         reloaded = true;
-        const top = Math.max(this.lastSeq, lastSeqOf(feeds.chat.entities.get(key)));
-        this.messages = [];
-        this.lastSeq = Math.max(0, top - MESSAGE_LIMIT);
-        this.note = 'Earlier messages are no longer held by the bridge; these are the most recent.';
+        const top = Math.max(h.lastSeq, lastSeqOf(feeds.chat.entities.get(key)));
+        h.messages = [];
+        h.lastSeq = Math.max(0, top - MESSAGE_LIMIT);
+        h.note = 'Earlier messages are no longer held by the bridge; these are the most recent.';
         continue;
       }
-      for (const m of page.messages) {
-        if (m.conversation_seq > this.lastSeq) {
-          this.messages.push(m);
-          this.lastSeq = m.conversation_seq;
-        }
-      }
-      renderChat();
+      this.merge(h, page.messages);
+      h.lastSeq = Math.max(h.lastSeq, page.next_after_seq);
+      if (key === this.selected) renderChat();
       if (page.messages.length < MESSAGE_LIMIT) break;
     }
-    // The bridge may hold the conversation's state before its messages.
-    if (this.lastSeq < lastSeqOf(feeds.chat.entities.get(key))) this.retryLater();
+    return h.lastSeq >= lastSeqOf(feeds.chat.entities.get(key));
   },
 
   retryLater() {
@@ -704,12 +822,13 @@ function renderChat() {
   });
   document.getElementById('conversation-members').textContent = 'Members: ' + (members.join(', ') || 'none');
   const note = document.getElementById('conversation-note');
-  note.textContent = chat.note;
-  note.hidden = !chat.note;
+  const held = chat.conv(e.key);
+  note.textContent = held.note;
+  note.hidden = !held.note;
   // The newest message stays in view, unless the reader scrolled up.
   const list = document.getElementById('messages');
   const atEnd = list.scrollHeight - list.scrollTop - list.clientHeight < 24;
-  list.replaceChildren(...chat.messages.map((m) =>
+  list.replaceChildren(...held.messages.map((m) =>
     el('li', { class: m.sender_id === user ? 'message mine' : 'message', data: { seq: String(m.conversation_seq), messageId: m.message_id } },
       el('span', { class: 'sender' }, m.sender_id),
       el('span', { class: 'body' }, m.body),
@@ -783,8 +902,9 @@ function changed(feed) {
 }
 
 function connected(feed) {
-  // After each (re)connect, the chat asks for what it missed.
-  if (feed.stream === 'chat') chat.catchUp();
+  // After each (re)connect, one sync call brings every conversation up to
+  // date.
+  if (feed.stream === 'chat') chat.sync();
 }
 
 // ---- tabs ----
