@@ -56,13 +56,8 @@ func (b *Bridge) events(q *request) {
 		return
 	}
 	s := q.stream.store.Load()
-	pos, err := ParseCursor(raw)
-	if err != nil {
-		b.gone(q, errors.New("the cursor is malformed"), retakeSnapshot)
-		return
-	}
-	if err := b.resumable(q.r.Context(), q.stream, s, pos); err != nil {
-		b.cannotResume(q, err, retakeSnapshot)
+	pos, ok := b.resumeFrom(q, s, raw, cursorVersion, "the cursor", retakeSnapshot)
+	if !ok {
 		return
 	}
 	key := q.r.URL.Query().Get("key")
@@ -85,7 +80,7 @@ func (b *Bridge) events(q *request) {
 	}
 	b.metrics.clients.WithLabelValues(name).Inc()
 	defer b.metrics.clients.WithLabelValues(name).Dec()
-	err = c.run(q.r.Context())
+	err := c.run(q.r.Context())
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		// A client that took nothing for writeTimeout is as good as
 		// reset: its connection ends the same way.
@@ -96,16 +91,27 @@ func (b *Bridge) events(q *request) {
 	}
 }
 
-// cannotResume answers a position resumable refused: 410 when it is gone
-// (advice says what the client does then), else 503.
-func (b *Bridge) cannotResume(q *request, err error, advice string) {
-	var g goneError
-	if errors.As(err, &g) {
-		b.gone(q, err, advice)
-		return
+// resumeFrom decodes a position a client handed back, what (a cursor, of
+// version cursorVersion, or a sync token), and checks that it can resume
+// on s; false once it has answered: 410 when it cannot (advice says what
+// the client does then), 503 when that cannot be told now.
+func (b *Bridge) resumeFrom(q *request, s *store, raw string, version byte, what, advice string) (Cursor, bool) {
+	pos, err := parseAs(raw, version)
+	if err != nil {
+		b.gone(q, errors.New(what+" is malformed"), advice)
+		return Cursor{}, false
 	}
-	q.w.Header().Set("Retry-After", "1")
-	problem.Write(q.w, http.StatusServiceUnavailable, "unavailable", err.Error(), nil)
+	if err := b.resumable(q.r.Context(), q.stream, s, pos); err != nil {
+		var g goneError
+		if errors.As(err, &g) {
+			b.gone(q, err, advice)
+			return Cursor{}, false
+		}
+		q.w.Header().Set("Retry-After", "1")
+		problem.Write(q.w, http.StatusServiceUnavailable, "unavailable", err.Error(), nil)
+		return Cursor{}, false
+	}
+	return pos, true
 }
 
 // resumable checks a cursor against the stream: its epoch and partition

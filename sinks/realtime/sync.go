@@ -50,12 +50,25 @@ type syncLeft struct {
 }
 
 // syncPick is a conversation a sync answers, as the store held it at the
-// sync's position: its entity, and the membership of the entity the
-// client held (nil when it held none).
+// sync's position: its entity, the membership of the entity the client
+// held (nil when it held none), and whether in that one or in any state
+// since the user was a current member (member), or a current or former
+// one (knew): a client may hold what it learned from a later sync than
+// the token's.
 type syncPick struct {
-	e      *entity
-	before *access
+	e            *entity
+	before       *access
+	member, knew bool
 }
+
+// knows reports whether membership a names user: a current or former
+// member.
+func knows(a *access, user string) bool {
+	return a != nil && (a.member(user) || len(a.membership[user]) > 0)
+}
+
+// isMember reports whether membership a has user as a current member.
+func isMember(a *access, user string) bool { return a != nil && a.member(user) }
 
 // sync answers, for every conversation of the user that changed after the
 // token `since` (every one without it), the conversation, the user's
@@ -74,13 +87,8 @@ func (b *Bridge) sync(q *request) {
 	s := q.stream.store.Load()
 	var since []int64
 	if raw := q.r.URL.Query().Get("since"); raw != "" {
-		tok, err := parseAs(raw, syncTokenVersion)
-		if err != nil {
-			b.gone(q, errors.New("the sync token is malformed"), resync)
-			return
-		}
-		if err := b.resumable(q.r.Context(), q.stream, s, tok); err != nil {
-			b.cannotResume(q, err, resync)
+		tok, ok := b.resumeFrom(q, s, raw, syncTokenVersion, "the sync token", resync)
+		if !ok {
 			return
 		}
 		since = tok.Offsets
@@ -151,6 +159,7 @@ func (s *store) syncPicks(user string, since []int64) (pos Cursor, picks []syncP
 	// changes lie in the log in offset order, so once one of them is
 	// below since, all before it are too.
 	first := map[string]*change{}
+	member, knew := map[string]bool{}, map[string]bool{}
 	below := make([]bool, len(since))
 	passed := 0
 	for seq := s.head; seq > s.tail() && passed < len(since); seq-- {
@@ -163,10 +172,13 @@ func (s *store) syncPicks(user string, since []int64) (pos Cursor, picks []syncP
 			continue
 		}
 		first[ch.ent.key] = ch
+		key := ch.ent.key
+		member[key] = member[key] || isMember(ch.ent.access, user) || isMember(ch.before, user)
+		knew[key] = knew[key] || knows(ch.ent.access, user) || knows(ch.before, user)
 	}
 	for key, ch := range first {
 		if e, found := s.entities.Get(&entity{key: key}); found {
-			picks = append(picks, syncPick{e: e, before: ch.before})
+			picks = append(picks, syncPick{e: e, before: ch.before, member: member[key], knew: knew[key]})
 		}
 	}
 	slices.SortFunc(picks, func(a, b syncPick) int { return strings.Compare(a.e.key, b.e.key) })
@@ -176,22 +188,22 @@ func (s *store) syncPicks(user string, since []int64) (pos Cursor, picks []syncP
 // syncConversation is what the user is told of conversation p.e, less the
 // messages: AfterSeq is what the client held, NextAfterSeq (for now) the
 // last sequence the user may read, and Entity, for a current member, as
-// they are shown it at nowMs.
-// One who may read nothing of it any more, though they could at the token,
-// is told Left with readable_until_seq 0. ok is false when the user is
-// told nothing: they never were a member, or,
-// with a token (initial false), they were a former member already at it
-// and nothing of theirs changed since (a former member receives nothing
-// decided after their removal).
+// they are shown it at nowMs. One who may read nothing of it any more,
+// though they were a member at the token or since, is told Left with
+// readable_until_seq 0. ok is false when the user is told nothing: they
+// never were a member, or, with a token (initial false), they were a
+// former member already at it and a member in no state since (a former
+// member receives nothing decided after their removal).
 func (q *request) syncConversation(p syncPick, initial bool, nowMs int64) (sc syncConversation, ok bool) {
 	user, a := q.user.Subject, p.e.access
 	ivs := q.readable(p.e)
 	member := a.member(user)
 	if len(ivs) == 0 {
-		// Someone who could read the conversation at the token and now
-		// may read none of it (removed before anything was sent to them)
-		// is told they left it, and nothing else.
-		if !initial && p.before != nil && len(p.before.intervals(user, q.stream.cfg.Assign.History)) > 0 {
+		// Someone who was a member at the token or since (the client may
+		// hold the conversation, even from a later sync than the token's)
+		// and now may read none of it (removed before anything was sent
+		// to them) is told they left it, and nothing else.
+		if !initial && p.knew {
 			return syncConversation{Key: p.e.key, Left: &syncLeft{}, Intervals: []interval{}, Messages: []message{}}, true
 		}
 		return sc, false
@@ -205,7 +217,9 @@ func (q *request) syncConversation(p syncPick, initial bool, nowMs int64) (sc sy
 		if end == 0 {
 			return sc, false
 		}
-		if !initial && p.before != nil && !p.before.member(user) && slices.Equal(p.before.membership[user], a.membership[user]) {
+		if !initial && !p.member {
+			// A member in no state since the token: nothing of theirs
+			// changed (their intervals change only with a membership).
 			return sc, false
 		}
 		sc.Left, sc.NextAfterSeq = &syncLeft{ReadableUntilSeq: end}, min(a.lastSeq, end)

@@ -201,17 +201,18 @@ type syncMessage struct {
 type syncAnswer struct {
 	Next          string `json:"next"`
 	Conversations []struct {
-		Key    string      `json:"key"`
+		Key          string `json:"key"`
+		Limited      bool   `json:"limited"`
+		Gap          bool   `json:"gap"`
+		AfterSeq     int64  `json:"after_seq"`
+		NextAfterSeq int64  `json:"next_after_seq"`
+		// A current member's conversation, or a former member's boundary.
 		Entity *entityJSON `json:"entity"`
 		Left   *struct {
 			ReadableUntilSeq int64 `json:"readable_until_seq"`
 		} `json:"left"`
-		Intervals    []interval    `json:"intervals"`
-		AfterSeq     int64         `json:"after_seq"`
-		Messages     []syncMessage `json:"messages"`
-		NextAfterSeq int64         `json:"next_after_seq"`
-		Limited      bool          `json:"limited"`
-		Gap          bool          `json:"gap"`
+		Intervals []interval    `json:"intervals"`
+		Messages  []syncMessage `json:"messages"`
 	} `json:"conversations"`
 }
 
@@ -646,5 +647,33 @@ func TestSyncTokensThatCannotResumeAreGone(t *testing.T) {
 		if status := e.get(tc.path, tc.tok, &p); status != tc.status || p.Type != tc.problem {
 			t.Errorf("%s: %d %s (%s), want %d %s", name, status, p.Type, p.Detail, tc.status, tc.problem)
 		}
+	}
+}
+
+// A client may sync with an older token than its last (a copy kept
+// before the last answer): a conversation it learned of after that token
+// and may now read none of (removed before anything was sent) is still
+// told as left, readable until 0.
+func TestSyncWithAnOlderTokenTellsALeave(t *testing.T) {
+	e := newBridgeEnv(t, testenv.Fake(t), nil, "chat")
+	alice := e.token("alice", "chat")
+	var first, second, third syncAnswer
+	if status := e.get("/v1/streams/chat/sync", alice, &first); status != http.StatusOK || len(first.Conversations) != 0 {
+		t.Fatalf("a sync with nothing: %d %+v", status, first)
+	}
+	e.publish("chat", "room", 1, `{"last_seq":0,"members":["alice","bob"],"membership":{"alice":[{"from":1}],"bob":[{"from":1}]}}`)
+	testenv.WaitFor(t, e.ctx, "alice in the room", func() bool {
+		return e.get("/v1/streams/chat/sync?since="+first.Next, alice, &second) == http.StatusOK && len(second.Conversations) == 1
+	})
+	e.publish("chat", "room", 2, `{"last_seq":0,"members":["bob"],"membership":{"bob":[{"from":1}]}}`)
+	testenv.WaitFor(t, e.ctx, "alice out of the room", func() bool {
+		var ent entityJSON
+		return e.get("/v1/streams/chat/entities/room", e.token("bob", "chat"), &ent) == http.StatusOK && ent.Version == 2
+	})
+	if status := e.get("/v1/streams/chat/sync?since="+first.Next, alice, &third); status != http.StatusOK || len(third.Conversations) != 1 {
+		t.Fatalf("the older token: %d %+v", status, third)
+	}
+	if a := third.Conversations[0]; a.Key != "room" || a.Entity != nil || a.Left == nil || a.Left.ReadableUntilSeq != 0 || len(a.Messages) != 0 {
+		t.Errorf("the room alice was taken out of: %+v", a)
 	}
 }

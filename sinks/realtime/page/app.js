@@ -577,6 +577,31 @@ function renderOrders() {
   });
 }
 
+// oneAtATime makes task run one call at a time: called while a call runs,
+// it runs once more after it (however often it was called). running()
+// says whether a call runs.
+function oneAtATime(task) {
+  let running = false;
+  let again = false;
+  const run = async () => {
+    if (running) {
+      again = true;
+      return;
+    }
+    running = true;
+    try {
+      do {
+        again = false;
+        await task();
+      } while (again);
+    } finally {
+      running = false;
+    }
+  };
+  run.running = () => running;
+  return run;
+}
+
 // chat is what the page holds of the user's conversations: per
 // conversation its messages, each conversation_seq once, in order, and the
 // sequence they are complete up to; and the conversation shown. After each
@@ -588,10 +613,6 @@ const chat = {
   // since is the last sync's token: what changed after it comes next.
   since: null,
   syncs: 0,
-  syncing: false,
-  syncAgain: false,
-  loading: false,
-  again: false,
   retry: 0,
 
   conv(key) {
@@ -617,7 +638,7 @@ const chat = {
     if (this.selected === null || !ents.has(this.selected)) {
       const keys = [...ents.keys()].sort();
       this.select(ents.has('team-room') ? 'team-room' : keys.length > 0 ? keys[0] : null);
-    } else if (!this.syncing && lastSeqOf(ents.get(this.selected)) > this.conv(this.selected).lastSeq) {
+    } else if (!this.syncing.running() && lastSeqOf(ents.get(this.selected)) > this.conv(this.selected).lastSeq) {
       // A sync under way brings the messages, and looks again when done.
       this.catchUp();
     }
@@ -647,24 +668,14 @@ const chat = {
   // sync asks what changed since the last sync (everything the first
   // time, or once the bridge no longer knows the token: 410), applies it,
   // pages on where a conversation has more than one answer holds, and only
-  // then keeps the answer's token. One at a time, and once more if asked
-  // again meanwhile.
+  // then keeps the answer's token; then the conversation shown catches up
+  // if it still lacks messages.
   async sync() {
-    if (this.syncing) {
-      this.syncAgain = true;
-      return;
-    }
-    this.syncing = true;
-    try {
-      do {
-        this.syncAgain = false;
-        await this.syncOnce();
-      } while (this.syncAgain);
-    } finally {
-      this.syncing = false;
-    }
-    this.entitiesChanged();
+    await this.syncing();
+    if (!this.syncing.running()) this.entitiesChanged();
   },
+
+  syncing: oneAtATime(() => chat.syncOnce()),
 
   async syncOnce() {
     let answer;
@@ -722,26 +733,12 @@ const chat = {
   },
 
   // catchUp asks for the messages of the conversation shown after the last
-  // one held; one request at a time, and once more if asked again
-  // meanwhile.
-  async catchUp() {
-    if (this.loading) {
-      this.again = true;
-      return;
-    }
-    this.loading = true;
-    try {
-      do {
-        this.again = false;
-        const key = this.selected;
-        if (key === null) break;
-        // The bridge may hold the conversation's state before its messages.
-        if (!(await this.fetchMessages(key)) && key === this.selected) this.retryLater();
-      } while (this.again);
-    } finally {
-      this.loading = false;
-    }
-  },
+  // one held.
+  catchUp: oneAtATime(async () => {
+    const key = chat.selected;
+    // The bridge may hold the conversation's state before its messages.
+    if (key !== null && !(await chat.fetchMessages(key)) && key === chat.selected) chat.retryLater();
+  }),
 
   // fetchMessages pages through a conversation's messages after the last
   // one held, and reports whether it holds them up to the state's last
