@@ -212,7 +212,7 @@ func (b *Bridge) messages(q *request) {
 	if !c.await(q.r.Context(), key, last, time.Now().Add(messageWait)) {
 		return
 	}
-	msgs, next, limited, err := c.read(q.r.Context(), key, after, int(limit), func(seq int64) bool { return readable(ivs, seq) })
+	msgs, next, limited, err := c.readUpTo(q.r.Context(), key, after, int(limit), ivs, last)
 	if err != nil {
 		q.w.Header().Set("Retry-After", "1")
 		problem.Write(q.w, http.StatusServiceUnavailable, "unavailable", "reading the conversation's messages: "+err.Error(), nil)
@@ -244,6 +244,17 @@ func (c *chat) await(ctx context.Context, key string, last int64, until time.Tim
 			return false
 		}
 	}
+}
+
+// readUpTo reads up to limit messages of conversation key after `after`
+// that a user with intervals ivs may read, up to last, the last sequence
+// the conversation's state names that they may read. A sequence above it
+// is neither given nor counted as looked at (next stays at most last): the
+// state may be behind the outcomes, and under `shared` a member added
+// back may later read what was sent while they were out.
+func (c *chat) readUpTo(ctx context.Context, key string, after int64, limit int, ivs []interval, last int64) (msgs []message, next int64, limited bool, err error) {
+	msgs, next, limited, err = c.read(ctx, key, after, limit, func(seq int64) bool { return seq <= last && readable(ivs, seq) })
+	return msgs, max(after, min(next, last)), limited, err
 }
 
 // lastSeq reads an assign stream's public state's last sequence.

@@ -112,17 +112,13 @@ func (b *Bridge) sync(q *request) {
 			if !c.await(q.r.Context(), p.e.key, target, until) {
 				return
 			}
-			ivs := sc.Intervals
-			msgs, next, gap, err := c.read(q.r.Context(), p.e.key, sc.AfterSeq, int(limit), func(seq int64) bool { return seq <= target && readable(ivs, seq) })
+			msgs, next, gap, err := c.readUpTo(q.r.Context(), p.e.key, sc.AfterSeq, int(limit), sc.Intervals, target)
 			if err != nil {
 				q.w.Header().Set("Retry-After", "1")
 				problem.Write(q.w, http.StatusServiceUnavailable, "unavailable", "reading the messages of "+p.e.key+": "+err.Error(), nil)
 				return
 			}
-			// Sequences above target were looked at but not given: they
-			// are not covered.
-			sc.Messages, sc.NextAfterSeq, sc.Gap = msgs, max(sc.AfterSeq, min(next, target)), gap
-			sc.Limited = sc.NextAfterSeq < target
+			sc.Messages, sc.NextAfterSeq, sc.Gap, sc.Limited = msgs, next, gap, next < target
 		}
 		if sc.Messages == nil {
 			sc.Messages = []message{}

@@ -394,157 +394,162 @@ func (c *chatClient) followSSE(t *rapid.T, s *sse, key string, version int64) {
 // token, sometimes after a long absence, when its token is gone from the
 // bridge's small log (410, then a sync without a token).
 func TestSyncEndsWhereAClientThatNeverLeftIs(t *testing.T) {
-	for _, history := range []string{config.HistoryJoined, config.HistoryShared} {
-		t.Run(history, func(t *testing.T) {
-			e := newBridgeEnv(t, testenv.Fake(t), func(c *config.Config) {
-				c.Bridge.Window = 6 // the log: 18 changes over 3 partitions
-				c.Streams["chat"].Assign.History = history
-			}, "chat")
-			w := newChatWorld(e)
-			observer := e.token("observer", "chat")
-			checks, gone := 0, 0
-			rapid.Check(t, func(rt *rapid.T) {
-				checks++
-				a := &w.s.Assign
-				p := fmt.Sprintf("h%d", checks)
-				users := []string{p + "-alice", p + "-bob", p + "-carol"}
-				alice := users[0]
-				tok := e.token(alice, "chat")
-				convs := []string{p + "-a", p + "-b"}
-				mark := p + "-mark"
-				w.decide(rt, mark, a.Members.Added[0], map[string]any{a.Members.User: alice})
+	// A bridge for each history policy; each history draws one.
+	worlds := map[string]*chatWorld{}
+	policies := []string{config.HistoryJoined, config.HistoryShared}
+	for _, history := range policies {
+		worlds[history] = newChatWorld(newBridgeEnv(t, testenv.Fake(t), func(c *config.Config) {
+			c.Bridge.Window = 6 // the log: 18 changes over 3 partitions
+			c.Streams["chat"].Assign.History = history
+		}, "chat"))
+	}
+	checks, gone := map[string]int{}, map[string]int{}
+	rapid.Check(t, func(rt *rapid.T) {
+		history := rapid.SampledFrom(policies).Draw(rt, "history")
+		w := worlds[history]
+		e := w.e
+		observer := e.token("observer", "chat")
+		checks[history]++
+		a := &w.s.Assign
+		p := fmt.Sprintf("h%d", checks[history])
+		users := []string{p + "-alice", p + "-bob", p + "-carol"}
+		alice := users[0]
+		tok := e.token(alice, "chat")
+		convs := []string{p + "-a", p + "-b"}
+		mark := p + "-mark"
+		w.decide(rt, mark, a.Members.Added[0], map[string]any{a.Members.User: alice})
 
-				cursor, _ := e.snapshot("chat", tok, 100)
-				ctx, cancel := context.WithCancel(e.ctx)
-				defer cancel()
-				live, status := e.open(ctx, "chat", tok, cursor, "")
-				if status != http.StatusOK {
-					rt.Fatalf("events: %d", status)
-				}
-				defer live.close()
-				ref := &chatClient{e: e, tok: tok, convs: map[string]*heldConv{}}
-				syncer := &chatClient{e: e, tok: tok, convs: map[string]*heldConv{}}
-				var next string
-				var tokens []string
-				doSync := func(since string, limit int) {
-					status, n := syncer.sync(rt, since, limit)
-					if status == http.StatusGone {
-						gone++
-					}
-					next = n
-				}
-				marks := 0
-				for range rapid.IntRange(1, 8).Draw(rt, "batches") {
-					client := rapid.IntRange(0, 5).Draw(rt, "client")
-					if client == 5 {
-						// A long absence: more changes than the log holds, a
-						// few at a time, so the connected client keeps up.
-						for i := range 3*e.cfg.Bridge.Window + 1 {
-							w.decide(rt, mark, a.Send.Types[0], map[string]any{a.Send.Sender: alice, a.Send.Device: "phone",
-								a.Send.ClientMessageID: fmt.Sprintf("away%d", w.n), a.Send.Body: "while away"})
-							if i%4 == 3 {
-								ref.followSSE(rt, live, mark, w.convs[mark].Revision())
-							}
-						}
-					}
-					for range rapid.IntRange(1, 6).Draw(rt, "events") {
-						key := rapid.SampledFrom(convs).Draw(rt, "conversation")
-						// Mostly the user whose clients are compared.
-						u := rapid.SampledFrom(append([]string{alice, alice}, users...)).Draw(rt, "user")
-						switch op := rapid.IntRange(0, 6).Draw(rt, "op"); {
-						case op == 0:
-							w.decide(rt, key, a.Members.Added[0], map[string]any{a.Members.User: u})
-						case op == 1:
-							w.decide(rt, key, a.Members.Removed[0], map[string]any{a.Members.User: u})
-						case op <= 4:
-							w.decide(rt, key, a.Send.Types[0], map[string]any{a.Send.Sender: u, a.Send.Device: u + "-phone",
-								a.Send.ClientMessageID: fmt.Sprintf("m%d", w.n), a.Send.Body: fmt.Sprintf("text %d", w.n)})
-						default:
-							typ := a.Receipts.Read[0]
-							if op == 6 && len(a.Receipts.Delivered) > 0 {
-								typ = a.Receipts.Delivered[0]
-							}
-							fields := map[string]any{a.Receipts.User: u, a.Receipts.Sequence: rapid.Int64Range(1, 6).Draw(rt, "receipt seq")}
-							if a.Receipts.Device != "" {
-								fields[a.Receipts.Device] = rapid.SampledFrom([]string{"phone", "laptop"}).Draw(rt, "device")
-							}
-							w.decide(rt, key, typ, fields)
-						}
-					}
-					// The connected client: every change read, then the
-					// messages of each conversation it holds.
-					w.applied(rt, observer)
-					marks++
-					w.decide(rt, mark, a.Send.Types[0], map[string]any{a.Send.Sender: alice, a.Send.Device: "phone",
-						a.Send.ClientMessageID: fmt.Sprintf("mark%d", marks), a.Send.Body: "mark"})
-					ref.followSSE(rt, live, mark, w.convs[mark].Revision())
-					for _, key := range slices.Sorted(maps.Keys(ref.convs)) {
-						if !ref.pageOn(rt, key, 1000) {
-							delete(ref.convs, key)
-						}
-					}
-					// The other: away, or a sync.
-					switch client {
-					case 0, 1, 5:
-					case 2:
-						doSync(next, 1000)
-					case 3:
-						doSync(next, rapid.IntRange(1, 3).Draw(rt, "limit"))
-					case 4:
-						if len(tokens) > 0 {
-							doSync(rapid.SampledFrom(tokens).Draw(rt, "older token"), 1000)
-						}
-					}
-					if next != "" {
-						tokens = append(tokens, next)
-					}
-				}
-				doSync(next, rapid.IntRange(1, 1000).Draw(rt, "last limit"))
-
-				// Both hold what the states written say the user may read.
-				want := map[string][]int64{}
-				for _, key := range append(convs, mark) {
-					if w.convs[key] == nil {
-						continue
-					}
-					st := w.state(rt, key)
-					ivs := st.Membership[alice]
-					if len(ivs) == 0 && !slices.Contains(st.Members, alice) {
-						continue
-					}
-					want[key] = []int64{}
-					for seq := int64(1); seq <= st.LastSeq; seq++ {
-						if mayRead(ivs, seq, history) {
-							want[key] = append(want[key], seq)
-						}
-					}
-				}
-				for name, c := range map[string]*chatClient{"the connected client": ref, "the syncing client": syncer} {
-					if got := slices.Sorted(maps.Keys(c.convs)); !slices.Equal(got, slices.Sorted(maps.Keys(want))) {
-						rt.Fatalf("%s holds conversations %v, want %v", name, got, slices.Sorted(maps.Keys(want)))
-					}
-					for key, seqs := range want {
-						if got := slices.Sorted(maps.Keys(c.convs[key].msgs)); !slices.Equal(got, seqs) {
-							rt.Fatalf("%s holds messages %v of %s, want %v (state %s)", name, got, key, seqs, c.convs[key].state)
-						}
-					}
-				}
-				for key, r := range ref.convs {
-					s := syncer.convs[key]
-					if r.version != s.version && r.state != nil || string(r.state) != string(s.state) || r.left != s.left || !maps.Equal(r.msgs, s.msgs) {
-						rt.Fatalf("%s: the connected client holds version %d %s left %d %v\nthe syncing client version %d %s left %d %v",
-							key, r.version, r.state, r.left, r.msgs, s.version, s.state, s.left, s.msgs)
-					}
-					if st := w.state(rt, key); r.state != nil && (!slices.Contains(st.Members, alice) || r.version != w.convs[key].Revision()) {
-						rt.Fatalf("%s: the clients hold version %d as a member, the last is %d with members %v", key, r.version, w.convs[key].Revision(), st.Members)
-					}
-				}
-			})
-			if gone == 0 {
-				t.Errorf("no sync token went (410) in %d histories: the test did not try a sync after a long absence", checks)
+		cursor, _ := e.snapshot("chat", tok, 100)
+		ctx, cancel := context.WithCancel(e.ctx)
+		defer cancel()
+		live, status := e.open(ctx, "chat", tok, cursor, "")
+		if status != http.StatusOK {
+			rt.Fatalf("events: %d", status)
+		}
+		defer live.close()
+		ref := &chatClient{e: e, tok: tok, convs: map[string]*heldConv{}}
+		syncer := &chatClient{e: e, tok: tok, convs: map[string]*heldConv{}}
+		var next string
+		var tokens []string
+		doSync := func(since string, limit int) {
+			status, n := syncer.sync(rt, since, limit)
+			if status == http.StatusGone {
+				gone[history]++
 			}
-			t.Logf("%d histories, %d tokens gone", checks, gone)
-		})
+			next = n
+		}
+		marks := 0
+		for range rapid.IntRange(1, 8).Draw(rt, "batches") {
+			client := rapid.IntRange(0, 5).Draw(rt, "client")
+			if client == 5 {
+				// A long absence: more changes than the log holds, a
+				// few at a time, so the connected client keeps up.
+				for i := range 3*e.cfg.Bridge.Window + 1 {
+					w.decide(rt, mark, a.Send.Types[0], map[string]any{a.Send.Sender: alice, a.Send.Device: "phone",
+						a.Send.ClientMessageID: fmt.Sprintf("away%d", w.n), a.Send.Body: "while away"})
+					if i%4 == 3 {
+						ref.followSSE(rt, live, mark, w.convs[mark].Revision())
+					}
+				}
+			}
+			for range rapid.IntRange(1, 6).Draw(rt, "events") {
+				key := rapid.SampledFrom(convs).Draw(rt, "conversation")
+				// Mostly the user whose clients are compared.
+				u := rapid.SampledFrom(append([]string{alice, alice}, users...)).Draw(rt, "user")
+				switch op := rapid.IntRange(0, 6).Draw(rt, "op"); {
+				case op == 0:
+					w.decide(rt, key, a.Members.Added[0], map[string]any{a.Members.User: u})
+				case op == 1:
+					w.decide(rt, key, a.Members.Removed[0], map[string]any{a.Members.User: u})
+				case op <= 4:
+					w.decide(rt, key, a.Send.Types[0], map[string]any{a.Send.Sender: u, a.Send.Device: u + "-phone",
+						a.Send.ClientMessageID: fmt.Sprintf("m%d", w.n), a.Send.Body: fmt.Sprintf("text %d", w.n)})
+				default:
+					typ := a.Receipts.Read[0]
+					if op == 6 && len(a.Receipts.Delivered) > 0 {
+						typ = a.Receipts.Delivered[0]
+					}
+					fields := map[string]any{a.Receipts.User: u, a.Receipts.Sequence: rapid.Int64Range(1, 6).Draw(rt, "receipt seq")}
+					if a.Receipts.Device != "" {
+						fields[a.Receipts.Device] = rapid.SampledFrom([]string{"phone", "laptop"}).Draw(rt, "device")
+					}
+					w.decide(rt, key, typ, fields)
+				}
+			}
+			// The connected client: every change read, then the
+			// messages of each conversation it holds.
+			w.applied(rt, observer)
+			marks++
+			w.decide(rt, mark, a.Send.Types[0], map[string]any{a.Send.Sender: alice, a.Send.Device: "phone",
+				a.Send.ClientMessageID: fmt.Sprintf("mark%d", marks), a.Send.Body: "mark"})
+			ref.followSSE(rt, live, mark, w.convs[mark].Revision())
+			for _, key := range slices.Sorted(maps.Keys(ref.convs)) {
+				if !ref.pageOn(rt, key, 1000) {
+					delete(ref.convs, key)
+				}
+			}
+			// The other: away, or a sync.
+			switch client {
+			case 0, 1, 5:
+			case 2:
+				doSync(next, 1000)
+			case 3:
+				doSync(next, rapid.IntRange(1, 3).Draw(rt, "limit"))
+			case 4:
+				if len(tokens) > 0 {
+					doSync(rapid.SampledFrom(tokens).Draw(rt, "older token"), 1000)
+				}
+			}
+			if next != "" {
+				tokens = append(tokens, next)
+			}
+		}
+		doSync(next, rapid.IntRange(1, 1000).Draw(rt, "last limit"))
+
+		// Both hold what the states written say the user may read.
+		want := map[string][]int64{}
+		for _, key := range append(convs, mark) {
+			if w.convs[key] == nil {
+				continue
+			}
+			st := w.state(rt, key)
+			ivs := st.Membership[alice]
+			if len(ivs) == 0 && !slices.Contains(st.Members, alice) {
+				continue
+			}
+			want[key] = []int64{}
+			for seq := int64(1); seq <= st.LastSeq; seq++ {
+				if mayRead(ivs, seq, history) {
+					want[key] = append(want[key], seq)
+				}
+			}
+		}
+		for name, c := range map[string]*chatClient{"the connected client": ref, "the syncing client": syncer} {
+			if got := slices.Sorted(maps.Keys(c.convs)); !slices.Equal(got, slices.Sorted(maps.Keys(want))) {
+				rt.Fatalf("%s holds conversations %v, want %v", name, got, slices.Sorted(maps.Keys(want)))
+			}
+			for key, seqs := range want {
+				if got := slices.Sorted(maps.Keys(c.convs[key].msgs)); !slices.Equal(got, seqs) {
+					rt.Fatalf("%s holds messages %v of %s, want %v (state %s)", name, got, key, seqs, c.convs[key].state)
+				}
+			}
+		}
+		for key, r := range ref.convs {
+			s := syncer.convs[key]
+			if r.version != s.version && r.state != nil || string(r.state) != string(s.state) || r.left != s.left || !maps.Equal(r.msgs, s.msgs) {
+				rt.Fatalf("%s: the connected client holds version %d %s left %d %v\nthe syncing client version %d %s left %d %v",
+					key, r.version, r.state, r.left, r.msgs, s.version, s.state, s.left, s.msgs)
+			}
+			if st := w.state(rt, key); r.state != nil && (!slices.Contains(st.Members, alice) || r.version != w.convs[key].Revision()) {
+				rt.Fatalf("%s: the clients hold version %d as a member, the last is %d with members %v", key, r.version, w.convs[key].Revision(), st.Members)
+			}
+		}
+	})
+	for _, history := range policies {
+		if gone[history] == 0 {
+			t.Errorf("%s: no sync token went (410) in %d histories: the test did not try a sync after a long absence", history, checks[history])
+		}
+		t.Logf("%s: %d histories, %d tokens gone", history, checks[history], gone[history])
 	}
 }
 
