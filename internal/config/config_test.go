@@ -451,6 +451,12 @@ func TestLoadRejectsInvalidFileNamingTheConfigPath(t *testing.T) {
 			yaml: "streams: {chat: {assign: {receipts: {user: \"\", sequence: \"\"}}}}",
 			want: []string{"in streams.chat.assign.receipts.user: missing JSON pointer", "in streams.chat.assign.receipts.sequence: missing JSON pointer"},
 		},
+		{
+			name: "unknown history policy, device pointer and bound",
+			yaml: "streams: {chat: {assign: {history: world, receipts: {device: device_id}}, limits: {devices: 1001}}}",
+			want: []string{"in streams.chat.assign.history: must be joined", `got "world"`, "in streams.chat.assign.receipts.device:",
+				"in streams.chat.limits.devices: the devices a member's delivery is recorded for must be between 1 and 1000, got 1001"},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
