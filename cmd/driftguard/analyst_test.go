@@ -43,9 +43,12 @@ func TestAnalystQueriesOnPipelineData(t *testing.T) {
 	h.presence()
 	h.workflow()
 	h.chat()
+	h.chatMembership()
 	h.orders()
 	h.produceAll()
 	h.waitForSink()
+	h.waitForChatStates()
+	h.queries = queries
 
 	checks := map[string]func([][]any){
 		"presence_now":                  h.checkPresenceNow,
@@ -57,6 +60,9 @@ func TestAnalystQueriesOnPipelineData(t *testing.T) {
 		"orphans_expired":               h.checkOrphansExpired,
 		"workflows_stuck":               h.checkWorkflowsStuck,
 		"chat_messages":                 h.checkChatMessages,
+		"chat_readers":                  h.checkChatReaders,
+		"chat_readers_shared":           h.checkChatReadersShared,
+		"chat_delivered":                h.checkChatDelivered,
 		"decisions_by_input":            h.checkDecisionsByInput,
 		"decisions_once":                h.checkDecisionsOnce,
 	}
@@ -115,8 +121,10 @@ type history struct {
 	streams map[string]string // catalogue name → this test's copy
 	// base is the test's reference time in unix seconds; every clock of
 	// the history is before it, so nothing is received in the future.
-	base      int64
-	events    []*sent
+	base   int64
+	events []*sent
+	// queries are the doc's, by name.
+	queries   map[string]string
 	decisions []decision
 }
 
