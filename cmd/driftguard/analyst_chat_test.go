@@ -241,6 +241,7 @@ func (h *history) eachMessage(name string, got [][]any, want func(m *chatModel, 
 
 func (h *history) checkChatReaders(got [][]any) {
 	h.eachMessage("chat_readers", got, func(m *chatModel, seq int64) [][]any { return m.readers(seq, false) })
+	h.checkLegacyReaders()
 	// The history covers a re-joined member who may not read what was sent
 	// while they were out, a former member who may, and a member added and
 	// removed with nothing sent (never a reader).
@@ -267,5 +268,38 @@ func (h *history) checkChatDelivered(got [][]any) {
 	}
 	if fmt.Sprint(devices) != "[alice-laptop alice-phone carol-tablet]" {
 		h.t.Errorf("the history no longer has two devices of a member and a former member's device for message 4 of conv-3: %v", d)
+	}
+}
+
+// checkLegacyReaders: a conversation whose latest state was written before
+// membership intervals (members, no membership) is read by its members,
+// every message, as the bridge serves it.
+func (h *history) checkLegacyReaders() {
+	const conv = "conv-before-intervals"
+	members := []string{"al]ice", `b"ob`}
+	state, err := json.Marshal(map[string]any{"last_seq": 2, "members": members,
+		"cursors": map[string]any{members[0]: map[string]int{"read": 1}}, "last_message": map[string]string{"body": "x"}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	batch, err := h.conn.PrepareBatch(h.ctx, fmt.Sprintf("INSERT INTO %s.entity_state (stream, entity_key, version, state)", h.cfg.ClickHouse.Database))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := batch.Append(h.streams["chat"], conv, uint64(2), string(state)); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := batch.Send(); err != nil {
+		h.t.Fatal(err)
+	}
+	var want [][]any
+	for _, m := range members {
+		want = append(want, []any{m, [][2]int64{{1, 0}}, 1})
+	}
+	slices.SortFunc(want, func(a, b []any) int { return strings.Compare(a[0].(string), b[0].(string)) })
+	for seq := int64(1); seq <= 2; seq++ {
+		if got := h.query(h.forMessage(h.localize(h.queries["chat_readers"]), conv, seq)); !sameRows(got, want) {
+			h.t.Errorf("chat_readers for message %d of a state without membership: got rows\n%s\nwant\n%s", seq, formatRows(got), formatRows(want))
+		}
 	}
 }

@@ -290,6 +290,11 @@ func (h *history) chat() {
 	h.decide(msg("c1-m3", "conv-1", "alice", "a2", "bye", 8200), "applied", "", 3, 0)
 	h.decide(member("c2-add-dave", "conv-2", "dave", 8100), "applied", "", 0, 0)
 	h.decide(msg("c2-m1", "conv-2", "dave", "d1", "solo", 8000), "applied", "", 1, 0)
+	// A user id that JSON escapes, with brackets a naive reader of the
+	// state's membership would take for its structure.
+	const odd = `o"[d]{d}\<é`
+	h.decide(member("c2-add-odd", "conv-2", odd, 7990), "applied", "", 1, 0)
+	h.decide(msg("c2-m2", "conv-2", odd, "o1", "odd", 7980), "applied", "", 2, 0)
 }
 
 // orders: a payment before its order is reconciled; payments whose order
