@@ -6,6 +6,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/driftguard/driftguard/internal/record"
@@ -200,8 +201,8 @@ func (h *history) waitForChatStates() {
 // The doc's chat queries name a conversation and a sequence; the test
 // runs them for others.
 var (
-	docConversation = regexp.MustCompile(`entity_key = '[^']*'`)
-	docSeq          = regexp.MustCompile(`WITH \d+ AS seq`)
+	docConversation = regexp.MustCompile(`entity_key = '([^']*)'`)
+	docSeq          = regexp.MustCompile(`WITH (\d+) AS seq`)
 )
 
 // forMessage points a chat query at message seq of conversation conv.
@@ -220,9 +221,13 @@ func (h *history) forMessage(sql, conv string, seq int64) string {
 func (h *history) eachMessage(name string, got [][]any, want func(m *chatModel, seq int64) [][]any) {
 	models := h.chatModels()
 	doc := h.queries[name]
-	conv := strings.Trim(strings.TrimPrefix(docConversation.FindString(doc), "entity_key = "), "'")
-	var seq int64
-	fmt.Sscanf(docSeq.FindString(doc), "WITH %d AS seq", &seq)
+	conv, seq := "", int64(0)
+	if m := docConversation.FindStringSubmatch(doc); m != nil {
+		conv = m[1]
+	}
+	if m := docSeq.FindStringSubmatch(doc); m != nil {
+		seq, _ = strconv.ParseInt(m[1], 10, 64)
+	}
 	if m := models[conv]; m == nil || seq < 1 || seq > m.lastSeq {
 		h.t.Errorf("%s names message %d of %s, which the test history does not have", name, seq, conv)
 	} else {
