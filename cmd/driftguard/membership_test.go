@@ -309,7 +309,9 @@ func getJSON(t testenv.Fataler, ctx context.Context, url, tok string, v any, p *
 	}
 	into := v
 	if resp.StatusCode != http.StatusOK {
-		into = p
+		if into = p; p == nil {
+			return resp.StatusCode
+		}
 	}
 	if into != nil {
 		if err := json.Unmarshal(body, into); err != nil {
@@ -325,7 +327,7 @@ func getJSON(t testenv.Fataler, ctx context.Context, url, tok string, v any, p *
 func (r *chatRig) check(t *rapid.T, h decidetest.History, chat *decidetest.Chat) {
 	outs := r.out.decided[h.Key]
 	h.Check(t, outs, r.out.last[h.Key])
-	sends := sendsOf(t, h, outs)
+	sends := sendsOf(t, r.s, h, outs)
 	for _, history := range []string{config.HistoryJoined, config.HistoryShared} {
 		for _, user := range chat.Users {
 			r.checkReader(t, h.Key, chat, sends, history, user, rapid.IntRange(1, 5).Draw(t, "messages a page"))
@@ -335,14 +337,14 @@ func (r *chatRig) check(t *rapid.T, h decidetest.History, chat *decidetest.Chat)
 
 // sendsOf is what each applied send of a history was, by sequence: its
 // event's fields.
-func sendsOf(t testenv.Fataler, h decidetest.History, outs []decidetest.Outcome) map[int64]map[string]any {
+func sendsOf(t testenv.Fataler, s *config.Stream, h decidetest.History, outs []decidetest.Outcome) map[int64]map[string]any {
 	bodies := map[string]map[string]any{}
 	for _, st := range h.Steps {
 		var fields map[string]any
 		if err := json.Unmarshal(st.Body, &fields); err != nil {
 			t.Fatal(err)
 		}
-		id, _ := fields["event_id"].(string)
+		id, _ := fields[strings.TrimPrefix(s.EventID, "/")].(string)
 		bodies[id] = fields
 	}
 	sends := map[int64]map[string]any{}
@@ -377,27 +379,19 @@ func (r *chatRig) checkReader(t testenv.Fataler, key string, chat *decidetest.Ch
 	ivs, member := chat.Intervals[user], slices.Contains(chat.Members, user)
 	may := chat.MayRead(user, history)
 
-	var p bridgeProblem
-	status := getJSON(t, r.ctx, base+"/entities/"+key+"/messages?after_seq=0", tok, nil, &p)
 	if len(ivs) == 0 {
-		if status != http.StatusForbidden {
+		if status := getJSON(t, r.ctx, base+"/entities/"+key+"/messages?after_seq=0", tok, nil, nil); status != http.StatusForbidden {
 			t.Fatalf("%s, never a member or no longer able to read anything: messages %d, want 403", who, status)
 		}
-	} else {
-		got := r.pageMessages(t, base+"/entities/"+key+"/messages", tok, key, sends, ivs, history, who, limit)
-		if !slices.Equal(got, may) {
-			t.Fatalf("%s read %v, the model says %v", who, got, may)
-		}
+	} else if got := r.pageMessages(t, base+"/entities/"+key+"/messages", tok, key, sends, ivs, history, who, limit); !slices.Equal(got, may) {
+		t.Fatalf("%s read %v, the model says %v", who, got, may)
 	}
 
 	// The entity: a member's, without the last message unless they may
 	// read it; a former member is told the last message they may read.
-	var ent struct {
-		Key   string          `json:"key"`
-		State json.RawMessage `json:"state"`
-	}
-	p = bridgeProblem{}
-	status = getJSON(t, r.ctx, base+"/entities/"+key, tok, &ent, &p)
+	var ent bridgeEntity
+	var p bridgeProblem
+	status := getJSON(t, r.ctx, base+"/entities/"+key, tok, &ent, &p)
 	switch {
 	case member:
 		if status != http.StatusOK {
@@ -415,21 +409,13 @@ func (r *chatRig) checkReader(t testenv.Fataler, key string, chat *decidetest.Ch
 
 	// The snapshot holds the conversation for a member only.
 	var snap struct {
-		Entities []struct {
-			Key   string          `json:"key"`
-			State json.RawMessage `json:"state"`
-		} `json:"entities"`
-		NextPageToken *string `json:"next_page_token"`
+		Entities      []bridgeEntity `json:"entities"`
+		NextPageToken *string        `json:"next_page_token"`
 	}
 	if status := getJSON(t, r.ctx, base+"/snapshot?limit=10000", tok, &snap, nil); status != http.StatusOK || snap.NextPageToken != nil {
 		t.Fatalf("%s: snapshot %d, more pages %v", who, status, snap.NextPageToken != nil)
 	}
-	i := slices.IndexFunc(snap.Entities, func(e struct {
-		Key   string          `json:"key"`
-		State json.RawMessage `json:"state"`
-	}) bool {
-		return e.Key == key
-	})
+	i := slices.IndexFunc(snap.Entities, func(e bridgeEntity) bool { return e.Key == key })
 	if (i >= 0) != member {
 		t.Fatalf("%s: the conversation in their snapshot %v, a member %v", who, i >= 0, member)
 	}
@@ -446,6 +432,7 @@ func (r *chatRig) pageMessages(t testenv.Fataler, url, tok, key string, sends ma
 	if history == config.HistoryShared {
 		wantIvs = []decidetest.Interval{{From: 1, To: ivs[len(ivs)-1].To}}
 	}
+	a := &r.s.Assign.Send
 	var got []int64
 	for after, pages := int64(0), 0; ; pages++ {
 		if pages > 100 {
@@ -461,8 +448,9 @@ func (r *chatRig) pageMessages(t testenv.Fataler, url, tok, key string, sends ma
 		}
 		for _, m := range page.Messages {
 			sent := sends[m.Seq]
-			if sent == nil || m.MessageID != r.s.Assign.MessageIDOf(key, m.Seq) || m.SenderID != sent["sender_id"] ||
-				m.ClientMessageID != sent["client_message_id"] || m.Body != sent["body"] {
+			field := func(pointer string) any { return sent[strings.TrimPrefix(pointer, "/")] }
+			if sent == nil || m.MessageID != r.s.Assign.MessageIDOf(key, m.Seq) || m.SenderID != field(a.Sender) ||
+				m.ClientMessageID != field(a.ClientMessageID) || m.Body != field(a.Body) {
 				t.Fatalf("%s: message %+v, sent %v", who, m, sent)
 			}
 			got = append(got, m.Seq)
@@ -626,7 +614,7 @@ func (r *chatRig) checkLeft(t *testing.T) {
 	chat := &decidetest.Chat{LastSeq: 4, Members: []string{"ann"}, Users: []string{"ann", "ben", "cat"},
 		Intervals: map[string][]decidetest.Interval{"ann": {{From: 1}}, "ben": {{From: 2, To: 3}}}}
 	all := decidetest.History{Key: key, Steps: append(before.Steps, after.Steps...)}
-	sends := sendsOf(t, all, r.out.decided[key])
+	sends := sendsOf(t, r.s, all, r.out.decided[key])
 	for _, history := range []string{config.HistoryJoined, config.HistoryShared} {
 		for _, user := range chat.Users {
 			r.checkReader(t, key, chat, sends, history, user, 2)
