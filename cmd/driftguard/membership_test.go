@@ -45,18 +45,19 @@ import (
 )
 
 // On the embedded broker, events written to `<stream>.in` as ingest
-// writes them: 25 checks (`-rapid.checks=N` for more) of one to three
-// conversations each.
+// writes them: 10 checks (`-rapid.checks=N` for more) of two to six
+// conversations each (a check costs about one commit of the processor,
+// however many conversations it decides).
 func TestMembershipModelThroughRuntimeAndBridge(t *testing.T) {
-	fewerChecks(t, 25)
+	fewerChecks(t, 10)
 	r := startChatRig(t, testenv.Fake(t), false)
 	rapid.Check(t, r.checkHistories)
 }
 
 // On the real broker, through signed webhooks, ingest, the processor and
-// the bridges: three drawn checks; and a member following the
-// conversation who is removed is told where their reading ends, then
-// their connection ends.
+// the bridges: three drawn checks of two to six conversations; and a
+// member following the conversation who is removed is told where their
+// reading ends, then their connection ends.
 func TestMembershipEndToEnd(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	fewerChecks(t, 3)
@@ -157,13 +158,13 @@ func loopbackListener(t *testing.T) net.Listener {
 	return ln
 }
 
-// checkHistories is one check: one to three conversations, each a
+// checkHistories is one check: two to six conversations, each a
 // Membership history of its own, decided side by side and read back.
 func (r *chatRig) checkHistories(t *rapid.T) {
 	r.cases++
 	var hs []decidetest.History
 	var chats []*decidetest.Chat
-	for i := range rapid.IntRange(1, 3).Draw(t, "conversations") {
+	for i := range rapid.IntRange(2, 6).Draw(t, "conversations") {
 		h, chat := decidetest.Membership(t, r.s, fmt.Sprintf("m%d-%d", r.cases, i))
 		hs, chats = append(hs, h), append(chats, chat)
 	}
