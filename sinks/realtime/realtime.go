@@ -26,6 +26,7 @@ import (
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/problem"
+	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/telemetry"
 )
@@ -93,6 +94,9 @@ func New(opts Options) (*Bridge, error) {
 		st := &stream{cfg: s, topic: t.State, outcomes: t.Outcomes}
 		if s.Policy == config.PolicyAssign {
 			st.chat = newChat(s, cfg.Bridge.ChatWindow, cfg.Bridge.MaxEntities)
+			st.chat.fetch = func(ctx context.Context, p int32, want []wanted, each func(wanted, *record.Outcome)) error {
+				return b.fetchSends(ctx, st.outcomes, p, want, each)
+			}
 		}
 		b.streams[s.Name] = st
 		b.metrics.serve(s.Name)
