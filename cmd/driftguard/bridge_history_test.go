@@ -81,14 +81,7 @@ func TestBridgeChatHistoryThroughASIGKILL(t *testing.T) {
 		})
 		var seqs []int64
 		for after < last {
-			var page struct {
-				Messages []struct {
-					Seq int64  `json:"conversation_seq"`
-					ID  string `json:"message_id"`
-				} `json:"messages"`
-				NextAfterSeq int64 `json:"next_after_seq"`
-				Limited      bool  `json:"limited"`
-			}
+			var page messagesPage
 			path := fmt.Sprintf("/v1/streams/%s/entities/%s/messages?after_seq=%d&limit=25", stream, conv, after)
 			if err := phone.getJSON(ctx, path, &page); err != nil {
 				t.Fatal(err)

@@ -418,17 +418,25 @@ func (b *Bridge) readOutcomes(ctx context.Context, c *chat, topic string) error 
 		}
 		for _, r := range fetches.Records() {
 			next[r.Partition] = r.Offset + 1
-			if r.Attrs.IsControl() {
-				continue
+			if outcomeOf(r, &o) {
+				c.add(&o, r.Partition, r.Offset)
 			}
-			payload, err := record.DecodeOutcome(r.Value, &o)
-			if err != nil {
-				continue
-			}
-			o.Payload = []byte(payload)
-			c.add(&o, r.Partition, r.Offset)
 		}
 	}
+}
+
+// outcomeOf decodes outcome record r into o; false for a transaction's
+// control record (a position only) or a record no reader can use.
+func outcomeOf(r *kgo.Record, o *record.Outcome) bool {
+	if r.Attrs.IsControl() {
+		return false
+	}
+	payload, err := record.DecodeOutcome(r.Value, o)
+	if err != nil {
+		return false
+	}
+	o.Payload = []byte(payload)
+	return true
 }
 
 // trimChat makes the chat forget the offsets below each partition's log

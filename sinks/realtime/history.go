@@ -227,15 +227,9 @@ func (b *Bridge) fetchSends(ctx context.Context, topic string, p int32, want []w
 			}
 			w := want[i]
 			i++
-			if r.Attrs.IsControl() {
-				continue
+			if outcomeOf(r, &o) {
+				each(w, &o)
 			}
-			payload, err := record.DecodeOutcome(r.Value, &o)
-			if err != nil {
-				continue
-			}
-			o.Payload = []byte(payload)
-			each(w, &o)
 		}
 		if i < len(want) && want[i].offset > seen+rangeGap && want[i].offset != sought {
 			sought = want[i].offset
