@@ -91,6 +91,7 @@ func TestChatHistoryBeyondTheWindow(t *testing.T) {
 	e.publish("chat", "room", 1, fmt.Sprintf(`{"last_seq":%d,"members":["alice","bob","carol"],`+
 		`"membership":{"alice":[{"from":1}],"bob":[{"from":1}],"carol":[{"from":12}],"dave":[{"from":3,"to":6}]}}`, last))
 	bob, carol, dave := e.token("bob", "chat"), e.token("carol", "chat"), e.token("dave", "chat")
+	testenv.WaitFor(t, e.ctx, "the membership read", func() bool { return e.get("/v1/streams/chat/entities/room", bob, nil) == http.StatusOK })
 
 	for _, limit := range []int64{3, 100} {
 		if got := e.catchUp("room", bob, 0, limit, last); !slices.Equal(got.seqs, seqRange(1, last)) || got.limitedAfter != nil {
