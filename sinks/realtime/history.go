@@ -174,6 +174,12 @@ type wanted struct {
 // historyWait bounds how long one read of older messages waits for Kafka.
 const historyWait = 10 * time.Second
 
+// historyFetchBytes bounds one fetch of older messages: the records
+// wanted are a conversation's among others, and a fetch of the default
+// size would bring megabytes to serve a few. The broker still sends a
+// whole record batch larger than that.
+const historyFetchBytes = 64 << 10
+
 // rangeGap is the most records between two wanted ones that one fetch
 // range reads through; further apart, the reader seeks.
 const rangeGap = 256
@@ -188,7 +194,8 @@ func (b *Bridge) fetchSends(ctx context.Context, topic string, p int32, want []w
 	}
 	ctx, cancel := context.WithTimeout(ctx, historyWait)
 	defer cancel()
-	cl, err := b.reader("bridge-"+topic+"-history", nil, topic, map[int32]kgo.Offset{p: kgo.NewOffset().At(want[0].offset)}, 100*time.Millisecond)
+	cl, err := b.reader("bridge-"+topic+"-history", nil, topic, map[int32]kgo.Offset{p: kgo.NewOffset().At(want[0].offset)}, 100*time.Millisecond,
+		kgo.FetchMaxPartitionBytes(historyFetchBytes), kgo.FetchMaxBytes(historyFetchBytes))
 	if err != nil {
 		return err
 	}

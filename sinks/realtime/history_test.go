@@ -2,14 +2,17 @@ package realtime_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/naming"
+	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 )
 
@@ -52,6 +55,22 @@ func (e *bridgeEnv) catchUp(conv, tok string, after, limit, last int64) caughtUp
 	return got
 }
 
+// receipts writes n outcome records of applied read receipts of seq in
+// conversation conv, as the processor does.
+func (e *bridgeEnv) receipts(conv string, seq int64, n int) {
+	e.t.Helper()
+	for i := 0; i < n; i += 100 { // batches of 100, as a processor's transactions write them
+		var recs []*kgo.Record
+		for j := i; j < min(i+100, n); j++ {
+			o := record.Outcome{Stream: "chat", Key: conv, EventID: fmt.Sprintf("r%d-%d-%016x", seq, j, rand.Uint64()), EventType: "receipt.read", Version: seq, Outcome: record.Applied}
+			recs = append(recs, &kgo.Record{Topic: naming.Prefixes{}.For("chat").Outcomes, Key: []byte(conv), Value: record.AppendOutcome(nil, &o)})
+		}
+		if err := e.cl.ProduceSync(e.ctx, recs...).FirstErr(); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
 // seqRange is from, from+1, ..., to.
 func seqRange(from, to int64) []int64 {
 	var out []int64
@@ -81,6 +100,11 @@ func TestChatHistoryBeyondTheWindow(t *testing.T) {
 			}
 		}
 		e.sent("room", seq, "alice", fmt.Sprintf("message %d", seq))
+		if seq == 10 {
+			// Between two sends, more records than a fetch brings and one
+			// range reads through: the reader seeks.
+			e.receipts("room", 10, 5000)
+		}
 		if seq%4 == 0 {
 			// Repeated after a processor restart, some long after.
 			e.sent("room", seq/2, "alice", fmt.Sprintf("message %d", seq/2))

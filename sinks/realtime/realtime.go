@@ -116,8 +116,9 @@ func New(opts Options) (*Bridge, error) {
 // metrics are on reg. A short-lived reader (a client's catch-up) passes
 // nil: it would register and unregister a set of series per request, and
 // catch-ups side by side share a role, so they could not be counted apart.
-func (b *Bridge) reader(role string, reg prometheus.Registerer, topic string, start map[int32]kgo.Offset, wait time.Duration) (*kgo.Client, error) {
-	return kafka.New(append(b.ReaderOptions(topic, start, wait), kafka.ClientMetrics(reg, role)...))
+// More opts are added last.
+func (b *Bridge) reader(role string, reg prometheus.Registerer, topic string, start map[int32]kgo.Offset, wait time.Duration, opts ...kgo.Opt) (*kgo.Client, error) {
+	return kafka.New(append(append(b.ReaderOptions(topic, start, wait), kafka.ClientMetrics(reg, role)...), opts...))
 }
 
 // ReaderOptions are the franz-go options of a reader (see reader).
