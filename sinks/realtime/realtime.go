@@ -95,6 +95,7 @@ func New(opts Options) (*Bridge, error) {
 		if s.Policy == config.PolicyAssign {
 			st.chat = newChat(s, cfg.Bridge.ChatWindow, cfg.Bridge.MaxEntities)
 			st.chat.fetch = func(ctx context.Context, p int32, want []wanted, each func(wanted, *record.Outcome)) error {
+				b.metrics.history.WithLabelValues(s.Name).Add(float64(len(want)))
 				return b.fetchSends(ctx, st.outcomes, p, want, each)
 			}
 		}
