@@ -111,7 +111,7 @@ func TestBridgeChatHistoryThroughASIGKILL(t *testing.T) {
 	send(40)
 	member("member.added", "carol")
 	send(20)
-	if got := catchUp(0, 60); !slices.Equal(got, seqRange(41, 60)) {
+	if got := catchUp(0, 60); !slices.Equal(got, testenv.Seqs(41, 60)) {
 		t.Fatalf("carol's phone online: %v, want 41 to 60", got)
 	}
 
@@ -123,20 +123,11 @@ func TestBridgeChatHistoryThroughASIGKILL(t *testing.T) {
 	member("member.added", "carol")
 	send(20)
 	startBridgeProcess(t, ctx, bin, configFile, brokers, addr, secret)
-	if got, want := catchUp(60, 150), append(seqRange(61, 120), seqRange(131, 150)...); !slices.Equal(got, want) {
+	if got, want := catchUp(60, 150), append(testenv.Seqs(61, 120), testenv.Seqs(131, 150)...); !slices.Equal(got, want) {
 		t.Fatalf("carol's phone after the crash: %v, want %v", got, want)
 	}
 	// A new device of hers reads all her intervals.
-	if got, want := catchUp(0, 150), append(seqRange(41, 120), seqRange(131, 150)...); !slices.Equal(got, want) {
+	if got, want := catchUp(0, 150), append(testenv.Seqs(41, 120), testenv.Seqs(131, 150)...); !slices.Equal(got, want) {
 		t.Fatalf("carol's new device: %v, want %v", got, want)
 	}
-}
-
-// seqRange is from, from+1, ..., to.
-func seqRange(from, to int64) []int64 {
-	var out []int64
-	for s := from; s <= to; s++ {
-		out = append(out, s)
-	}
-	return out
 }

@@ -71,15 +71,6 @@ func (e *bridgeEnv) receipts(conv string, seq int64, n int) {
 	}
 }
 
-// seqRange is from, from+1, ..., to.
-func seqRange(from, to int64) []int64 {
-	var out []int64
-	for s := from; s <= to; s++ {
-		out = append(out, s)
-	}
-	return out
-}
-
 // A client further behind than bridge.chat_window gets every message of
 // its intervals from the outcomes, in order, each once, never limited;
 // once retention has deleted the first outcomes (DeleteRecords moves the
@@ -118,14 +109,14 @@ func TestChatHistoryBeyondTheWindow(t *testing.T) {
 	testenv.WaitFor(t, e.ctx, "the membership read", func() bool { return e.get("/v1/streams/chat/entities/room", bob, nil) == http.StatusOK })
 
 	for _, limit := range []int64{3, 100} {
-		if got := e.catchUp("room", bob, 0, limit, last); !slices.Equal(got.seqs, seqRange(1, last)) || got.limitedAfter != nil {
+		if got := e.catchUp("room", bob, 0, limit, last); !slices.Equal(got.seqs, testenv.Seqs(1, last)) || got.limitedAfter != nil {
 			t.Fatalf("bob, pages of %d: %v, limited after %v", limit, got.seqs, got.limitedAfter)
 		}
 	}
-	if got := e.catchUp("room", carol, 0, 3, last); !slices.Equal(got.seqs, seqRange(12, last)) || got.limitedAfter != nil {
+	if got := e.catchUp("room", carol, 0, 3, last); !slices.Equal(got.seqs, testenv.Seqs(12, last)) || got.limitedAfter != nil {
 		t.Fatalf("carol: %v, limited after %v", got.seqs, got.limitedAfter)
 	}
-	if got := e.catchUp("room", dave, 0, 2, 6); !slices.Equal(got.seqs, seqRange(3, 6)) || got.limitedAfter != nil {
+	if got := e.catchUp("room", dave, 0, 2, 6); !slices.Equal(got.seqs, testenv.Seqs(3, 6)) || got.limitedAfter != nil {
 		t.Fatalf("dave: %v, limited after %v", got.seqs, got.limitedAfter)
 	}
 
@@ -137,13 +128,13 @@ func TestChatHistoryBeyondTheWindow(t *testing.T) {
 	check := func(when string) {
 		t.Helper()
 		// bob and dave may read some of 1 to 7: their first page says so.
-		if got := e.catchUp("room", bob, 0, 3, last); !slices.Equal(got.seqs, seqRange(8, last)) || !slices.Equal(got.limitedAfter, []int64{0}) {
+		if got := e.catchUp("room", bob, 0, 3, last); !slices.Equal(got.seqs, testenv.Seqs(8, last)) || !slices.Equal(got.limitedAfter, []int64{0}) {
 			t.Errorf("%s: bob from 0: %v, limited after %v", when, got.seqs, got.limitedAfter)
 		}
-		if got := e.catchUp("room", bob, 5, 3, last); !slices.Equal(got.seqs, seqRange(8, last)) || !slices.Equal(got.limitedAfter, []int64{5}) {
+		if got := e.catchUp("room", bob, 5, 3, last); !slices.Equal(got.seqs, testenv.Seqs(8, last)) || !slices.Equal(got.limitedAfter, []int64{5}) {
 			t.Errorf("%s: bob from 5: %v, limited after %v", when, got.seqs, got.limitedAfter)
 		}
-		if got := e.catchUp("room", bob, 7, 3, last); !slices.Equal(got.seqs, seqRange(8, last)) || got.limitedAfter != nil {
+		if got := e.catchUp("room", bob, 7, 3, last); !slices.Equal(got.seqs, testenv.Seqs(8, last)) || got.limitedAfter != nil {
 			t.Errorf("%s: bob from 7: %v, limited after %v", when, got.seqs, got.limitedAfter)
 		}
 		var page messagesPage
@@ -151,7 +142,7 @@ func TestChatHistoryBeyondTheWindow(t *testing.T) {
 			t.Errorf("%s: dave: %+v", when, page)
 		}
 		// carol joined after them: nothing she may read is gone.
-		if got := e.catchUp("room", carol, 0, 3, last); !slices.Equal(got.seqs, seqRange(12, last)) || got.limitedAfter != nil {
+		if got := e.catchUp("room", carol, 0, 3, last); !slices.Equal(got.seqs, testenv.Seqs(12, last)) || got.limitedAfter != nil {
 			t.Errorf("%s: carol: %v, limited after %v", when, got.seqs, got.limitedAfter)
 		}
 	}
