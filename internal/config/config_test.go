@@ -447,6 +447,11 @@ func TestLoadRejectsInvalidFileNamingTheConfigPath(t *testing.T) {
 			want: []string{"in streams.chat.assign.message_id:", "may name only {key} and {seq}"},
 		},
 		{
+			name: "chat history below zero",
+			yaml: "bridge: {chat_history: -1h}",
+			want: []string{"in bridge.chat_history:", "must be 0 (read the outcomes from their log start) or positive, got -1h0m0s"},
+		},
+		{
 			name: "receipts without their pointers",
 			yaml: "streams: {chat: {assign: {receipts: {user: \"\", sequence: \"\"}}}}",
 			want: []string{"in streams.chat.assign.receipts.user: missing JSON pointer", "in streams.chat.assign.receipts.sequence: missing JSON pointer"},
