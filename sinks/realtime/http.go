@@ -217,7 +217,10 @@ func (b *Bridge) messages(q *request) {
 			return
 		}
 	}
-	msgs, next, limited, err := c.read(q.r.Context(), key, after, int(limit), func(seq int64) bool { return readable(ivs, seq) })
+	// Nothing before the user's first interval is theirs to read: reading
+	// starts at it, not at every sequence the store no longer holds.
+	from := max(after, ivs[0].From-1)
+	msgs, next, limited, err := c.read(q.r.Context(), key, from, int(limit), func(seq int64) bool { return readable(ivs, seq) })
 	if err != nil {
 		q.w.Header().Set("Retry-After", "1")
 		problem.Write(q.w, http.StatusServiceUnavailable, "unavailable", "reading the conversation's messages: "+err.Error(), nil)
