@@ -237,11 +237,3 @@ func (b *Bridge) messages(q *request) {
 	}{msgs, next, limited, ivs})
 }
 
-// lastSeq reads an assign stream's public state's last sequence.
-func lastSeq(state json.RawMessage) int64 {
-	var s struct {
-		LastSeq int64 `json:"last_seq"`
-	}
-	_ = json.Unmarshal(state, &s)
-	return s.LastSeq
-}
