@@ -236,4 +236,3 @@ func (b *Bridge) messages(q *request) {
 		Intervals    []interval `json:"intervals"`
 	}{msgs, next, limited, ivs})
 }
-
