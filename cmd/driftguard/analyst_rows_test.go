@@ -44,6 +44,13 @@ func (h *history) query(sql string) [][]any {
 // relative 1e-9, NaN equal to NaN), everything else as printed.
 func (h *history) expect(got, want [][]any) {
 	h.t.Helper()
+	if !sameRows(got, want) {
+		h.t.Errorf("got rows\n%s\nwant\n%s", formatRows(got), formatRows(want))
+	}
+}
+
+// sameRows compares rows as expect does.
+func sameRows(got, want [][]any) bool {
 	same := len(got) == len(want)
 	for i := 0; same && i < len(got); i++ {
 		same = len(got[i]) == len(want[i])
@@ -51,9 +58,7 @@ func (h *history) expect(got, want [][]any) {
 			same = sameCell(got[i][j], want[i][j])
 		}
 	}
-	if !same {
-		h.t.Errorf("got rows\n%s\nwant\n%s", formatRows(got), formatRows(want))
-	}
+	return same
 }
 
 func sameCell(got, want any) bool {

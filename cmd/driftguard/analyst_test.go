@@ -43,9 +43,12 @@ func TestAnalystQueriesOnPipelineData(t *testing.T) {
 	h.presence()
 	h.workflow()
 	h.chat()
+	h.chatMembership()
 	h.orders()
 	h.produceAll()
 	h.waitForSink()
+	h.waitForChatStates()
+	h.queries = queries
 
 	checks := map[string]func([][]any){
 		"presence_now":                  h.checkPresenceNow,
@@ -57,6 +60,9 @@ func TestAnalystQueriesOnPipelineData(t *testing.T) {
 		"orphans_expired":               h.checkOrphansExpired,
 		"workflows_stuck":               h.checkWorkflowsStuck,
 		"chat_messages":                 h.checkChatMessages,
+		"chat_readers":                  h.checkChatReaders,
+		"chat_readers_shared":           h.checkChatReadersShared,
+		"chat_delivered":                h.checkChatDelivered,
 		"decisions_by_input":            h.checkDecisionsByInput,
 		"decisions_once":                h.checkDecisionsOnce,
 	}
@@ -115,8 +121,10 @@ type history struct {
 	streams map[string]string // catalogue name → this test's copy
 	// base is the test's reference time in unix seconds; every clock of
 	// the history is before it, so nothing is received in the future.
-	base      int64
-	events    []*sent
+	base   int64
+	events []*sent
+	// queries are the doc's, by name.
+	queries   map[string]string
 	decisions []decision
 }
 
@@ -282,6 +290,11 @@ func (h *history) chat() {
 	h.decide(msg("c1-m3", "conv-1", "alice", "a2", "bye", 8200), "applied", "", 3, 0)
 	h.decide(member("c2-add-dave", "conv-2", "dave", 8100), "applied", "", 0, 0)
 	h.decide(msg("c2-m1", "conv-2", "dave", "d1", "solo", 8000), "applied", "", 1, 0)
+	// A user id that JSON escapes, with brackets a naive reader of the
+	// state's membership would take for its structure.
+	const odd = `o"[d]{d}\<é`
+	h.decide(member("c2-add-odd", "conv-2", odd, 7990), "applied", "", 1, 0)
+	h.decide(msg("c2-m2", "conv-2", odd, "o1", "odd", 7980), "applied", "", 2, 0)
 }
 
 // orders: a payment before its order is reconciled; payments whose order

@@ -23,6 +23,17 @@ import (
 	"github.com/driftguard/driftguard/sinks/realtime"
 )
 
+// startBridgeProcess runs `driftguard bridge` on configFile and the
+// brokers, listening on addr with the token key secret, and waits until it
+// is ready.
+func startBridgeProcess(t *testing.T, ctx context.Context, bin, configFile string, brokers []string, addr, secret string) *exec.Cmd {
+	t.Helper()
+	cmd := startDriftguard(t, bin, []string{"bridge", "--config", configFile}, "DRIFTGUARD_KAFKA_BROKERS="+strings.Join(brokers, ","),
+		"DRIFTGUARD_BRIDGE_ADDR="+addr, "DRIFTGUARD_BRIDGE_SECRET="+secret, "DRIFTGUARD_LOG_LEVEL=warn")
+	waitReady(t, ctx, "the bridge", "http://"+addr)
+	return cmd
+}
+
 // bridgeClient is a client as design §6 describes it: it takes a
 // snapshot, applies a change only when its version is higher than the one
 // it holds, follows the events from the snapshot's cursor, keeps the last
@@ -213,12 +224,7 @@ func bridgeResumeModel(t *testing.T, brokers []string, window int) {
 	bin := buildDriftguard(t)
 	addr := freeLoopbackAddr(t)
 	base := "http://" + addr
-	startBridge := func() *exec.Cmd {
-		cmd := startDriftguard(t, bin, []string{"bridge", "--config", configFile}, "DRIFTGUARD_KAFKA_BROKERS="+strings.Join(brokers, ","),
-			"DRIFTGUARD_BRIDGE_ADDR="+addr, "DRIFTGUARD_BRIDGE_SECRET="+secret, "DRIFTGUARD_LOG_LEVEL=warn")
-		waitReady(t, ctx, "the bridge", base)
-		return cmd
-	}
+	startBridge := func() *exec.Cmd { return startBridgeProcess(t, ctx, bin, configFile, brokers, addr, secret) }
 	bridge := startBridge()
 	defer func() { sigkill(t, bridge) }()
 	tok, err := realtime.Sign([]byte(secret), "watcher", []string{stream}, time.Now().Add(time.Hour))

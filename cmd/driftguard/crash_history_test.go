@@ -226,8 +226,8 @@ func chatBody(in *crashInput, conv string) []byte {
 		device, client, _ := strings.Cut(in.message, "/")
 		return fmt.Appendf(nil, `{"event_id":%q,"type":"message.send","conversation_id":%q,"sender_id":%q,"sender_device_id":%q,"client_message_id":%q,"body":"hello %s"}`,
 			in.eventID, conv, in.user, device, client, client)
-	case "member.added":
-		return fmt.Appendf(nil, `{"event_id":%q,"type":"member.added","conversation_id":%q,"user_id":%q}`, in.eventID, conv, in.user)
+	case "member.added", "member.removed":
+		return fmt.Appendf(nil, `{"event_id":%q,"type":%q,"conversation_id":%q,"user_id":%q}`, in.eventID, in.chatType, conv, in.user)
 	}
 	return fmt.Appendf(nil, `{"event_id":%q,"type":%q,"conversation_id":%q,"user_id":%q,"device_id":"%s-d0","conversation_seq":%d}`,
 		in.eventID, in.chatType, conv, in.user, in.user, in.version)

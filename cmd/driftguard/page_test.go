@@ -819,19 +819,22 @@ func entityRow(stream string, e bridgeEntity, nowMs int64) pageRow {
 	return row
 }
 
+// messagesPage is a page of a conversation's messages.
+type messagesPage struct {
+	Messages []struct {
+		Seq int64  `json:"conversation_seq"`
+		ID  string `json:"message_id"`
+	} `json:"messages"`
+	NextAfterSeq int64 `json:"next_after_seq"`
+	Limited      bool  `json:"limited"`
+}
+
 // messages reads every message of a conversation.
 func (r *bridgeReader) messages(ctx context.Context, conversation string) ([]pageMessage, error) {
 	var out []pageMessage
 	var after int64
 	for {
-		var page struct {
-			Messages []struct {
-				Seq int64  `json:"conversation_seq"`
-				ID  string `json:"message_id"`
-			} `json:"messages"`
-			NextAfterSeq int64 `json:"next_after_seq"`
-			Limited      bool  `json:"limited"`
-		}
+		var page messagesPage
 		if err := r.getJSON(ctx, fmt.Sprintf("/v1/streams/chat/entities/%s/messages?after_seq=%d&limit=1000", conversation, after), &page); err != nil {
 			return nil, err
 		}

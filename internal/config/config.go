@@ -233,8 +233,10 @@ type Bridge struct {
 	// ChatWindow is how many recent messages each conversation of an
 	// assign stream keeps for catch-up. Default 1000.
 	ChatWindow int `yaml:"chat_window"`
-	// ChatHistory is how far back the bridge reads an assign stream's
-	// outcomes when it starts, to fill the chat windows. Default 24h.
+	// ChatHistory bounds how far back the bridge reads an assign stream's
+	// outcomes when it starts, to index the conversations' messages and
+	// fill their windows. Default 0: from the log start, as far back as
+	// the outcomes' retention holds.
 	ChatHistory time.Duration `yaml:"chat_history"`
 }
 
@@ -404,7 +406,6 @@ func (c *Config) applyDefaults() {
 	orDefault(&c.Bridge.ClientLag, 10_000)
 	orDefault(&c.Bridge.Heartbeat, 15*time.Second)
 	orDefault(&c.Bridge.ChatWindow, 1000)
-	orDefault(&c.Bridge.ChatHistory, 24*time.Hour)
 	if c.DataDir == "" {
 		c.DataDir = defaultDataDir()
 	}
@@ -574,6 +575,9 @@ func (c *Config) Validate() error {
 			add("bridge."+name, "must be at least 1, got %d", v)
 		}
 	}
+	if c.Bridge.ChatHistory < 0 {
+		add("bridge.chat_history", "must be 0 (read the outcomes from their log start) or positive, got %s", c.Bridge.ChatHistory)
+	}
 	if c.Bridge.Heartbeat < 100*time.Millisecond {
 		add("bridge.heartbeat", "must be at least 100ms, got %s", c.Bridge.Heartbeat)
 	}
@@ -684,7 +688,7 @@ bridge:
   client_lag: 10000              # changes a client may fall behind before it is reset
   heartbeat: 15s
   chat_window: 1000              # recent messages per conversation
-  chat_history: 24h              # how far back chat catch-up reads at start
+  chat_history: 0s               # how far back chat catch-up reads at start; 0s: from the log start
 telemetry:
   addr: 127.0.0.1:9464           # /metrics, /healthz, /readyz of ingest, process and sink
   log_level: info

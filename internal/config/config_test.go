@@ -447,9 +447,20 @@ func TestLoadRejectsInvalidFileNamingTheConfigPath(t *testing.T) {
 			want: []string{"in streams.chat.assign.message_id:", "may name only {key} and {seq}"},
 		},
 		{
+			name: "chat history below zero",
+			yaml: "bridge: {chat_history: -1h}",
+			want: []string{"in bridge.chat_history:", "must be 0 (read the outcomes from their log start) or positive, got -1h0m0s"},
+		},
+		{
 			name: "receipts without their pointers",
 			yaml: "streams: {chat: {assign: {receipts: {user: \"\", sequence: \"\"}}}}",
 			want: []string{"in streams.chat.assign.receipts.user: missing JSON pointer", "in streams.chat.assign.receipts.sequence: missing JSON pointer"},
+		},
+		{
+			name: "unknown history policy, device pointer and bound",
+			yaml: "streams: {chat: {assign: {history: world, receipts: {device: device_id}}, limits: {devices: 1001}}}",
+			want: []string{"in streams.chat.assign.history: must be joined", `got "world"`, "in streams.chat.assign.receipts.device:",
+				"in streams.chat.limits.devices: the devices a member's delivery is recorded for must be between 1 and 1000, got 1001"},
 		},
 	}
 	for _, tc := range cases {

@@ -40,8 +40,8 @@ const (
 	// ReasonOrphanTTL: a child whose parent never came within parent.ttl
 	// (expired, and copied to the DLQ).
 	ReasonOrphanTTL Reason = "orphan_ttl"
-	// ReasonNotMember: a send from someone who is not a member of the
-	// conversation (rejected).
+	// ReasonNotMember: a send or a receipt from someone who is not a
+	// member of the conversation when it is decided (assign).
 	ReasonNotMember Reason = "not_member"
 	// ReasonAheadOfConversation: a receipt past the last message
 	// (rejected).

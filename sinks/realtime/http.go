@@ -253,15 +253,9 @@ func (c *chat) await(ctx context.Context, key string, last int64, until time.Tim
 // state may be behind the outcomes, and under `shared` a member added
 // back may later read what was sent while they were out.
 func (c *chat) readUpTo(ctx context.Context, key string, after int64, limit int, ivs []interval, last int64) (msgs []message, next int64, limited bool, err error) {
-	msgs, next, limited, err = c.read(ctx, key, after, limit, func(seq int64) bool { return seq <= last && readable(ivs, seq) })
-	return msgs, max(after, min(next, last)), limited, err
-}
-
-// lastSeq reads an assign stream's public state's last sequence.
-func lastSeq(state json.RawMessage) int64 {
-	var s struct {
-		LastSeq int64 `json:"last_seq"`
-	}
-	_ = json.Unmarshal(state, &s)
-	return s.LastSeq
+	// Nothing before the user's first interval is theirs to read: reading
+	// starts at it, not at every sequence the store no longer holds.
+	from := max(after, ivs[0].From-1)
+	msgs, next, limited, err = c.read(ctx, key, from, limit, func(seq int64) bool { return seq <= last && readable(ivs, seq) })
+	return msgs, max(from, min(next, last)), limited, err
 }

@@ -14,6 +14,7 @@ type metrics struct {
 	dropped   *prometheus.CounterVec
 	overLimit *prometheus.GaugeVec
 	forbidden *prometheus.CounterVec
+	history   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -50,9 +51,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		forbidden: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "driftguard_bridge_auth_failures_total", Help: "Requests refused by status (401 no valid token, 403 not allowed).",
 		}, []string{"stream", "status"}),
+		history: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "driftguard_bridge_chat_history_reads_total", Help: "Messages older than bridge.chat_window read back from the stream's outcomes for chat catch-up.",
+		}, []string{"stream"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.clients, m.sent, m.resets, m.gone, m.snapshot, m.catchUp, m.entities, m.dropped, m.overLimit, m.forbidden)
+		reg.MustRegister(m.clients, m.sent, m.resets, m.gone, m.snapshot, m.catchUp, m.entities, m.dropped, m.overLimit, m.forbidden, m.history)
 	}
 	return m
 }
@@ -69,6 +73,7 @@ func (m *metrics) serve(stream string) {
 	m.entities.WithLabelValues(stream)
 	m.dropped.WithLabelValues(stream)
 	m.overLimit.WithLabelValues(stream)
+	m.history.WithLabelValues(stream)
 	for _, status := range []string{"401", "403"} {
 		m.forbidden.WithLabelValues(stream, status)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/problem"
+	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/telemetry"
 )
@@ -93,6 +94,10 @@ func New(opts Options) (*Bridge, error) {
 		st := &stream{cfg: s, topic: t.State, outcomes: t.Outcomes}
 		if s.Policy == config.PolicyAssign {
 			st.chat = newChat(s, cfg.Bridge.ChatWindow, cfg.Bridge.MaxEntities)
+			st.chat.fetch = func(ctx context.Context, p int32, want []wanted, each func(wanted, *record.Outcome)) error {
+				b.metrics.history.WithLabelValues(s.Name).Add(float64(len(want)))
+				return b.fetchSends(ctx, st.outcomes, p, want, each)
+			}
 		}
 		b.streams[s.Name] = st
 		b.metrics.serve(s.Name)
@@ -112,8 +117,9 @@ func New(opts Options) (*Bridge, error) {
 // metrics are on reg. A short-lived reader (a client's catch-up) passes
 // nil: it would register and unregister a set of series per request, and
 // catch-ups side by side share a role, so they could not be counted apart.
-func (b *Bridge) reader(role string, reg prometheus.Registerer, topic string, start map[int32]kgo.Offset, wait time.Duration) (*kgo.Client, error) {
-	return kafka.New(append(b.ReaderOptions(topic, start, wait), kafka.ClientMetrics(reg, role)...))
+// More opts are added last.
+func (b *Bridge) reader(role string, reg prometheus.Registerer, topic string, start map[int32]kgo.Offset, wait time.Duration, opts ...kgo.Opt) (*kgo.Client, error) {
+	return kafka.New(append(append(b.ReaderOptions(topic, start, wait), kafka.ClientMetrics(reg, role)...), opts...))
 }
 
 // ReaderOptions are the franz-go options of a reader (see reader).

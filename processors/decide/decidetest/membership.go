@@ -112,7 +112,11 @@ func Membership(t *rapid.T, s *config.Stream, key string) (History, *Chat) {
 				}
 			}
 		case op <= 5:
-			b = event(id, a.Send.Types[0], map[string]any{a.Send.Sender: u, a.Send.Device: u + "-phone", a.Send.ClientMessageID: id})
+			fields := map[string]any{a.Send.Sender: u, a.Send.Device: u + "-phone", a.Send.ClientMessageID: id}
+			if a.Send.Body != "" {
+				fields[a.Send.Body] = "message " + id
+			}
+			b = event(id, a.Send.Types[0], fields)
 			if member[u] {
 				chat.LastSeq++
 				want[id] = Outcome{Outcome: record.Applied, Version: chat.LastSeq, MessageID: a.MessageIDOf(key, chat.LastSeq)}
