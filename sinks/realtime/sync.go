@@ -153,11 +153,19 @@ func (s *store) syncPicks(user string, since []int64) (pos Cursor, picks []syncP
 	// Newest first, so the change kept of each key is its first after
 	// since: what it replaced is what the client held. A partition's
 	// changes lie in the log in offset order, so once one of them is
-	// below since, all before it are too.
+	// below since, all before it are too, and the scan ends when every
+	// partition is below: a recent token looks at the recent changes only.
 	first := map[string]*change{}
 	member, knew := map[string]bool{}, map[string]bool{}
+	// A partition read no further than since has no change after it.
 	below := make([]bool, len(since))
 	passed := 0
+	for p, o := range since {
+		if o >= s.next[p] {
+			below[p] = true
+			passed++
+		}
+	}
 	for seq := s.head; seq > s.tail() && passed < len(since); seq-- {
 		ch := s.at(seq - 1)
 		if ch.offset < since[ch.partition] {
@@ -167,8 +175,8 @@ func (s *store) syncPicks(user string, since []int64) (pos Cursor, picks []syncP
 			}
 			continue
 		}
-		first[ch.ent.key] = ch
 		key := ch.ent.key
+		first[key] = ch
 		member[key] = member[key] || isMember(ch.ent.access, user) || isMember(ch.before, user)
 		knew[key] = knew[key] || knows(ch.ent.access, user) || knows(ch.before, user)
 	}
