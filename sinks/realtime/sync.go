@@ -102,11 +102,10 @@ func (b *Bridge) sync(q *request) {
 	until := time.Now().Add(messageWait)
 	out := make([]syncConversation, 0, len(picks))
 	for _, p := range picks {
-		sc, ok := q.syncConversation(p, since == nil, nowMs)
+		sc, target, ok := q.syncConversation(p, since == nil, nowMs)
 		if !ok {
 			continue
 		}
-		target := sc.NextAfterSeq
 		if sc.AfterSeq < target {
 			// The state may be ahead of the outcomes read so far.
 			if !c.await(q.r.Context(), p.e.key, target, until) {
@@ -190,15 +189,15 @@ func (s *store) syncPicks(user string, since []int64) (pos Cursor, picks []syncP
 }
 
 // syncConversation is what the user is told of conversation p.e, less the
-// messages: AfterSeq is what the client held, NextAfterSeq (for now) the
-// last sequence the user may read, and Entity, for a current member, as
-// they are shown it at nowMs. One who may read nothing of it any more,
+// messages (NextAfterSeq is AfterSeq, what the client held), and last, the
+// last sequence the user may read of it; Entity, for a current member, is
+// as they are shown it at nowMs. One who may read nothing of it any more,
 // though they were a member at the token or since, is told Left with
 // readable_until_seq 0. ok is false when the user is told nothing: they
 // never were a member, or, with a token (initial false), they were a
 // former member already at it and a member in no state since (a former
 // member receives nothing decided after their removal).
-func (q *request) syncConversation(p syncPick, initial bool, nowMs int64) (sc syncConversation, ok bool) {
+func (q *request) syncConversation(p syncPick, initial bool, nowMs int64) (sc syncConversation, last int64, ok bool) {
 	user, a := q.user.Subject, p.e.access
 	ivs := q.readable(p.e)
 	member := a.member(user)
@@ -208,25 +207,25 @@ func (q *request) syncConversation(p syncPick, initial bool, nowMs int64) (sc sy
 		// and now may read none of it (removed before anything was sent
 		// to them) is told they left it, and nothing else.
 		if !initial && p.knew {
-			return syncConversation{Key: p.e.key, Left: &syncLeft{}, Intervals: []interval{}, Messages: []message{}}, true
+			return syncConversation{Key: p.e.key, Left: &syncLeft{}, Intervals: []interval{}, Messages: []message{}}, 0, true
 		}
-		return sc, false
+		return sc, 0, false
 	}
-	sc = syncConversation{Key: p.e.key, Intervals: ivs, NextAfterSeq: a.lastSeq}
+	sc, last = syncConversation{Key: p.e.key, Intervals: ivs}, a.lastSeq
 	if member {
 		ent := q.shown(p.e).json(nowMs)
 		sc.Entity = &ent
 	} else {
 		end := a.boundary(user)
 		if end == 0 {
-			return sc, false
+			return sc, 0, false
 		}
 		if !initial && !p.member {
 			// A member in no state since the token: nothing of theirs
 			// changed (their intervals change only with a membership).
-			return sc, false
+			return sc, 0, false
 		}
-		sc.Left, sc.NextAfterSeq = &syncLeft{ReadableUntilSeq: end}, min(a.lastSeq, end)
+		sc.Left, last = &syncLeft{ReadableUntilSeq: end}, min(a.lastSeq, end)
 	}
 	if p.before != nil {
 		// A member at the token held every message they could read up to
@@ -238,6 +237,6 @@ func (q *request) syncConversation(p syncPick, initial bool, nowMs int64) (sc sy
 			sc.AfterSeq = p.before.boundary(user)
 		}
 	}
-	sc.NextAfterSeq = max(sc.NextAfterSeq, sc.AfterSeq)
-	return sc, true
+	sc.NextAfterSeq = sc.AfterSeq
+	return sc, last, true
 }
