@@ -540,8 +540,12 @@ func TestSyncEndsWhereAClientThatNeverLeftIs(t *testing.T) {
 				rt.Fatalf("%s: the connected client holds version %d %s left %d %v\nthe syncing client version %d %s left %d %v",
 					key, r.version, r.state, r.left, r.msgs, s.version, s.state, s.left, s.msgs)
 			}
-			if st := w.state(rt, key); r.state != nil && (!slices.Contains(st.Members, alice) || r.version != w.convs[key].Revision()) {
+			st := w.state(rt, key)
+			if r.state != nil && (!slices.Contains(st.Members, alice) || r.version != w.convs[key].Revision()) {
 				rt.Fatalf("%s: the clients hold version %d as a member, the last is %d with members %v", key, r.version, w.convs[key].Revision(), st.Members)
+			}
+			if ivs := st.Membership[alice]; r.state == nil && (slices.Contains(st.Members, alice) || r.left != ivs[len(ivs)-1].To) {
+				rt.Fatalf("%s: the clients hold that the user left, readable until %d; the state says %v", key, r.left, st.Membership)
 			}
 		}
 	})
