@@ -41,7 +41,8 @@ const pageSecret = "page-test-bridge-secret-0123456789abcdef"
 // The page's bridge is killed with SIGKILL while webhooks keep coming and
 // started again on the same port: the page reconnects, resumes from its
 // cursor, and shows the same rows as the client (keys, versions, statuses)
-// and each chat message once, in order. A second tab shares the first
+// and each chat message once, in order, brought by the sync call after
+// each connect. A second tab shares the first
 // one's connections and takes over when it closes. With nothing sent, a
 // member's claim expires and the page turns the row gray and `unknown` by
 // itself. Leaving the page and coming back resumes every stream from
