@@ -19,7 +19,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -123,7 +122,7 @@ func startChatRig(t *testing.T, brokers []string, viaIngest bool) *chatRig {
 	svcs := []service.Service{processors.NewService(processors.ServiceOptions{Config: cfg, Brokers: brokers, Logger: log, InMemoryTables: true})}
 	var ready []string
 	if viaIngest {
-		ln := loopbackListener(t)
+		ln := listen(t)
 		svcs = append(svcs, ingest.NewService(ingest.ServiceOptions{Config: cfg, Brokers: brokers, Logger: log, Listener: ln, OpsOnListener: true}))
 		ready = append(ready, "http://"+ln.Addr().String())
 		r.webhooks = ready[0] + "/v1/webhooks/" + s.Name
@@ -132,7 +131,7 @@ func startChatRig(t *testing.T, brokers []string, viaIngest bool) *chatRig {
 		bs, bcfg := *s, *cfg
 		bs.Assign.History = history
 		bcfg.Streams = map[string]*config.Stream{s.Name: &bs}
-		ln := loopbackListener(t)
+		ln := listen(t)
 		b, err := realtime.New(realtime.Options{Config: &bcfg, Brokers: brokers, Logger: log, Listener: ln})
 		if err != nil {
 			t.Fatal(err)
@@ -147,15 +146,6 @@ func startChatRig(t *testing.T, brokers []string, viaIngest bool) *chatRig {
 	}
 	r.out = newChatOutput(t, brokers, naming.Prefixes{}.For(s.Name))
 	return r
-}
-
-func loopbackListener(t *testing.T) net.Listener {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ln
 }
 
 // checkHistories is one check: two to six conversations, each a
