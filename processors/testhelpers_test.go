@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/lovoo/goka"
 	"github.com/lovoo/goka/tester"
@@ -31,6 +32,10 @@ func startTester(t *testing.T, s *config.Stream, opts Options) (*tester.Tester, 
 			t.Errorf("processor: %v", err)
 		}
 	})
+	// A visit before the partitions run finds no table to iterate.
+	if err := proc.WaitForReadyContext(testenv.Context(t, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
 	return tt, proc, proc.h.names
 }
 
