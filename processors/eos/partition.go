@@ -1,0 +1,356 @@
+package eos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/lovoo/goka"
+	"github.com/lovoo/goka/storage"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// partitionState is where an owned partition is in its life.
+type partitionState int
+
+const (
+	// restoring: assigned, its table being read back; nothing of it is
+	// decided yet.
+	restoring partitionState = iota
+	// running: its records and visits are decided.
+	running
+	// revoked: taken away; its storage is closed.
+	revoked
+)
+
+// offsetKey is where goka's storages keep the offset they hold the table
+// to; it is no key of the table.
+const offsetKey = "__offset"
+
+// partition is a partition of the inputs this instance owns, with its
+// partition of the group table: the local storage, which holds only what
+// committed transactions wrote, and the values of the running
+// transaction, which reach the storage when it commits.
+type partition struct {
+	id    int32
+	state partitionState
+	store storage.Storage
+	// pending are the table values the running transaction set, by key
+	// (nil: deleted); each key's last is written once, when it ends.
+	pending map[string]any
+	// encoded are the pending values as written to the changelog, kept
+	// for the storage until the transaction commits.
+	encoded map[string][]byte
+	// changelogEnd is the offset after the latest changelog record of the
+	// running transaction, 0 for none; written by produce callbacks.
+	changelogEnd atomic.Int64
+	// touched is whether the running transaction decided a record or a
+	// visit of the partition.
+	touched bool
+}
+
+func openPartition(id int32, st storage.Storage) (*partition, error) {
+	if err := st.Open(); err != nil {
+		return nil, err
+	}
+	return &partition{id: id, state: restoring, store: st, pending: map[string]any{}, encoded: map[string][]byte{}}, nil
+}
+
+// value is the key's table value as of the running transaction, nil
+// without one.
+func (part *partition) value(key string, codec goka.Codec) (any, error) {
+	if v, ok := part.pending[key]; ok {
+		return v, nil
+	}
+	data, err := part.store.Get(key)
+	if err != nil || data == nil {
+		return nil, err
+	}
+	return codec.Decode(data)
+}
+
+func (part *partition) set(key string, value any) { part.pending[key] = value }
+
+// keys are the partition's keys with a table value as of the running
+// transaction, sorted.
+func (part *partition) keys() ([]string, error) {
+	it, err := part.store.Iterator()
+	if err != nil {
+		return nil, err
+	}
+	defer it.Release()
+	var keys []string
+	for it.Next() {
+		if k := string(it.Key()); k != offsetKey {
+			if _, set := part.pending[k]; !set {
+				keys = append(keys, k)
+			}
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	for k, v := range part.pending {
+		if v != nil {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys, nil
+}
+
+// encode encodes the running transaction's values with codec, for the
+// changelog and, once it commits, the storage.
+func (part *partition) encode(codec goka.Codec) error {
+	for k, v := range part.pending {
+		if v == nil {
+			part.encoded[k] = nil
+			continue
+		}
+		data, err := codec.Encode(v)
+		if err != nil {
+			return fmt.Errorf("encoding the table value of %q: %w", k, err)
+		}
+		part.encoded[k] = data
+	}
+	return nil
+}
+
+// apply moves a committed transaction's values to the storage, with the
+// changelog offset they reach.
+func (part *partition) apply() error {
+	for k, data := range part.encoded {
+		var err error
+		if data == nil {
+			err = part.store.Delete(k)
+		} else {
+			err = part.store.Set(k, data)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if end := part.changelogEnd.Load(); end > 0 {
+		return part.store.SetOffset(end - 1)
+	}
+	return nil
+}
+
+// reset forgets the ended transaction's values.
+func (part *partition) reset() {
+	clear(part.pending)
+	clear(part.encoded)
+	part.changelogEnd.Store(0)
+	part.touched = false
+}
+
+func (part *partition) close() error {
+	part.state = revoked
+	return part.store.Close()
+}
+
+// restore reads the partition's changelog, committed records only, from
+// where the storage stands to end (the last stable offset), then marks it
+// running.
+func (part *partition) restore(ctx context.Context, reader func(from int64) (*kgo.Client, error), end int64) error {
+	stored, err := part.store.GetOffset(-1)
+	if err != nil {
+		return err
+	}
+	if stored+1 < end {
+		if err := part.readChangelog(ctx, reader, stored+1, end); err != nil {
+			return err
+		}
+	}
+	if err := part.store.MarkRecovered(); err != nil {
+		return err
+	}
+	part.state = running
+	return nil
+}
+
+// readChangelog applies the committed records in [from, end). Transaction
+// markers take offsets too: they are read (and passed over) so that the
+// end is known to be reached.
+func (part *partition) readChangelog(ctx context.Context, reader func(from int64) (*kgo.Client, error), from, end int64) error {
+	rd, err := reader(from)
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	last := from - 1
+	for last < end-1 {
+		fetches := rd.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fetches.Err0(); err != nil {
+			return err
+		}
+		var serr error
+		fetches.EachRecord(func(rec *kgo.Record) {
+			last = max(last, rec.Offset)
+			if serr != nil || rec.Attrs.IsControl() {
+				return
+			}
+			if rec.Value == nil {
+				serr = part.store.Delete(string(rec.Key))
+			} else {
+				serr = part.store.Set(string(rec.Key), rec.Value)
+			}
+		})
+		if serr != nil {
+			return serr
+		}
+	}
+	return part.store.SetOffset(last)
+}
+
+// assigned restores the table partitions of newly assigned partitions
+// before any of their records is decided, once their offsets are stable.
+func (p *Processor) assigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer p.joined.Store(true)
+	ids := assigned[p.topics[0]]
+	if len(ids) == 0 {
+		return
+	}
+	p.restoring.Add(int32(len(ids)))
+	defer p.restoring.Add(-int32(len(ids)))
+	if err := p.awaitStableOffsets(ctx, cl, ids); err != nil {
+		p.failed = sessionLost(fmt.Errorf("group %s: awaiting the offsets of partitions %v: %w", p.group, ids, err))
+		return
+	}
+	var ends kadm.ListedOffsets
+	if p.plan.table != nil {
+		// The table's last stable offsets, once for every partition: the
+		// offsets are stable, so nothing another instance writes to these
+		// partitions from now on can commit.
+		var err error
+		if ends, err = kadm.NewClient(cl).ListCommittedOffsets(ctx, p.plan.table.name); err != nil {
+			p.failed = sessionLost(fmt.Errorf("group %s: the last stable offsets of %s: %w", p.group, p.plan.table.name, err))
+			return
+		}
+	}
+	for _, id := range ids {
+		if p.parts[id] != nil {
+			// Held still: its revocation was not reported (see visit).
+			// Another instance may have written it since.
+			p.opts.Logger.Info("partition assigned again; restored anew", "group", p.group, "partition", id)
+			p.drop(id)
+		}
+		part, err := p.restore(ctx, id, ends)
+		if err != nil {
+			p.failed = sessionLost(fmt.Errorf("group %s: restoring table partition %d: %w", p.group, id, err))
+			return
+		}
+		p.parts[id] = part
+	}
+}
+
+// restore opens partition id's table storage and reads its changelog to
+// its last stable offset in ends.
+func (p *Processor) restore(ctx context.Context, id int32, ends kadm.ListedOffsets) (*partition, error) {
+	table := "-"
+	if p.plan.table != nil {
+		table = p.plan.table.name
+	}
+	st, err := p.opts.Storage(table, id)
+	if err != nil {
+		return nil, err
+	}
+	part, err := openPartition(id, st)
+	if err != nil {
+		return nil, err
+	}
+	if p.plan.table == nil {
+		part.state = running
+		return part, nil
+	}
+	end, ok := ends.Lookup(table, id)
+	if !ok || end.Err != nil {
+		return nil, fmt.Errorf("no last stable offset of %s/%d: %v", table, id, end.Err)
+	}
+	reader := func(from int64) (*kgo.Client, error) { return kgo.NewClient(p.ChangelogReaderOptions(id, from)...) }
+	return part, part.restore(ctx, reader, end.Offset)
+}
+
+// ChangelogReaderOptions are the franz-go options of the client that
+// restores table partition id from offset from: committed records only,
+// with the transaction markers that tell where the end is.
+func (p *Processor) ChangelogReaderOptions(id int32, from int64) []kgo.Opt {
+	return append(slices.Clone(p.opts.Client),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{p.plan.table.name: {id: kgo.NewOffset().At(from)}}),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+	)
+}
+
+// awaitStableOffsets returns once the group has no transaction pending on
+// the offsets of partitions ids (KIP-447: the coordinator answers
+// UNSTABLE_OFFSET_COMMIT until it ends), that is once every transaction of
+// a previous owner that wrote them has committed or aborted, at the latest
+// after its transaction timeout.
+func (p *Processor) awaitStableOffsets(ctx context.Context, cl *kgo.Client, ids []int32) error {
+	adm := kadm.NewClient(cl)
+	for {
+		offsets, err := adm.FetchOffsetsForTopics(kadm.RequireStable(ctx), p.group, p.topics...)
+		unstable := errors.Is(err, kerr.UnstableOffsetCommit)
+		if err != nil && !unstable {
+			return err
+		}
+		for _, topic := range p.topics {
+			for _, id := range ids {
+				if o, ok := offsets.Lookup(topic, id); ok && errors.Is(o.Err, kerr.UnstableOffsetCommit) {
+					unstable = true
+				} else if ok && o.Err != nil {
+					return o.Err
+				}
+			}
+		}
+		if !unstable {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(stableOffsetsBackoff):
+		}
+	}
+}
+
+// dropped closes the table partitions of revoked or lost partitions.
+func (p *Processor) dropped(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, id := range revoked[p.topics[0]] {
+		p.drop(id)
+	}
+}
+
+// drop closes partition id's table storage and forgets it; p.mu is held.
+func (p *Processor) drop(id int32) {
+	part := p.parts[id]
+	if part == nil {
+		return
+	}
+	if err := part.close(); err != nil {
+		p.opts.Logger.Warn("closing table storage", "group", p.group, "partition", id, "err", err)
+	}
+	delete(p.parts, id)
+}
+
+func (p *Processor) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id := range p.parts {
+		p.drop(id)
+	}
+}
