@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/lovoo/goka"
-	"github.com/lovoo/goka/codec"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -144,23 +143,13 @@ func (m *Metrics) serve(stream string) {
 // GokaOptions.
 func New(brokers []string, s *config.Stream, opts Options, gokaOpts ...goka.ProcessorOption) (*Processor, error) {
 	h := newHandler(s, opts)
-	edges := []goka.Edge{
-		goka.Input(goka.Stream(h.names.In), new(codec.Bytes), func(ctx goka.Context, msg any) { h.process(ctx, msg) }),
-		goka.Visitor(tickVisitor, func(ctx goka.Context, meta any) { h.tick(ctx, meta) }),
-		goka.Persist(entityCodec{}),
-		goka.Output(goka.Stream(h.names.Outcomes), new(codec.Bytes)),
-		goka.Output(goka.Stream(h.names.State), new(codec.Bytes)),
-		goka.Output(goka.Stream(h.names.DLQ), new(codec.Bytes)),
-	}
-	if s.Policy == config.PolicyGapless {
-		edges = append(edges, goka.Output(goka.Stream(h.names.Replay), new(codec.Bytes)))
-	}
 	// goka's own processor names its table "<group>-table", and has no
 	// way to be told another name.
 	if table := goka.GroupTable(goka.Group(h.group)); string(table) != h.names.Table {
 		return nil, fmt.Errorf("goka's processor would keep the table of stream %s in %s, not %s: it needs kafka.topic_prefix equal to kafka.group_prefix", s.Name, table, h.names.Table)
 	}
-	p, err := goka.NewProcessor(brokers, goka.DefineGroup(goka.Group(h.group), edges...), gokaOpts...)
+	graph := h.graph(func(ctx goka.Context, msg any) { h.process(ctx, msg) }, func(ctx goka.Context, meta any) { h.tick(ctx, meta) })
+	p, err := goka.NewProcessor(brokers, graph, gokaOpts...)
 	if err != nil {
 		return nil, err
 	}

@@ -463,12 +463,7 @@ func TestRuntimeWithoutPartitionsIsReady(t *testing.T) {
 	testenv.WaitFor(t, ctx, "both instances ready, one of them without a partition", func() bool {
 		return first.Recovered() && second.Recovered()
 	})
-	first.mu.Lock()
-	held := len(first.parts)
-	first.mu.Unlock()
-	second.mu.Lock()
-	held += len(second.parts)
-	second.mu.Unlock()
+	held := len(first.proc.Held()) + len(second.proc.Held())
 	if held != 1 {
 		t.Errorf("the two instances hold %d partitions of one", held)
 	}
@@ -512,7 +507,7 @@ func memberID(t *testing.T, ctx context.Context, r *Runtime) *string {
 		if !r.Recovered() {
 			return false
 		}
-		id, _ = r.sess.Client().GroupMetadata()
+		id = r.proc.MemberID()
 		return id != ""
 	})
 	return &id

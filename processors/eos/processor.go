@@ -249,7 +249,9 @@ func (p *Processor) session(ctx context.Context, began *bool) (committed bool, e
 	if err != nil {
 		return false, fmt.Errorf("group %s: %w", p.group, err)
 	}
+	p.mu.Lock()
 	p.sess = sess
+	p.mu.Unlock()
 	defer func() {
 		sess.AllowRebalance()
 		sess.Close()
@@ -327,4 +329,24 @@ func (p *Processor) VisitAll(ctx context.Context, name string, meta any) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Held are the partitions this instance holds, sorted.
+func (p *Processor) Held() []int32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Sorted(maps.Keys(p.parts))
+}
+
+// MemberID is this instance's member id in its group, "" while it has
+// not joined.
+func (p *Processor) MemberID() string {
+	p.mu.Lock()
+	sess := p.sess
+	p.mu.Unlock()
+	if sess == nil {
+		return ""
+	}
+	id, _ := sess.Client().GroupMetadata()
+	return id
 }
