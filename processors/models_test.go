@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/lovoo/goka"
-	"github.com/lovoo/goka/tester"
 	"pgregory.net/rapid"
 
 	"github.com/driftguard/driftguard/internal/config"
@@ -20,75 +19,76 @@ import (
 )
 
 // The runtime is held to the same models as the rules (package decide's
-// models_test.go): each history's deliveries go through goka's tester as
-// records of `<stream>.in` received at their time, each tick through the
-// timer visitor, and the model checks the outcome records and the last
-// state record.
+// models_test.go): each history's deliveries go through the shipped
+// runtime as records of `<stream>.in` received at their time, each tick
+// through the timer visitor, and the model checks the outcome records and
+// the last state record.
 
-// gokaRun is a stream's processor on goka's tester, which every history
-// of a check shares: each history gets a key of its own.
-type gokaRun struct {
-	tt             *tester.Tester
-	proc           *Processor
+// modelRun is a stream's runtime, which every history of a check shares:
+// each history gets a key of its own.
+type modelRun struct {
+	run            *shipped
 	names          naming.Topics
-	outQ, stateQ   *tester.QueueTracker
+	outQ, stateQ   *tracker
 	historiesSoFar int
 }
 
-func startGokaRun(t *testing.T, s *config.Stream) *gokaRun {
-	tt, proc, names := startTester(t, s, Options{})
-	return &gokaRun{tt: tt, proc: proc, names: names, outQ: tt.NewQueueTracker(names.Outcomes), stateQ: tt.NewQueueTracker(names.State)}
+func startModelRun(t *testing.T, s *config.Stream) *modelRun {
+	run, names := startRun(t, s, Options{})
+	return &modelRun{run: run, names: names, outQ: run.NewQueueTracker(names.Outcomes), stateQ: run.NewQueueTracker(names.State)}
 }
 
 // nextKey is a key no history of the run has used.
-func (g *gokaRun) nextKey() string {
+func (g *modelRun) nextKey() string {
 	g.historiesSoFar++
 	return fmt.Sprintf("k%d", g.historiesSoFar)
 }
 
-// run feeds one key's steps through the processor and returns its
+// decide feeds one key's steps through the processor and returns its
 // outcomes and last state. A key's state records must carry growing
 // versions.
-func (g *gokaRun) run(t *rapid.T, key string, steps []decidetest.Step) ([]decidetest.Outcome, decidetest.State) {
-	var outs []decidetest.Outcome
-	var last decidetest.State
-	revision := int64(-1)
+func (g *modelRun) decide(t *rapid.T, key string, steps []decidetest.Step) ([]decidetest.Outcome, decidetest.State) {
 	for _, st := range steps {
 		if st.Body == nil {
-			if err := g.proc.VisitAll(t.Context(), tickVisitor, st.AtMs); err != nil {
+			if err := g.run.VisitAll(t.Context(), tickVisitor, st.AtMs); err != nil {
 				t.Fatal(err)
 			}
 		} else {
-			g.tt.Consume(g.names.In, key, st.Body, tester.WithHeaders(goka.Headers{
-				record.HeaderReceivedAt: []byte(strconv.FormatInt(st.AtMs, 10))}))
+			g.run.Consume(g.names.In, key, st.Body, goka.Headers{record.HeaderReceivedAt: []byte(strconv.FormatInt(st.AtMs, 10))})
 		}
-		for _, o := range outcomes(t, g.outQ) {
-			if o.Key != key {
-				t.Fatalf("outcome of key %s in the history of %s", o.Key, key)
-			}
-			outs = append(outs, decidetest.Outcome{EventID: o.EventID, Outcome: o.Outcome, Reason: o.Reason,
-				Version: o.Version, BufferDepth: o.BufferDepth, MessageID: o.MessageID})
+	}
+	var outs []decidetest.Outcome
+	for _, o := range outcomes(t, g.outQ) {
+		if o.Key != key {
+			t.Fatalf("outcome of key %s in the history of %s", o.Key, key)
 		}
-		for _, state := range records[record.State](t, g.stateQ) {
-			if state.Version <= revision {
-				t.Fatalf("state record at version %d after %d", state.Version, revision)
-			}
-			revision = state.Version
-			last = decidetest.State{JSON: state.State, ExpiresAtMs: state.ExpiresAtMs}
+		outs = append(outs, decidetest.Outcome{EventID: o.EventID, Outcome: o.Outcome, Reason: o.Reason,
+			Version: o.Version, BufferDepth: o.BufferDepth, MessageID: o.MessageID})
+	}
+	var last decidetest.State
+	revision := int64(-1)
+	for _, state := range records[record.State](t, g.stateQ) {
+		if state.Version <= revision {
+			t.Fatalf("state record at version %d after %d", state.Version, revision)
 		}
+		revision = state.Version
+		last = decidetest.State{JSON: state.State, ExpiresAtMs: state.ExpiresAtMs}
 	}
 	return outs, last
 }
 
-// Every model's histories through goka.
-func TestModelsThroughGoka(t *testing.T) {
+// Every model's histories through the shipped runtime: fewer than the
+// rules' own (package decide runs a hundred of each), each history's
+// deliveries decided through Kafka.
+func TestModelsThroughTheRuntime(t *testing.T) {
+	testenv.FewerChecks(t, 15)
 	for _, m := range decidetest.Models {
 		t.Run(m.Stream, func(t *testing.T) {
 			s := m.StreamOf(t)
-			g := startGokaRun(t, s)
+			g := startModelRun(t, s)
 			rapid.Check(t, func(rt *rapid.T) {
 				h := m.Draw(rt, s, g.nextKey())
-				outs, last := g.run(rt, h.Key, h.Steps)
+				outs, last := g.decide(rt, h.Key, h.Steps)
 				h.Check(rt, outs, last)
 			})
 		})
@@ -101,23 +101,24 @@ func TestModelsThroughGoka(t *testing.T) {
 // outcomes from the shipped chat stream, message ids in each stream's own
 // format.
 func TestAssignStreamOfAConfigFileDecidesAsChat(t *testing.T) {
+	testenv.FewerChecks(t, 15)
 	cfg, err := config.Load(testenv.CustomStreams(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tickets, chat := cfg.Streams["tickets"], cfg.Streams["chat"]
-	ticketsRun, chatRun := startGokaRun(t, tickets), startGokaRun(t, chat)
+	ticketsRun, chatRun := startModelRun(t, tickets), startModelRun(t, chat)
 	rapid.Check(t, func(rt *rapid.T) {
 		key := ticketsRun.nextKey()
 		chatRun.nextKey()
 		h := decidetest.Assign(rt, tickets, key)
-		got, last := ticketsRun.run(rt, key, h.Steps)
+		got, last := ticketsRun.decide(rt, key, h.Steps)
 		h.Check(rt, got, last)
 		asChat := make([]decidetest.Step, len(h.Steps))
 		for i, st := range h.Steps {
 			asChat[i] = decidetest.Step{Body: translateAssign(rt, st.Body, tickets, chat), AtMs: st.AtMs}
 		}
-		want, _ := chatRun.run(rt, key, asChat)
+		want, _ := chatRun.decide(rt, key, asChat)
 		if len(got) != len(want) {
 			rt.Fatalf("%d outcomes for tickets, %d for chat", len(got), len(want))
 		}

@@ -39,12 +39,18 @@ func startTester(t *testing.T, s *config.Stream, opts Options) (*tester.Tester, 
 	return tt, proc, proc.h.names
 }
 
-func outcomes(t testenv.Fataler, qt *tester.QueueTracker) []record.Outcome {
+// rawReader is a topic's records in order: goka's tester's QueueTracker,
+// or the shipped runtime's tracker.
+type rawReader interface {
+	NextRaw() (key string, value []byte, ok bool)
+}
+
+func outcomes(t testenv.Fataler, qt rawReader) []record.Outcome {
 	return records[record.Outcome](t, qt)
 }
 
 // records decodes every record left on qt.
-func records[T any](t testenv.Fataler, qt *tester.QueueTracker) []T {
+func records[T any](t testenv.Fataler, qt rawReader) []T {
 	t.Helper()
 	var out []T
 	for _, raw := range rawRecords(qt) {
@@ -58,7 +64,7 @@ func records[T any](t testenv.Fataler, qt *tester.QueueTracker) []T {
 }
 
 // rawRecords takes every record left on a tracker.
-func rawRecords(qt *tester.QueueTracker) [][]byte {
+func rawRecords(qt rawReader) [][]byte {
 	var out [][]byte
 	for {
 		_, raw, ok := qt.NextRaw()

@@ -16,11 +16,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,7 +46,7 @@ import (
 // conversations each (a check costs about one commit of the processor,
 // however many conversations it decides).
 func TestMembershipModelThroughRuntimeAndBridge(t *testing.T) {
-	fewerChecks(t, 10)
+	testenv.FewerChecks(t, 10)
 	r := startChatRig(t, testenv.Fake(t), false)
 	rapid.Check(t, r.checkHistories)
 }
@@ -59,27 +57,10 @@ func TestMembershipModelThroughRuntimeAndBridge(t *testing.T) {
 // reading ends, then their connection ends.
 func TestMembershipEndToEnd(t *testing.T) {
 	brokers := testenv.Kafka(t)
-	fewerChecks(t, 3)
+	testenv.FewerChecks(t, 3)
 	r := startChatRig(t, brokers, true)
 	rapid.Check(t, r.checkHistories)
 	r.checkLeft(t)
-}
-
-// fewerChecks runs n checks in each rapid.Check of the test, unless the
-// run asks for a number (-rapid.checks, RAPID_CHECKS): a check here
-// decides and reads through Kafka, far slower than a rule's check.
-func fewerChecks(t *testing.T, n int) {
-	f := flag.Lookup("rapid.checks")
-	given := os.Getenv("RAPID_CHECKS") != ""
-	flag.Visit(func(v *flag.Flag) { given = given || v.Name == f.Name })
-	if given {
-		return
-	}
-	was := f.Value.String()
-	if err := f.Value.Set(strconv.Itoa(n)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = f.Value.Set(was) })
 }
 
 // chatRigSecret is the bridges' token key.
