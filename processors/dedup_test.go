@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/lovoo/goka"
-	"github.com/lovoo/goka/tester"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -24,12 +23,12 @@ func TestProcessorCountsEarlyDedupEvictions(t *testing.T) {
 	s := testenv.Shipped(t, "orders")
 	s.Limits.DedupIDs, s.Limits.DedupWindow = 2, time.Hour
 	metrics := NewMetrics(prometheus.NewRegistry())
-	tt, _, names := startTester(t, s, Options{Metrics: metrics})
+	tt, names := startRun(t, s, Options{Metrics: metrics})
 	outQ := tt.NewQueueTracker(names.Outcomes)
 	const t0 = 1_700_000_000_000
 	order := func(id string, atMs int64) {
 		tt.Consume(names.In, "o1", fmt.Appendf(nil, `{"event_id":%q,"event_type":"order.created","order_id":"o1","payload":{}}`, id),
-			tester.WithHeaders(goka.Headers{record.HeaderReceivedAt: []byte(strconv.FormatInt(atMs, 10))}))
+			withHeaders(goka.Headers{record.HeaderReceivedAt: []byte(strconv.FormatInt(atMs, 10))}))
 	}
 	order("a", t0)
 	order("b", t0+1)

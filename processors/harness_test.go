@@ -40,6 +40,11 @@ func startRun(t testing.TB, s *config.Stream, opts Options) (*shipped, naming.To
 	t.Helper()
 	ctx := testenv.Context(t, 5*time.Minute)
 	brokers := testenv.Fake(t)
+	// One partition, as goka's tester has: the tests name decisions by
+	// their input's position.
+	sc := *s
+	sc.Limits.Partitions = 1
+	s = &sc
 	cfg := testenv.OnlyStream(t, s)
 	cfg.Kafka.Brokers = brokers
 	cfg.Kafka.TopicPrefix, cfg.Kafka.GroupPrefix = opts.Naming.TopicPrefix, opts.Naming.GroupPrefix
@@ -73,12 +78,25 @@ func startRun(t testing.TB, s *config.Stream, opts Options) (*shipped, naming.To
 	return &shipped{t: t, ctx: ctx, r: r, names: r.h.names, cl: cl, adm: kadm.NewClient(cl), written: map[int32]int64{}}, r.h.names
 }
 
-// Consume writes an input record of key to topic, with headers.
-func (s *shipped) Consume(topic, key string, value []byte, headers goka.Headers) {
+// consumeOption sets what an input record carries besides its key and
+// value.
+type consumeOption func(*kgo.Record)
+
+// withHeaders gives an input record headers.
+func withHeaders(headers goka.Headers) consumeOption {
+	return func(rec *kgo.Record) {
+		for k, v := range headers {
+			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: k, Value: v})
+		}
+	}
+}
+
+// Consume writes an input record of key to topic.
+func (s *shipped) Consume(topic, key string, value []byte, opts ...consumeOption) {
 	s.t.Helper()
 	rec := &kgo.Record{Topic: topic, Key: []byte(key), Value: value}
-	for k, v := range headers {
-		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: k, Value: v})
+	for _, o := range opts {
+		o(rec)
 	}
 	res, err := s.cl.ProduceSync(s.ctx, rec).First()
 	if err != nil {
@@ -174,4 +192,44 @@ func (q *tracker) fill() {
 			q.s.t.Fatal("reading ", q.topic, ": ", q.s.ctx.Err())
 		}
 	}
+}
+
+// TableValue settles, then reads key's committed value in the group table
+// (nil without one).
+func (s *shipped) TableValue(table goka.Table, key string) any {
+	s.t.Helper()
+	var last []byte
+	found := false
+	for _, raw := range rawRecordsOf(s.NewQueueTracker(string(table)), key) {
+		last, found = raw, true
+	}
+	if !found || last == nil {
+		return nil
+	}
+	v, err := entityCodec{}.Decode(last)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return v
+}
+
+// rawRecordsOf are the values of key's records on qt, in order.
+func rawRecordsOf(qt rawReader, key string) [][]byte {
+	var out [][]byte
+	for {
+		k, raw, ok := qt.NextRaw()
+		if !ok {
+			return out
+		}
+		if k == key {
+			out = append(out, raw)
+		}
+	}
+}
+
+// RunTimers visits the timers every tick at the clock's time (a watermark
+// with no broker to read), until ctx ends.
+func (s *shipped) RunTimers(ctx context.Context, tick time.Duration) error {
+	s.r.visitTimers(ctx, &watermark{committed: &s.r.h.committed}, tick)
+	return nil
 }

@@ -54,7 +54,7 @@ func (g *modelRun) decide(t *rapid.T, key string, steps []decidetest.Step) ([]de
 				t.Fatal(err)
 			}
 		} else {
-			g.run.Consume(g.names.In, key, st.Body, goka.Headers{record.HeaderReceivedAt: []byte(strconv.FormatInt(st.AtMs, 10))})
+			g.run.Consume(g.names.In, key, st.Body, withHeaders(goka.Headers{record.HeaderReceivedAt: []byte(strconv.FormatInt(st.AtMs, 10))}))
 		}
 	}
 	var outs []decidetest.Outcome

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/lovoo/goka"
-	"github.com/lovoo/goka/tester"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -24,7 +23,7 @@ import (
 // claim about the member itself: every outcome, the state records and the
 // table through goka.
 func TestProcessorPresenceDevices(t *testing.T) {
-	tt, _, names := startTester(t, testenv.Shipped(t, "presence"), Options{})
+	tt, names := startRun(t, testenv.Shipped(t, "presence"), Options{})
 	outQ := tt.NewQueueTracker(names.Outcomes)
 	stateQ := tt.NewQueueTracker(names.State)
 	headers := goka.Headers{record.HeaderReceivedAt: []byte("1700000000123")}
@@ -47,7 +46,7 @@ func TestProcessorPresenceDevices(t *testing.T) {
 	}
 	for _, d := range deliveries {
 		body := testenv.Presence{EventID: d.id, User: "alice", Device: d.device, Status: d.status, Version: d.version, Timestamp: ts}.Body()
-		tt.Consume(names.In, "alice", body, tester.WithHeaders(headers))
+		tt.Consume(names.In, "alice", body, withHeaders(headers))
 	}
 	got := outcomes(t, outQ)
 	if len(got) != len(deliveries) {
@@ -104,7 +103,7 @@ func TestProcessorPresenceDevices(t *testing.T) {
 
 // Through goka: outcomes per decision, the replay request, the state.
 func TestProcessorWorkflowThroughGoka(t *testing.T) {
-	tt, _, names := startTester(t, testenv.Shipped(t, "workflow"), Options{})
+	tt, names := startRun(t, testenv.Shipped(t, "workflow"), Options{})
 	outQ, replayQ, stateQ := tt.NewQueueTracker(names.Outcomes), tt.NewQueueTracker(names.Replay), tt.NewQueueTracker(names.State)
 	body := func(id string, seq int, status string) []byte {
 		return fmt.Appendf(nil, `{"event_id":%q,"operation_id":"op-1","sequence":%d,"status":%q,"occurred_at":"2026-11-30T10:00:00Z"}`, id, seq, status)
@@ -147,7 +146,7 @@ func TestProcessorWorkflowThroughGoka(t *testing.T) {
 // stored.
 func TestProcessorChatThroughGoka(t *testing.T) {
 	s := testenv.Shipped(t, "chat")
-	tt, _, names := startTester(t, s, Options{})
+	tt, names := startRun(t, s, Options{})
 	outQ := tt.NewQueueTracker(names.Outcomes)
 	for _, body := range []string{
 		`{"event_id":"j","type":"member.added","conversation_id":"c9","user_id":"u1"}`,
@@ -182,15 +181,16 @@ func TestProcessorLostAndFoundThroughGoka(t *testing.T) {
 	metrics := NewMetrics(reg)
 	// The timer clock stands still before the TTL, so ticks only count.
 	clock := func() time.Time { return time.UnixMilli(1_700_000_000_000) }
-	tt, proc, names := startTester(t, s, Options{Metrics: metrics, Now: clock})
+	tt, names := startRun(t, s, Options{Metrics: metrics, Now: clock})
+	proc := tt
 	ctx := t.Context()
 	outQ, dlqQ := tt.NewQueueTracker(names.Outcomes), tt.NewQueueTracker(names.DLQ)
 	at := goka.Headers{record.HeaderReceivedAt: []byte("1700000000000")}
 	child := func(id, parent string) {
-		tt.Consume(names.In, parent, fmt.Appendf(nil, `{"event_id":%q,"event_type":"order.payment_received","parent_id":%q,"payload":{}}`, id, parent), tester.WithHeaders(at))
+		tt.Consume(names.In, parent, fmt.Appendf(nil, `{"event_id":%q,"event_type":"order.payment_received","parent_id":%q,"payload":{}}`, id, parent), withHeaders(at))
 	}
 	parent := func(id, order string) {
-		tt.Consume(names.In, order, fmt.Appendf(nil, `{"event_id":%q,"event_type":"order.created","order_id":%q,"payload":{}}`, id, order), tester.WithHeaders(at))
+		tt.Consume(names.In, order, fmt.Appendf(nil, `{"event_id":%q,"event_type":"order.created","order_id":%q,"payload":{}}`, id, order), withHeaders(at))
 	}
 	child("p1", "o1")  // before its parent
 	child("p2", "o2")  // its order never comes
@@ -205,7 +205,7 @@ func TestProcessorLostAndFoundThroughGoka(t *testing.T) {
 	// A tick counts the children still waiting (p2, q1, q2) for the gauge.
 	timersCtx, stopTimers := context.WithCancel(ctx)
 	timersDone := make(chan error, 1)
-	go func() { timersDone <- proc.RunTimers(timersCtx, 10*time.Millisecond, nil) }()
+	go func() { timersDone <- proc.RunTimers(timersCtx, 10*time.Millisecond) }()
 	if !testenv.Poll(ctx, func() bool { return testutil.ToFloat64(metrics.quarantined.WithLabelValues(s.Name)) == 3 }) {
 		t.Fatal("the quarantine gauge never showed the waiting children")
 	}

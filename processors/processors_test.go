@@ -5,17 +5,15 @@ import (
 	"testing"
 
 	"github.com/lovoo/goka"
-	"github.com/lovoo/goka/tester"
 
 	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 )
 
-// runTester starts the presence processor on goka's tester.
-func runTester(t *testing.T) (*tester.Tester, naming.Topics) {
-	tt, _, names := startTester(t, testenv.Shipped(t, "presence"), Options{})
-	return tt, names
+// runTester starts the presence processor.
+func runTester(t *testing.T) (*shipped, naming.Topics) {
+	return startRun(t, testenv.Shipped(t, "presence"), Options{})
 }
 
 func TestProcessorPresenceOutcomesAndState(t *testing.T) {
@@ -36,7 +34,7 @@ func TestProcessorPresenceOutcomesAndState(t *testing.T) {
 		{"e4", 844, record.Applied},
 	}
 	for _, d := range deliveries {
-		tt.Consume(names.In, "alice", testenv.Presence{EventID: d.id, User: "alice", Version: d.version}.Body(), tester.WithHeaders(headers))
+		tt.Consume(names.In, "alice", testenv.Presence{EventID: d.id, User: "alice", Version: d.version}.Body(), withHeaders(headers))
 	}
 	got := outcomes(t, outQ)
 	if len(got) != len(deliveries) {

@@ -190,7 +190,10 @@ func (r *Runtime) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); r.h.watchLag(runCtx, adm, r.opts.TimerTick) }()
-	go func() { defer wg.Done(); r.visitTimers(runCtx, adm) }()
+	go func() {
+		defer wg.Done()
+		r.visitTimers(runCtx, &watermark{adm: adm, topic: r.h.names.In, group: r.h.group, committed: &r.h.committed}, r.opts.TimerTick)
+	}()
 	defer func() {
 		stop()
 		wg.Wait()
@@ -198,12 +201,11 @@ func (r *Runtime) Run(ctx context.Context) error {
 	return r.proc.Run(ctx)
 }
 
-// visitTimers visits every key's timers each TimerTick at the input
-// watermark, until ctx ends. A visit cut short is simply repeated at the
-// next tick: deadlines live in the table.
-func (r *Runtime) visitTimers(ctx context.Context, adm *kadm.Client) {
-	w := &watermark{adm: adm, topic: r.h.names.In, group: r.h.group, committed: &r.h.committed}
-	t := time.NewTicker(r.opts.TimerTick)
+// visitTimers visits every key's timers each tick at watermark w, until
+// ctx ends. A visit cut short is simply repeated at the next tick:
+// deadlines live in the table.
+func (r *Runtime) visitTimers(ctx context.Context, w *watermark, tick time.Duration) {
+	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
 		select {

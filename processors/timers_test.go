@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/lovoo/goka"
-	"github.com/lovoo/goka/tester"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -17,20 +16,19 @@ import (
 	"github.com/driftguard/driftguard/internal/testenv"
 )
 
-// The punctuator fires a due timer through goka's visitor even though no
+// The punctuator fires a due timer through the graph's visitor even though no
 // further event for the key arrives.
 func TestTimersFireWithoutFurtherEvents(t *testing.T) {
 	s := testenv.Shipped(t, "workflow")
-	tt, proc, names := startTester(t, s, Options{})
+	tt, names := startRun(t, s, Options{})
+	proc := tt
 	outQ, replayQ := tt.NewQueueTracker(names.Outcomes), tt.NewQueueTracker(names.Replay)
 	headers := goka.Headers{record.HeaderReceivedAt: []byte("1700000000000")}
 	for _, seq := range []int{1, 3} {
-		tt.Consume(names.In, "op-9", fmt.Appendf(nil, `{"event_id":"e%d","operation_id":"op-9","sequence":%d,"status":"running","occurred_at":"2026-11-30T10:00:00Z"}`, seq, seq), tester.WithHeaders(headers))
+		tt.Consume(names.In, "op-9", fmt.Appendf(nil, `{"event_id":"e%d","operation_id":"op-9","sequence":%d,"status":"running","occurred_at":"2026-11-30T10:00:00Z"}`, seq, seq), withHeaders(headers))
 	}
 	outcomes(t, outQ) // applied, buffered
-	for replayQ.NextOffset() < replayQ.Hwm() {
-		replayQ.NextRaw()
-	}
+	rawRecords(replayQ) // the first gap's request
 	// Before the deadline nothing fires; after it, the gap is reported.
 	deadline := int64(1_700_000_000_000) + s.Limits.GapTimeout.Milliseconds()
 	for _, now := range []int64{deadline - 1, deadline} {
@@ -79,17 +77,18 @@ func TestTimerVisitCountsGapsAndBufferedEvents(t *testing.T) {
 	metrics := NewMetrics(prometheus.NewRegistry())
 	at := time.UnixMilli(1_700_000_000_000)
 	// The clock stays before every gap deadline, so nothing expires.
-	tt, proc, names := startTester(t, s, Options{Metrics: metrics, Now: func() time.Time { return at }})
+	tt, names := startRun(t, s, Options{Metrics: metrics, Now: func() time.Time { return at }})
+	proc := tt
 	headers := goka.Headers{record.HeaderReceivedAt: []byte("1700000000000")}
 	for _, ev := range []struct {
 		op  string
 		seq int
 	}{{"op-1", 1}, {"op-1", 3}, {"op-1", 4}, {"op-2", 2}, {"op-3", 1}, {"op-3", 2}} {
-		tt.Consume(names.In, ev.op, fmt.Appendf(nil, `{"event_id":"%s-%d","operation_id":%q,"sequence":%d,"status":"running","occurred_at":"2026-11-30T10:00:00Z"}`, ev.op, ev.seq, ev.op, ev.seq), tester.WithHeaders(headers))
+		tt.Consume(names.In, ev.op, fmt.Appendf(nil, `{"event_id":"%s-%d","operation_id":%q,"sequence":%d,"status":"running","occurred_at":"2026-11-30T10:00:00Z"}`, ev.op, ev.seq, ev.op, ev.seq), withHeaders(headers))
 	}
 	ctx, stop := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- proc.RunTimers(ctx, 10*time.Millisecond, nil) }()
+	go func() { done <- proc.RunTimers(ctx, 10*time.Millisecond) }()
 	defer func() {
 		stop()
 		<-done
