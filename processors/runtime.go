@@ -78,6 +78,11 @@ type Runtime struct {
 	// decision of an aborted transaction is never seen by readers, and is
 	// observed only when decided again and committed. r.mu guards it.
 	receivedAt []int64
+	// produced is whether the running transaction wrote anything; r.mu
+	// guards it.
+	produced bool
+	// recovery logs how a session gets back to deciding (recovery.go).
+	recovery recoveryLog
 }
 
 // RuntimeOptions configure the transactional runtime. Zero values mean
@@ -167,7 +172,7 @@ func NewRuntime(conn kafka.Conn, s *config.Stream, opts Options, ropts RuntimeOp
 	// its table write: there is nothing to remember.
 	h.noRedelivery = true
 	r := &Runtime{h: h, conn: conn, opts: ropts, table: h.names.Table,
-		group: h.group, parts: map[int32]*ownedPartition{}}
+		group: h.group, parts: map[int32]*ownedPartition{}, recovery: recoveryLog{log: h.opts.Logger, stream: s.Name}}
 	// Decisions are made under r.mu, in gather.
 	h.onDecided = func(ms int64) { r.receivedAt = append(r.receivedAt, ms) }
 	return r, nil
@@ -300,6 +305,7 @@ func (r *Runtime) session(ctx context.Context, began *bool) (committed bool, err
 	r.mu.Unlock()
 	r.produceErr.Store(nil)
 	r.joined.Store(false)
+	r.recovery.begin()
 	sess, err := kgo.NewGroupTransactSession(r.ClientOptions()...)
 	if err != nil {
 		return false, fmt.Errorf("processor %s: %w", r.h.stream.Name, err)
@@ -321,6 +327,7 @@ func (r *Runtime) session(ctx context.Context, began *bool) (committed bool, err
 		}
 		return false, sessionLost(err)
 	}
+	r.recovery.phase(PhaseFenced, "transactional producer ready; what a predecessor with this transactional id left open is aborted")
 	*began = true
 	adm := kadm.NewClient(sess.Client())
 	w := &watermark{adm: adm, topic: r.h.names.In, group: r.group, committed: &r.h.committed}
@@ -559,13 +566,18 @@ func (r *Runtime) end(commit bool, fence map[int32]kgo.EpochOffset) (bool, error
 	if commit {
 		ctx = r.withFence(ctx, fence)
 	}
+	// An empty transaction ends as an abort, and counts as committed:
+	// see emptyTransaction.
+	empty := commit && r.emptyTransaction()
 	try := kgo.TryAbort
-	if commit {
+	if commit && !empty {
 		try = kgo.TryCommit
 	}
 	committed, err := r.sess.End(ctx, try)
+	committed = committed || empty && err == nil
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.produced = false
 	if committed {
 		now := r.h.opts.Now()
 		r.h.observeLatency(now, r.receivedAt...)
@@ -574,7 +586,9 @@ func (r *Runtime) end(commit bool, fence map[int32]kgo.EpochOffset) (bool, error
 		}
 	}
 	r.receivedAt = r.receivedAt[:0]
+	wrote := false
 	for _, part := range r.parts {
+		wrote = wrote || part.wrote
 		if committed {
 			if serr := part.apply(); serr != nil && err == nil {
 				err = serr
@@ -587,6 +601,9 @@ func (r *Runtime) end(commit bool, fence map[int32]kgo.EpochOffset) (bool, error
 	}
 	if commit && !committed {
 		r.h.opts.Logger.Info("transaction aborted by a rebalance; its inputs are decided again", "stream", r.h.stream.Name)
+	}
+	if committed {
+		r.recovery.commit(wrote)
 	}
 	return committed, nil
 }
@@ -604,10 +621,12 @@ func (r *Runtime) assigned(ctx context.Context, cl *kgo.Client, assigned map[str
 	}
 	r.restoring.Add(int32(len(ps)))
 	defer r.restoring.Add(-int32(len(ps)))
+	r.recovery.phase(PhaseAssigned, "partitions assigned", "partitions", ps)
 	if err := r.awaitStableOffsets(ctx, cl, ps); err != nil {
 		r.failed = sessionLost(fmt.Errorf("processor %s: awaiting the offsets of partitions %v: %w", r.h.stream.Name, ps, err))
 		return
 	}
+	r.recovery.phase(PhaseStable, "offsets of the assigned partitions stable", "partitions", ps)
 	// The table's last stable offsets, once for every partition: the
 	// offsets are stable, so nothing another instance writes to these
 	// partitions from now on can commit.
@@ -630,6 +649,7 @@ func (r *Runtime) assigned(ctx context.Context, cl *kgo.Client, assigned map[str
 		}
 		r.parts[p] = part
 	}
+	r.recovery.phase(PhaseRestored, "tables of the assigned partitions restored", "partitions", ps)
 }
 
 // awaitStableOffsets returns once the group has no transaction pending
@@ -846,6 +866,7 @@ func (part *ownedPartition) value(key string) (*tableValue, error) {
 func (r *Runtime) produce(part *ownedPartition, rec *kgo.Record) {
 	rec.Partition = part.partition
 	part.wrote = true
+	r.produced = true
 	changelog := rec.Topic == r.table
 	r.sess.Produce(context.Background(), rec, func(rec *kgo.Record, err error) {
 		if err != nil {
