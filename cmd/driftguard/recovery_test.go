@@ -371,4 +371,3 @@ func (l *phaseLog) phasesSince(since time.Time) string {
 	}
 	return strings.Join(parts, ", ")
 }
-
