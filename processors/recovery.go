@@ -37,13 +37,15 @@ type recoveryLog struct {
 	began     time.Time
 	last      time.Time
 	committed bool
+	// warned is whether the session said why its stable offsets wait.
+	warned bool
 }
 
 // begin starts a new session's phases.
 func (l *recoveryLog) begin() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.began, l.last, l.committed = time.Now(), time.Now(), false
+	l.began, l.last, l.committed, l.warned = time.Now(), time.Now(), false, false
 }
 
 // phase logs that the session reached phase, with args.
@@ -64,6 +66,45 @@ func (l *recoveryLog) commit(wrote bool) {
 	}
 	l.committed = true
 	l.logLocked(PhaseCommitted, "the session's first decisions committed")
+}
+
+// unstablePatience is how long the wait for stable offsets goes on before
+// the session says why: the fencing or the commit that ends a previous
+// owner's transaction takes milliseconds.
+const unstablePatience = 2 * time.Second
+
+// unstable says once per session, after unstablePatience, what the wait
+// for stable offsets of partitions ps waits for: a previous owner's
+// transaction that nothing fenced. An instance that comes back under its
+// processing.instance_id fences its own when it starts; one that stalled,
+// did not come back, or came back under another id (a container whose
+// host name changes at every start) leaves it to the broker, which aborts
+// it after the transaction timeout.
+func (l *recoveryLog) unstable(ps []int32, waited time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if waited < unstablePatience || l.warned {
+		return
+	}
+	l.warned = true
+	l.log.Warn("the assigned partitions wait for a transaction of their previous owner to end: it stalled, or stopped and did not come back under its processing.instance_id; the broker aborts it at its transaction timeout",
+		"stream", l.stream, "partitions", ps, "waited", waited.Round(time.Millisecond).String(), "transaction_timeout", transactionTimeout.String())
+}
+
+// joinPatience is how long a session waits for its first assignment before
+// it says why: a rejoin takes milliseconds.
+const joinPatience = 10 * time.Second
+
+// awaitJoin says, if the group has assigned this session nothing (not
+// even an empty assignment) joinPatience after it began, what the group
+// waits for; stop ends the watch.
+func (r *Runtime) awaitJoin() (stop func() bool) {
+	return time.AfterFunc(joinPatience, func() {
+		if !r.joined.Load() {
+			r.h.opts.Logger.Warn("the group has not assigned this instance anything yet: it waits for every member to rejoin, or for a member that stopped without leaving (a crash) to come back under its processing.instance_id or to time out (the session timeout)",
+				"stream", r.h.stream.Name, "waited", joinPatience.String(), "session_timeout", groupSessionTimeout.String())
+		}
+	}).Stop
 }
 
 func (l *recoveryLog) logLocked(phase, msg string, args ...any) {

@@ -115,15 +115,28 @@ type RuntimeOptions struct {
 const (
 	defaultCommitEvery = 100 * time.Millisecond
 	defaultTimerTick   = time.Second
+	// groupSessionTimeout is how long the group waits for a member that
+	// stopped without leaving (a crash) before it gives its partitions to
+	// the others: franz-go's and Kafka's default, stated here because the
+	// recovery of an instance that does not come back under its instance
+	// id depends on it. Lower, a stalled broker or a long pause of the
+	// process would expel live members more often (each expulsion aborts a
+	// transaction, decided again); an instance restarted under its id
+	// gets its partitions back at once whatever it is.
+	groupSessionTimeout = 45 * time.Second
 	// transactionTimeout bounds how long an instance that died mid
 	// transaction holds back read_committed readers of its partitions when
 	// no instance with its transactional id comes back to fence it.
 	transactionTimeout = 30 * time.Second
 	// pollRecords bounds the records one poll hands the loop.
 	pollRecords = 10_000
-	// stableOffsetsBackoff is how often an assignment asks again whether a
-	// previous owner's transaction has ended.
-	stableOffsetsBackoff = 100 * time.Millisecond
+	// stableOffsetsBackoffMin and stableOffsetsBackoffMax bound how often
+	// an assignment asks again whether a previous owner's transaction has
+	// ended, doubling from the first: the markers that end it are written
+	// within milliseconds of the commit or the fencing that ends it, so a
+	// first ask 100 ms later held recoveries for most of that.
+	stableOffsetsBackoffMin = 10 * time.Millisecond
+	stableOffsetsBackoffMax = 100 * time.Millisecond
 	// sessionBackoffMin and sessionBackoffMax bound the wait before a new
 	// Kafka session after one failed: doubling while sessions fail without
 	// committing, so an outage is not hammered.
@@ -195,6 +208,7 @@ func (r *Runtime) ClientOptions() []kgo.Opt {
 		// partitions back at once instead of after the session timeout
 		// (its transactional id has fenced what it left open by then).
 		kgo.InstanceID(r.opts.TransactionalID),
+		kgo.SessionTimeout(groupSessionTimeout),
 		kgo.ConsumeTopics(names.In),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.TransactionalID(r.opts.TransactionalID),
@@ -310,6 +324,7 @@ func (r *Runtime) session(ctx context.Context, began *bool) (committed bool, err
 	if err != nil {
 		return false, fmt.Errorf("processor %s: %w", r.h.stream.Name, err)
 	}
+	defer r.awaitJoin()()
 	r.sess = sess
 	defer func() {
 		sess.AllowRebalance()
@@ -659,6 +674,7 @@ func (r *Runtime) assigned(ctx context.Context, cl *kgo.Client, assigned map[str
 // aborted, at the latest after its transaction timeout.
 func (r *Runtime) awaitStableOffsets(ctx context.Context, cl *kgo.Client, ps []int32) error {
 	adm := kadm.NewClient(cl)
+	backoff, began := stableOffsetsBackoffMin, time.Now()
 	for {
 		offsets, err := adm.FetchOffsetsForTopics(kadm.RequireStable(ctx), r.group, r.h.names.In)
 		unstable := errors.Is(err, kerr.UnstableOffsetCommit)
@@ -675,11 +691,13 @@ func (r *Runtime) awaitStableOffsets(ctx context.Context, cl *kgo.Client, ps []i
 		if !unstable {
 			return nil
 		}
+		r.recovery.unstable(ps, time.Since(began))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(stableOffsetsBackoff):
+		case <-time.After(backoff):
 		}
+		backoff = min(2*backoff, stableOffsetsBackoffMax)
 	}
 }
 

@@ -79,7 +79,7 @@ func TestProcessorRecoveryTime(t *testing.T) {
 		testenv.WaitFor(t, ctx, what, func() bool { return watch.decidedSince(since, nil) })
 	}
 	steady("the first decisions")
-	var kills, stops []time.Duration
+	var kills, pairKills, stops []time.Duration
 	for round := 1; round <= rounds; round++ {
 		// A crash, and the same instance back at once.
 		killed := time.Now()
@@ -89,11 +89,23 @@ func TestProcessorRecoveryTime(t *testing.T) {
 		kills = append(kills, took)
 		t.Logf("round %d: SIGKILL → first committed decision of the restarted instance %s (%s)", round, took.Round(time.Millisecond), logsA.phasesSince(killed))
 
-		// A second instance takes a share of the partitions, decides, and
-		// stops cleanly: its partitions move back to the first.
+		// A second instance takes a share of the partitions and decides;
+		// it crashes and is back at once beside the first.
 		logsB := newPhaseLog(t, "b")
 		b := runner.startTo("b", logsB, "DRIFTGUARD_LOG_LEVEL=info")
 		testenv.WaitFor(t, ctx, "the second instance deciding", func() bool { return logsB.reached(processors.PhaseCommitted, time.Time{}) })
+		steady("both instances deciding")
+		held := logsB.assignedSince(time.Time{})
+		killed = time.Now()
+		sigkill(t, b)
+		b = runner.startTo("b", logsB, "DRIFTGUARD_LOG_LEVEL=info")
+		took = watch.awaitFirst(t, ctx, killed, held, recoveryAfterKill, "on the partitions of the instance killed beside another")
+		pairKills = append(pairKills, took)
+		t.Logf("round %d: SIGKILL of b beside a → first committed decision on b's partitions %v %s (b: %s; a: %s)", round, held, took.Round(time.Millisecond),
+			logsB.phasesSince(killed), logsA.phasesSince(killed))
+
+		// Then it stops cleanly: its partitions move back to the first.
+		testenv.WaitFor(t, ctx, "the second instance deciding again", func() bool { return logsB.reached(processors.PhaseCommitted, killed) })
 		steady("both instances deciding")
 		stopped := time.Now()
 		if err := b.Process.Signal(syscall.SIGTERM); err != nil {
@@ -110,6 +122,7 @@ func TestProcessorRecoveryTime(t *testing.T) {
 	}
 	if rounds > 1 {
 		t.Logf("SIGKILL → first decision: %s", summarize(kills))
+		t.Logf("SIGKILL beside another instance → first decision on its partitions: %s", summarize(pairKills))
 		t.Logf("clean stop → first decision: %s", summarize(stops))
 	}
 
