@@ -124,6 +124,14 @@ const (
 	// transaction, decided again); an instance restarted under its id
 	// gets its partitions back at once whatever it is.
 	groupSessionTimeout = 45 * time.Second
+	// groupHeartbeatInterval is how often a member asks whether the group
+	// rebalances. A busy member hears of it at each commit (franz-go
+	// heartbeats before committing offsets), an idle one only here: an
+	// instance that takes over the partitions of one that stopped, while
+	// it has nothing of its own to decide, starts on them up to this much
+	// later. A second rather than franz-go's 3 s: one small request a
+	// second per stream.
+	groupHeartbeatInterval = time.Second
 	// transactionTimeout bounds how long an instance that died mid
 	// transaction holds back read_committed readers of its partitions when
 	// no instance with its transactional id comes back to fence it.
@@ -208,7 +216,7 @@ func (r *Runtime) ClientOptions() []kgo.Opt {
 		// partitions back at once instead of after the session timeout
 		// (its transactional id has fenced what it left open by then).
 		kgo.InstanceID(r.opts.TransactionalID),
-		kgo.SessionTimeout(groupSessionTimeout),
+		kgo.SessionTimeout(groupSessionTimeout), kgo.HeartbeatInterval(groupHeartbeatInterval),
 		kgo.ConsumeTopics(names.In),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.TransactionalID(r.opts.TransactionalID),
