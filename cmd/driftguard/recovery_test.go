@@ -88,7 +88,7 @@ func TestProcessorRecoveryTime(t *testing.T) {
 		killed := time.Now()
 		sigkill(t, a)
 		a = runner.startTo("a", logsA, "DRIFTGUARD_LOG_LEVEL=info")
-		took := watch.awaitFirst(t, ctx, killed, nil, recoveryAfterKill, "after the SIGKILL")
+		took := watch.awaitFirst(t, ctx, killed, killed, nil, recoveryAfterKill, "after the SIGKILL")
 		kills = append(kills, took)
 		t.Logf("round %d: SIGKILL → first committed decision of the restarted instance %s (%s)", round, took.Round(time.Millisecond), logsA.phasesSince(killed))
 
@@ -102,7 +102,7 @@ func TestProcessorRecoveryTime(t *testing.T) {
 		killed = time.Now()
 		sigkill(t, b)
 		b = runner.startTo("b", logsB, "DRIFTGUARD_LOG_LEVEL=info")
-		took = watch.awaitFirst(t, ctx, killed, held, recoveryAfterKill, "on the partitions of the instance killed beside another")
+		took = watch.awaitFirst(t, ctx, killed, killed, held, recoveryAfterKill, "on the partitions of the instance killed beside another")
 		pairKills = append(pairKills, took)
 		t.Logf("round %d: SIGKILL of b beside a → first committed decision on b's partitions %v %s (b: %s; a: %s)", round, held, took.Round(time.Millisecond),
 			logsB.phasesSince(killed), logsA.phasesSince(killed))
@@ -117,7 +117,9 @@ func TestProcessorRecoveryTime(t *testing.T) {
 		testenv.WaitFor(t, ctx, "the first instance taking the partitions over", func() bool {
 			return logsA.reached(processors.PhaseAssigned, stopped)
 		})
-		took = watch.awaitFirst(t, ctx, stopped, logsA.assignedSince(stopped), recoveryAfterStop, "after the clean stop")
+		// Decided after the takeover: the stopping instance decides until
+		// its last commit.
+		took = watch.awaitFirst(t, ctx, stopped, logsA.assignedAt(stopped), logsA.assignedSince(stopped), recoveryAfterStop, "after the clean stop")
 		stops = append(stops, took)
 		_, _ = b.Process.Wait()
 		t.Logf("round %d: SIGTERM of b → first committed decision of a on b's partitions %s (a: %s)", round, took.Round(time.Millisecond), logsA.phasesSince(stopped))
@@ -139,15 +141,7 @@ func TestProcessorRecoveryTime(t *testing.T) {
 		t.Fatalf("%d records in the input for %d webhooks accepted", len(inputs), accepted)
 	}
 	out := newOutputReader(t, brokers, map[string]string{"presence": stream})
-	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	testenv.Poll(waitCtx, func() bool { out.poll(waitCtx); return out.decidedAll(inputs) })
-	cancel()
-	if err := a.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	_, _ = a.Process.Wait()
-	out.readToEnd(ctx)
-	for pos, d := range out.checkDecisions(inputs) {
+	for pos, d := range out.decideAllAndStop(ctx, inputs, a, time.Minute) {
 		if d.Outcome != record.Applied {
 			t.Errorf("input %d/%d decided %s %s; each webhook of the steady publisher applies", pos.partition, pos.offset, d.Outcome, d.Reason)
 		}
@@ -282,10 +276,10 @@ func (w *outcomeWatch) decidedSince(since time.Time, partitions []int32) bool {
 	return ok
 }
 
-// awaitFirst waits for the first decision since (on partitions) and
-// returns how long after since it was read; the test fails when that is
+// awaitFirst waits for the first decision made since (on partitions) and
+// returns how long after from it was read; the test fails when that is
 // longer than bound.
-func (w *outcomeWatch) awaitFirst(t *testing.T, ctx context.Context, since time.Time, partitions []int32, bound time.Duration, what string) time.Duration {
+func (w *outcomeWatch) awaitFirst(t *testing.T, ctx context.Context, from, since time.Time, partitions []int32, bound time.Duration, what string) time.Duration {
 	t.Helper()
 	waitCtx, cancel := context.WithTimeout(ctx, 3*bound)
 	defer cancel()
@@ -298,7 +292,7 @@ func (w *outcomeWatch) awaitFirst(t *testing.T, ctx context.Context, since time.
 	if at.IsZero() {
 		t.Fatalf("no decision within %s %s", 3*bound, what)
 	}
-	took := at.Sub(since)
+	took := at.Sub(from)
 	if took > bound {
 		t.Errorf("the first decision %s came %s later, more than %s", what, took.Round(time.Millisecond), bound)
 	}
@@ -359,6 +353,19 @@ func (l *phaseLog) reached(phase string, since time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.ContainsFunc(l.phases, func(p loggedPhase) bool { return p.phase == phase && p.at.After(since) })
+}
+
+// assignedAt is when the instance was first assigned partitions after
+// since.
+func (l *phaseLog) assignedAt(since time.Time) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, p := range l.phases {
+		if p.phase == processors.PhaseAssigned && p.at.After(since) {
+			return p.at
+		}
+	}
+	return time.Time{}
 }
 
 // assignedSince are the partitions assigned to the instance after since.
