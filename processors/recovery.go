@@ -55,6 +55,14 @@ func (l *recoveryLog) phase(phase, msg string, args ...any) {
 	l.logLocked(phase, msg, args...)
 }
 
+func (l *recoveryLog) logLocked(phase, msg string, args ...any) {
+	now := time.Now()
+	l.log.Info(msg, append([]any{"stream", l.stream, "phase", phase,
+		"since_session", now.Sub(l.began).Round(time.Millisecond).String(),
+		"took", now.Sub(l.last).Round(time.Millisecond).String()}, args...)...)
+	l.last = now
+}
+
 // commit logs PhaseCommitted at the session's first committed transaction
 // that wrote anything: an empty transaction (one every commit interval
 // while nothing arrives) says nothing about decisions reaching readers.
@@ -105,14 +113,6 @@ func (r *Runtime) awaitJoin() (stop func() bool) {
 				"stream", r.h.stream.Name, "waited", joinPatience.String(), "session_timeout", groupSessionTimeout.String())
 		}
 	}).Stop
-}
-
-func (l *recoveryLog) logLocked(phase, msg string, args ...any) {
-	now := time.Now()
-	l.log.Info(msg, append([]any{"stream", l.stream, "phase", phase,
-		"since_session", now.Sub(l.began).Round(time.Millisecond).String(),
-		"took", now.Sub(l.last).Round(time.Millisecond).String()}, args...)...)
-	l.last = now
 }
 
 // emptyTransaction reports whether the running transaction wrote nothing
