@@ -71,6 +71,17 @@ func TestRuntimeMetricsWhileWorkingAndStalled(t *testing.T) {
 	// up with the clock while the processor runs.
 	idleFrom := testutil.ToFloat64(lastCommit)
 	testenv.WaitFor(t, testenv.Context(t, 10*time.Second), "an idle commit", func() bool { return testutil.ToFloat64(lastCommit) > idleFrom })
+	// And with no pause between them: franz-go holds a session 500 ms
+	// after committing a transaction that sent no offsets, which allowed
+	// at most 4 idle commits in 2 s and delayed the next input as much
+	// (emptyTransaction). Every commit interval (50 ms) is about 40.
+	idleCommits := map[float64]bool{}
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		idleCommits[testutil.ToFloat64(lastCommit)] = true
+	}
+	if len(idleCommits) < 8 {
+		t.Errorf("%d idle commits in 2 s, want one every commit interval (50 ms), at least 8", len(idleCommits))
+	}
 
 	// Stalled: the loop blocks at its next decision or commit. Unstalled
 	// before the runtime is stopped, however the test ends.

@@ -27,7 +27,7 @@ func TestTimersFireWithoutFurtherEvents(t *testing.T) {
 	for _, seq := range []int{1, 3} {
 		tt.Consume(names.In, "op-9", fmt.Appendf(nil, `{"event_id":"e%d","operation_id":"op-9","sequence":%d,"status":"running","occurred_at":"2026-11-30T10:00:00Z"}`, seq, seq), withHeaders(headers))
 	}
-	outcomes(t, outQ) // applied, buffered
+	outcomes(t, outQ)   // applied, buffered
 	rawRecords(replayQ) // the first gap's request
 	// Before the deadline nothing fires; after it, the gap is reported.
 	deadline := int64(1_700_000_000_000) + s.Limits.GapTimeout.Milliseconds()

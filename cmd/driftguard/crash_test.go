@@ -376,6 +376,23 @@ func (r *outputReader) decidedAll(ins []*crashInput) bool {
 	return true
 }
 
+// decideAllAndStop waits up to wait for every input to have a final
+// decision, stops decider cleanly (it flushes what it decided), reads the
+// outputs to their end and returns each input's decision, as
+// checkDecisions checks them.
+func (r *outputReader) decideAllAndStop(ctx context.Context, ins []*crashInput, decider *exec.Cmd, wait time.Duration) map[inputPos]record.Outcome {
+	r.t.Helper()
+	waitCtx, cancel := context.WithTimeout(ctx, wait)
+	testenv.Poll(waitCtx, func() bool { r.poll(waitCtx); return r.decidedAll(ins) })
+	cancel()
+	if err := decider.Process.Signal(syscall.SIGTERM); err != nil {
+		r.t.Fatal(err)
+	}
+	_, _ = decider.Process.Wait()
+	r.readToEnd(ctx)
+	return r.checkDecisions(ins)
+}
+
 // readToEnd reads every topic up to its current end.
 func (r *outputReader) readToEnd(ctx context.Context) {
 	r.t.Helper()

@@ -567,7 +567,7 @@ func TestDocsEnvironmentVariables(t *testing.T) {
 	// Read by the tests, not by the configuration.
 	known := map[string]bool{testenv.EnvKafka: true, testenv.EnvKafkaPID: true, testenv.EnvClickHouse: true,
 		testenv.EnvClickHouseSecure: true, testenv.EnvClickHouseCA: true, testenv.EnvClickHouseUser: true, testenv.EnvClickHousePassword: true,
-		testenv.EnvRequire: true, envCrashSeed: true, envScreenshots: true,
+		testenv.EnvRequire: true, envCrashSeed: true, envScreenshots: true, envRecoveryRounds: true,
 		testenv.EnvCluster: true, testenv.EnvClusterPIDs: true, testenv.EnvClusterControl: true, testenv.EnvFaults: true, envFaultSeed: true,
 		testenv.EnvSecureSASLSSL: true, testenv.EnvSecureMTLS: true, testenv.EnvSecureSASLPlaintext: true, testenv.EnvSecureCAFile: true,
 		testenv.EnvSecureCertFile: true, testenv.EnvSecureKeyFile: true, testenv.EnvSecureUser: true, testenv.EnvSecurePassword: true}

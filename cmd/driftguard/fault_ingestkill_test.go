@@ -1,13 +1,11 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -122,15 +120,7 @@ func TestFaultIngestKilledWhilePublishersRetry(t *testing.T) {
 		records[in.eventID]++
 	}
 	out := newOutputReader(t, brokers, map[string]string{"presence": stream})
-	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	testenv.Poll(waitCtx, func() bool { out.poll(waitCtx); return out.decidedAll(inputs) })
-	cancel()
-	if err := decider.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	_, _ = decider.Process.Wait()
-	out.readToEnd(ctx)
-	decisions := out.checkDecisions(inputs)
+	decisions := out.decideAllAndStop(ctx, inputs, decider, 2*time.Minute)
 
 	applied := map[string]int{}
 	for _, in := range inputs {

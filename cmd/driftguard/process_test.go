@@ -108,10 +108,17 @@ func loadOn(tb testing.TB, ctx context.Context, configFile, prefix string, broke
 // storage and fences the killed instance's open transactions).
 func (h *processRunner) start(name string) *exec.Cmd {
 	h.t.Helper()
-	return startDriftguard(h.t, h.bin, []string{"process", "--config", h.configFile, "--streams", strings.Join(h.streams, ",")},
-		"DRIFTGUARD_KAFKA_BROKERS="+strings.Join(h.brokers, ","),
-		"DRIFTGUARD_DATA_DIR="+filepath.Join(h.dir, name),
-		"DRIFTGUARD_INSTANCE_ID="+name)
+	return h.startTo(name, testenv.LogWriter(h.t))
+}
+
+// startTo is start with the instance's logs going to stderr and env
+// added (e.g. another DRIFTGUARD_LOG_LEVEL).
+func (h *processRunner) startTo(name string, stderr io.Writer, env ...string) *exec.Cmd {
+	h.t.Helper()
+	return startDriftguardWith(h.t, testenv.LogWriter(h.t), stderr, h.bin, []string{"process", "--config", h.configFile, "--streams", strings.Join(h.streams, ",")},
+		append([]string{"DRIFTGUARD_KAFKA_BROKERS=" + strings.Join(h.brokers, ","),
+			"DRIFTGUARD_DATA_DIR=" + filepath.Join(h.dir, name),
+			"DRIFTGUARD_INSTANCE_ID=" + name}, env...)...)
 }
 
 // startSink runs `driftguard sink` on configFile, pointed at cfg's
@@ -137,11 +144,17 @@ func startDriftguard(tb testing.TB, bin string, args []string, env ...string) *e
 // unless env says otherwise.
 func startDriftguardTo(tb testing.TB, stdout io.Writer, bin string, args []string, env ...string) *exec.Cmd {
 	tb.Helper()
+	return startDriftguardWith(tb, stdout, testenv.LogWriter(tb), bin, args, env...)
+}
+
+// startDriftguardWith is startDriftguardTo with the logs going to stderr.
+func startDriftguardWith(tb testing.TB, stdout, stderr io.Writer, bin string, args []string, env ...string) *exec.Cmd {
+	tb.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(append(os.Environ(),
 		"DRIFTGUARD_TELEMETRY_ADDR=127.0.0.1:0",
 		"DRIFTGUARD_LOG_LEVEL=warn"), env...)
-	cmd.Stdout, cmd.Stderr = stdout, testenv.LogWriter(tb)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}

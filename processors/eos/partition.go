@@ -223,10 +223,12 @@ func (p *Processor) assigned(ctx context.Context, cl *kgo.Client, assigned map[s
 	}
 	p.restoring.Add(int32(len(ids)))
 	defer p.restoring.Add(-int32(len(ids)))
+	p.recovery.phase(PhaseAssigned, "partitions assigned", "partitions", ids)
 	if err := p.awaitStableOffsets(ctx, cl, ids); err != nil {
 		p.failed = sessionLost(fmt.Errorf("group %s: awaiting the offsets of partitions %v: %w", p.group, ids, err))
 		return
 	}
+	p.recovery.phase(PhaseStable, "offsets of the assigned partitions stable", "partitions", ids)
 	var ends kadm.ListedOffsets
 	if p.plan.table != nil {
 		// The table's last stable offsets, once for every partition: the
@@ -252,6 +254,7 @@ func (p *Processor) assigned(ctx context.Context, cl *kgo.Client, assigned map[s
 		}
 		p.parts[id] = part
 	}
+	p.recovery.phase(PhaseRestored, "tables of the assigned partitions restored", "partitions", ids)
 }
 
 // restore opens partition id's table storage and reads its changelog to
@@ -300,6 +303,7 @@ func (p *Processor) ChangelogReaderOptions(id int32, from int64) []kgo.Opt {
 // after its transaction timeout.
 func (p *Processor) awaitStableOffsets(ctx context.Context, cl *kgo.Client, ids []int32) error {
 	adm := kadm.NewClient(cl)
+	backoff, began := stableOffsetsBackoffMin, time.Now()
 	for {
 		offsets, err := adm.FetchOffsetsForTopics(kadm.RequireStable(ctx), p.group, p.topics...)
 		unstable := errors.Is(err, kerr.UnstableOffsetCommit)
@@ -318,11 +322,13 @@ func (p *Processor) awaitStableOffsets(ctx context.Context, cl *kgo.Client, ids 
 		if !unstable {
 			return nil
 		}
+		p.recovery.unstable(ids, time.Since(began))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(stableOffsetsBackoff):
+		case <-time.After(backoff):
 		}
+		backoff = min(2*backoff, stableOffsetsBackoffMax)
 	}
 }
 

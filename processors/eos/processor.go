@@ -44,6 +44,20 @@ type Options struct {
 	// transaction holds back read_committed readers when no instance with
 	// its transactional id comes back. Default 30s.
 	TransactionTimeout time.Duration
+	// SessionTimeout is how long the group waits for a member that stopped
+	// without leaving (a crash) before it gives its partitions to the
+	// others. Lower, a stalled broker or a long pause of the process
+	// expels live members more often (each expulsion aborts a
+	// transaction, decided again); an instance restarted under its
+	// transactional id gets its partitions back at once whatever it is.
+	// Default 45s (Kafka's).
+	SessionTimeout time.Duration
+	// HeartbeatInterval is how often a member asks whether the group
+	// rebalances. A busy member hears of it at each commit, an idle one
+	// only here: an instance that takes over the partitions of one that
+	// stopped, while it has nothing of its own to decide, starts on them
+	// up to this much later. Default 1s (franz-go's is 3s).
+	HeartbeatInterval time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// OnEnd is called after every transaction, with whether it committed
@@ -58,11 +72,16 @@ type Options struct {
 const (
 	defaultCommitEvery        = 100 * time.Millisecond
 	defaultTransactionTimeout = 30 * time.Second
+	defaultSessionTimeout     = 45 * time.Second
+	defaultHeartbeatInterval  = time.Second
 	// pollRecords bounds the records one poll hands the loop.
 	pollRecords = 10_000
-	// stableOffsetsBackoff is how often an assignment asks again whether a
-	// previous owner's transaction has ended.
-	stableOffsetsBackoff = 100 * time.Millisecond
+	// stableOffsetsBackoffMin and stableOffsetsBackoffMax bound how often
+	// an assignment asks again whether a previous owner's transaction has
+	// ended, doubling from the first: the markers that end it are written
+	// within milliseconds of the commit or the fencing that ends it.
+	stableOffsetsBackoffMin = 10 * time.Millisecond
+	stableOffsetsBackoffMax = 100 * time.Millisecond
 	// sessionBackoffMin and sessionBackoffMax bound the wait before a new
 	// Kafka session after one failed: doubling while sessions fail without
 	// committing, so an outage is not hammered.
@@ -96,6 +115,8 @@ type Processor struct {
 	// visits are the visits asked for, run in the next transaction.
 	visits chan *visit
 	ctx    context.Context
+	// recovery logs how a session gets back to deciding (recovery.go).
+	recovery recoveryLog
 }
 
 // New builds the processor of graph g.
@@ -109,6 +130,8 @@ func New(g *goka.GroupGraph, opts Options) (*Processor, error) {
 	}
 	opts.CommitEvery = cmp.Or(opts.CommitEvery, defaultCommitEvery)
 	opts.TransactionTimeout = cmp.Or(opts.TransactionTimeout, defaultTransactionTimeout)
+	opts.SessionTimeout = cmp.Or(opts.SessionTimeout, defaultSessionTimeout)
+	opts.HeartbeatInterval = cmp.Or(opts.HeartbeatInterval, defaultHeartbeatInterval)
 	if opts.Storage == nil {
 		opts.Storage = storage.MemoryBuilder()
 	}
@@ -119,8 +142,10 @@ func New(g *goka.GroupGraph, opts Options) (*Processor, error) {
 	if p.loop != nil {
 		topics = append(topics, p.loop.name)
 	}
-	return &Processor{plan: p, opts: opts, group: cmp.Or(opts.Group, p.group), topics: topics,
-		parts: map[int32]*partition{}, visits: make(chan *visit)}, nil
+	group := cmp.Or(opts.Group, p.group)
+	return &Processor{plan: p, opts: opts, group: group, topics: topics,
+		parts: map[int32]*partition{}, visits: make(chan *visit),
+		recovery: recoveryLog{log: opts.Logger, group: group, transactionTimeout: opts.TransactionTimeout}}, nil
 }
 
 // Recovered reports whether the instance has joined its group and holds
@@ -138,6 +163,7 @@ func (p *Processor) ClientOptions() []kgo.Opt {
 	opts := append(slices.Clone(p.opts.Client),
 		kgo.ConsumerGroup(p.group),
 		kgo.InstanceID(p.opts.TransactionalID),
+		kgo.SessionTimeout(p.opts.SessionTimeout), kgo.HeartbeatInterval(p.opts.HeartbeatInterval),
 		kgo.ConsumeTopics(p.topics...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.TransactionalID(p.opts.TransactionalID),
@@ -245,10 +271,12 @@ func (p *Processor) session(ctx context.Context, began *bool) (committed bool, e
 	p.failed = nil
 	p.mu.Unlock()
 	p.joined.Store(false)
+	p.recovery.begin()
 	sess, err := kgo.NewGroupTransactSession(p.ClientOptions()...)
 	if err != nil {
 		return false, fmt.Errorf("group %s: %w", p.group, err)
 	}
+	defer p.awaitJoin()()
 	p.mu.Lock()
 	p.sess = sess
 	p.mu.Unlock()
@@ -267,6 +295,7 @@ func (p *Processor) session(ctx context.Context, began *bool) (committed bool, e
 		}
 		return false, sessionLost(err)
 	}
+	p.recovery.phase(PhaseFenced, "transactional producer ready; what a predecessor with this transactional id left open is aborted")
 	*began = true
 	for {
 		if err := sess.Begin(); err != nil {

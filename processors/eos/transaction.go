@@ -24,6 +24,8 @@ type transaction struct {
 	defers  deferred
 	// visits are the visits run in the transaction, told its end.
 	visits []*visit
+	// produced is whether the transaction wrote anything.
+	produced bool
 }
 
 func (p *Processor) newTransaction(ctx context.Context) *transaction {
@@ -182,6 +184,7 @@ func (tx *transaction) visit(v *visit) error {
 // produce writes rec in the running transaction.
 func (tx *transaction) produce(part *partition, rec *kgo.Record) {
 	changelog := tx.p.plan.table != nil && rec.Topic == tx.p.plan.table.name
+	tx.produced = true
 	promise := tx.promise.Promise()
 	tx.p.sess.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
 		if err == nil && changelog {
@@ -297,11 +300,15 @@ func (tx *transaction) end(commit bool, fence map[int32]kgo.EpochOffset) (bool, 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
+	// An empty transaction ends as an abort, and counts as committed:
+	// see empty.
+	empty := commit && tx.empty()
 	try := kgo.TryAbort
-	if commit {
+	if commit && !empty {
 		ctx, try = tx.withFence(ctx, fence), kgo.TryCommit
 	}
 	committed, err := p.sess.End(ctx, try)
+	committed = committed || empty && err == nil
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, part := range p.parts {
@@ -321,5 +328,26 @@ func (tx *transaction) end(commit bool, fence map[int32]kgo.EpochOffset) (bool, 
 	if commit && !committed {
 		p.opts.Logger.Info("transaction aborted by a rebalance; its inputs are decided again", "group", p.group)
 	}
+	if committed {
+		p.recovery.commit(tx.produced)
+	}
 	return committed, nil
+}
+
+// empty reports whether the transaction wrote nothing and moves no offset:
+// the loop found nothing to decide in its commit interval (it is idle, or
+// it just began and holds no partition yet).
+//
+// Such a transaction is ended as an abort. Kafka hears of neither end:
+// franz-go sends no EndTxn for a transaction that produced nothing and no
+// TxnOffsetCommit without offsets, and an abort moves the consumer back to
+// the committed offsets, where it stands. But after a commit whose offsets
+// it did not send, franz-go cannot tell whether the broker has stable
+// offsets (KIP-447, Kafka 2.5) and holds the session 500 ms before the
+// next transaction, for the markers of brokers without it: there are no
+// markers to wait for. That pause delayed the first decisions after every
+// start (its first transaction begins before the group assigns anything)
+// and after every idle commit interval, by up to 500 ms.
+func (tx *transaction) empty() bool {
+	return !tx.produced && len(tx.p.sess.Client().UncommittedOffsets()) == 0
 }
