@@ -78,6 +78,9 @@ type Runtime struct {
 	// decision of an aborted transaction is never seen by readers, and is
 	// observed only when decided again and committed. r.mu guards it.
 	receivedAt []int64
+	// marks keep the table and state topics readable by goka's view
+	// (viewmark.go).
+	marks *viewMarks
 }
 
 // RuntimeOptions configure the transactional runtime. Zero values mean
@@ -168,6 +171,8 @@ func NewRuntime(conn kafka.Conn, s *config.Stream, opts Options, ropts RuntimeOp
 	h.noRedelivery = true
 	r := &Runtime{h: h, conn: conn, opts: ropts, table: h.names.Table,
 		group: h.group, parts: map[int32]*ownedPartition{}}
+	r.marks = newViewMarks(conn, s.Name, []string{h.names.Table, h.names.State}, h.opts.Logger,
+		h.opts.Metrics.clientOpts("process-"+s.Name+"-marks"))
 	// Decisions are made under r.mu, in gather.
 	h.onDecided = func(ms int64) { r.receivedAt = append(r.receivedAt, ms) }
 	return r, nil
@@ -246,6 +251,11 @@ func (r *Runtime) Run(ctx context.Context) error {
 		<-watching
 		lagClient.Close()
 	}()
+	stopMarks, err := r.marks.start(producerCloseTimeout)
+	if err != nil {
+		return err
+	}
+	defer stopMarks()
 	backoff := sessionBackoffMin
 	for {
 		committed, err := r.session(ctx, &began)
@@ -580,6 +590,9 @@ func (r *Runtime) end(commit bool, fence map[int32]kgo.EpochOffset) (bool, error
 				err = serr
 			}
 		}
+		if part.wrote {
+			r.marks.owe(part.partition) // committed or aborted, its marker ends the partition
+		}
 		part.reset()
 	}
 	if err != nil {
@@ -630,6 +643,8 @@ func (r *Runtime) assigned(ctx context.Context, cl *kgo.Client, assigned map[str
 		}
 		r.parts[p] = part
 	}
+	// A previous owner's last transaction ended in a marker.
+	r.marks.owe(ps...)
 }
 
 // awaitStableOffsets returns once the group has no transaction pending
@@ -754,7 +769,7 @@ func (r *Runtime) readChangelog(ctx context.Context, st storage.Storage, p int32
 		var serr error
 		fetches.EachRecord(func(rec *kgo.Record) {
 			last = max(last, rec.Offset)
-			if serr != nil || rec.Attrs.IsControl() {
+			if serr != nil || rec.Attrs.IsControl() || isViewMark(rec) {
 				return
 			}
 			if rec.Value == nil {
