@@ -1,0 +1,365 @@
+package view_test
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lovoo/goka"
+	"github.com/lovoo/goka/storage"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/naming"
+	"github.com/driftguard/driftguard/internal/record"
+	"github.com/driftguard/driftguard/internal/testenv"
+	"github.com/driftguard/driftguard/processors"
+	"github.com/driftguard/driftguard/processors/decide"
+	"github.com/driftguard/driftguard/view"
+)
+
+// Sizes of the view test: enough keys that every partition is written,
+// few enough that it takes seconds.
+const (
+	viewUsers      = 60
+	viewPartitions = 3
+	// abortedVersion marks what the aborted transaction writes: no
+	// committed record comes near it.
+	abortedVersion = 1_000_000
+)
+
+// A stock goka view of `<stream>.state` and of `<stream>-table`, read
+// committed with Kafka's placement of keys, against the real broker and
+// the shipped runtime: views started while the processor decides webhooks
+// recover, and so do views started once it is idle (where the last offset
+// of every partition would otherwise be a commit marker); each key's value
+// ends equal to the last record a read_committed reader sees of it, and no
+// view ever shows what an aborted transaction wrote to those topics.
+func TestGokaViewReadsCommittedTables(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	ctx := testenv.Context(t, 4*time.Minute)
+	s := testenv.Shipped(t, "presence")
+	s.Name = testenv.UniqueName("goka_view")
+	s.Limits.Partitions = viewPartitions
+	cl := testenv.Topics(t, ctx, testenv.OnlyStream(t, s), brokers)
+	t.Cleanup(cl.Close)
+	names := naming.Prefixes{}.For(s.Name)
+
+	r, err := processors.NewRuntime(kafka.Conn{Brokers: brokers}, s, processors.Options{Logger: testenv.Logger(t)},
+		processors.RuntimeOptions{TransactionalID: s.Name + "-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stopRuntime := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- r.Run(runCtx) }()
+	t.Cleanup(func() {
+		stopRuntime()
+		if err := <-ran; err != nil {
+			t.Error(err)
+		}
+	})
+
+	webhooks := func(version int64) {
+		t.Helper()
+		var recs []*kgo.Record
+		for u := range viewUsers {
+			user := fmt.Sprintf("user-%d", u)
+			body := testenv.Presence{EventID: fmt.Sprintf("%s-v%d", user, version), User: user, Version: version,
+				Status: []string{"ONLINE", "AWAY", "BUSY"}[int(version)%3]}.Body()
+			recs = append(recs, &kgo.Record{Topic: names.In, Key: []byte(user), Value: body})
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	webhooks(1)
+	waitDecided(t, ctx, cl, s, viewUsers)
+	abortWrites(t, ctx, brokers, names)
+	webhooks(2)
+
+	// Views started while the processor decides.
+	watch := &poisonWatch{}
+	flowing := startViews(t, ctx, brokers, names, watch)
+	webhooks(3)
+	webhooks(4)
+	flowing.waitRecovered(t, "while webhooks were decided")
+	waitDecided(t, ctx, cl, s, 4*viewUsers)
+
+	// Views started on the idle pipeline.
+	idle := startViews(t, ctx, brokers, names, watch)
+	idle.waitRecovered(t, "on an idle pipeline")
+
+	wantState, wantTable := committedLast[view.State](t, ctx, cl, names.State), committedLast[view.Entity](t, ctx, cl, names.Table)
+	if len(wantState) != viewUsers || len(wantTable) != viewUsers {
+		t.Fatalf("%d keys in %s and %d in %s, want %d each", len(wantState), names.State, len(wantTable), names.Table, viewUsers)
+	}
+	for _, vs := range []*views{flowing, idle} {
+		testenv.WaitFor(t, ctx, vs.name+": every key's committed state and table value", func() bool {
+			return vs.matches(t, wantState, wantTable) == ""
+		})
+		if diff := vs.onlyKeys(t, wantState, wantTable); diff != "" {
+			t.Error(diff)
+		}
+	}
+	if seen := watch.seen(); seen != "" {
+		t.Fatal(seen)
+	}
+}
+
+// waitDecided waits until the group of s has committed n inputs over all
+// partitions.
+func waitDecided(t *testing.T, ctx context.Context, cl *kgo.Client, s *config.Stream, n int64) {
+	t.Helper()
+	in := naming.Prefixes{}.For(s.Name).In
+	testenv.WaitFor(t, ctx, fmt.Sprintf("%d inputs decided", n), func() bool {
+		offsets, err := kadm.NewClient(cl).FetchOffsetsForTopics(ctx, naming.Prefixes{}.Group(s.Name), in)
+		if err != nil {
+			return false
+		}
+		var sum int64
+		offsets.Each(func(o kadm.OffsetResponse) { sum += max(0, o.At) })
+		return sum == n
+	})
+}
+
+// abortWrites writes a state record and a table value of every user, at
+// abortedVersion, in a transaction it aborts.
+func abortWrites(t *testing.T, ctx context.Context, brokers []string, names naming.Topics) {
+	t.Helper()
+	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers}, kgo.TransactionalID(names.State+"-aborter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	for u := range viewUsers {
+		user := fmt.Sprintf("user-%d", u)
+		st := record.State{Stream: "aborted", Key: user, Version: abortedVersion, State: []byte(`{"presence":"ABORTED"}`)}
+		table, err := view.TableCodec{}.Encode(&view.Entity{Row: decide.Row{Version: abortedVersion}, State: []byte(`{"presence":"ABORTED"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.ProduceSync(ctx,
+			&kgo.Record{Topic: names.State, Key: []byte(user), Value: record.AppendState(nil, &st)},
+			&kgo.Record{Topic: names.Table, Key: []byte(user), Value: table}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// views are a goka view of the state topic and one of the table, run
+// until the test ends, their values watched for aborted writes.
+type views struct {
+	name         string
+	state, table *goka.View
+}
+
+func startViews(t *testing.T, ctx context.Context, brokers []string, names naming.Topics, watch *poisonWatch) *views {
+	t.Helper()
+	newView := func(topic string, codec goka.Codec) *goka.View {
+		v, err := goka.NewView(brokers, goka.Table(topic), codec,
+			append(view.Options(nil), goka.WithViewStorageBuilder(storage.MemoryBuilder()), goka.WithViewLogger(testLogger{t}))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		ran := make(chan error, 1)
+		go func() { ran <- v.Run(runCtx) }()
+		t.Cleanup(func() {
+			stop()
+			if err := <-ran; err != nil {
+				t.Errorf("view of %s: %v", topic, err)
+			}
+		})
+		return v
+	}
+	vs := &views{name: fmt.Sprintf("views started at %s", time.Now().Format(time.StampMilli)),
+		state: newView(names.State, view.StateCodec{}), table: newView(names.Table, view.TableCodec{})}
+	watchCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); watch.watch(watchCtx, vs) }()
+	t.Cleanup(func() { stop(); wg.Wait() })
+	return vs
+}
+
+// waitRecovered waits, with a generous deadline, for both views to have
+// recovered.
+func (vs *views) waitRecovered(t *testing.T, when string) {
+	t.Helper()
+	const deadline = 90 * time.Second
+	for _, v := range []*goka.View{vs.state, vs.table} {
+		select {
+		case <-v.WaitRunning():
+		case <-time.After(deadline):
+			t.Fatalf("the goka view of %s started %s had not recovered after %s", v.Topic(), when, deadline)
+		}
+	}
+}
+
+// matches says how the views differ from the committed values, "" when
+// they do not.
+func (vs *views) matches(t *testing.T, wantState map[string]*view.State, wantTable map[string]*view.Entity) string {
+	t.Helper()
+	for key, want := range wantState {
+		got, err := vs.state.Get(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := got.(*view.State); st == nil || !reflect.DeepEqual(st, want) {
+			return fmt.Sprintf("%s: state of %s is %+v, committed %+v", vs.name, key, got, want)
+		}
+	}
+	for key, want := range wantTable {
+		got, err := vs.table.Get(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e, _ := got.(*view.Entity); e == nil || !reflect.DeepEqual(e, want) {
+			return fmt.Sprintf("%s: table value of %s is %+v, committed %+v", vs.name, key, got, want)
+		}
+	}
+	return ""
+}
+
+// onlyKeys says which keys the views hold beyond the committed ones (a
+// view mark's empty key among them), "" when none.
+func (vs *views) onlyKeys(t *testing.T, wantState map[string]*view.State, wantTable map[string]*view.Entity) string {
+	t.Helper()
+	for _, c := range []struct {
+		v    *goka.View
+		want func(string) bool
+	}{
+		{vs.state, func(k string) bool { return wantState[k] != nil }},
+		{vs.table, func(k string) bool { return wantTable[k] != nil }},
+	} {
+		it, err := c.v.Iterator()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for it.Next() {
+			n++
+			if !c.want(it.Key()) {
+				it.Release()
+				return fmt.Sprintf("%s: the view of %s holds key %q, which no committed record has", vs.name, c.v.Topic(), it.Key())
+			}
+		}
+		it.Release()
+		if n != viewUsers {
+			return fmt.Sprintf("%s: the view of %s holds %d keys, want %d", vs.name, c.v.Topic(), n, viewUsers)
+		}
+	}
+	return ""
+}
+
+// poisonWatch reads every key of views over and over while the test runs
+// and keeps the first value an aborted transaction wrote.
+type poisonWatch struct {
+	mu    sync.Mutex
+	first string
+}
+
+func (w *poisonWatch) watch(ctx context.Context, vs *views) {
+	for ctx.Err() == nil {
+		for u := range viewUsers {
+			key := fmt.Sprintf("user-%d", u)
+			if v, err := vs.state.Get(key); err == nil {
+				if st, ok := v.(*view.State); ok && st.Version >= abortedVersion {
+					w.saw(fmt.Sprintf("%s: the view of the state showed an aborted write: %s %+v", vs.name, key, st))
+				}
+			}
+			if v, err := vs.table.Get(key); err == nil {
+				if e, ok := v.(*view.Entity); ok && e.Version >= abortedVersion {
+					w.saw(fmt.Sprintf("%s: the view of the table showed an aborted write: %s %+v", vs.name, key, e))
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (w *poisonWatch) saw(what string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.first == "" {
+		w.first = what
+	}
+}
+
+func (w *poisonWatch) seen() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.first
+}
+
+// committedLast reads topic to its last stable offsets as a read_committed
+// reader does and decodes each key's last value with the view's codec;
+// view marks are passed over.
+func committedLast[T any](t *testing.T, ctx context.Context, cl *kgo.Client, topic string) map[string]*T {
+	t.Helper()
+	var codec goka.Codec = view.StateCodec{}
+	if _, table := any(new(T)).(*view.Entity); table {
+		codec = view.TableCodec{}
+	}
+	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int32]int64{}
+	start := map[int32]kgo.Offset{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			want[o.Partition], start[o.Partition] = o.Offset, kgo.NewOffset().AtStart()
+		}
+	})
+	rd, err := kafka.NewClient(kafka.Conn{Brokers: cl.OptValue(kgo.SeedBrokers).([]string)},
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	last := map[string]*T{}
+	for len(want) > 0 {
+		fetches := rd.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("reading %s: %v", topic, err)
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			if r.Offset+1 >= want[r.Partition] {
+				delete(want, r.Partition)
+			}
+			if r.Attrs.IsControl() || view.IsMark(r.Key, r.Value) {
+				return
+			}
+			v, err := codec.Decode(r.Value)
+			if err != nil {
+				t.Fatalf("%s/%d@%d: %v", topic, r.Partition, r.Offset, err)
+			}
+			last[string(r.Key)] = v.(*T)
+		})
+	}
+	return last
+}
+
+// testLogger sends goka's log lines to the test log.
+type testLogger struct{ t *testing.T }
+
+func (l testLogger) Print(v ...any)                 { l.t.Log(v...) }
+func (l testLogger) Println(v ...any)               { l.t.Log(v...) }
+func (l testLogger) Printf(format string, v ...any) { l.t.Logf(format, v...) }
