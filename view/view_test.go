@@ -1,6 +1,7 @@
 package view_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"reflect"
@@ -55,15 +56,7 @@ func TestGokaViewReadsCommittedTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stopRuntime := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- r.Run(runCtx) }()
-	t.Cleanup(func() {
-		stopRuntime()
-		if err := <-ran; err != nil {
-			t.Error(err)
-		}
-	})
+	runUntilCleanup(t, ctx, "the runtime", r.Run)
 
 	webhooks := func(version int64) {
 		t.Helper()
@@ -79,7 +72,7 @@ func TestGokaViewReadsCommittedTables(t *testing.T) {
 		}
 	}
 	webhooks(1)
-	waitDecided(t, ctx, cl, s, viewUsers)
+	waitDecided(t, ctx, cl, s)
 	abortWrites(t, ctx, brokers, names)
 	webhooks(2)
 
@@ -89,7 +82,7 @@ func TestGokaViewReadsCommittedTables(t *testing.T) {
 	webhooks(3)
 	webhooks(4)
 	flowing.waitRecovered(t, "while webhooks were decided")
-	waitDecided(t, ctx, cl, s, 4*viewUsers)
+	waitDecided(t, ctx, cl, s)
 
 	// Views started on the idle pipeline.
 	idle := startViews(t, ctx, brokers, names, watch)
@@ -112,19 +105,38 @@ func TestGokaViewReadsCommittedTables(t *testing.T) {
 	}
 }
 
-// waitDecided waits until the group of s has committed n inputs over all
-// partitions.
-func waitDecided(t *testing.T, ctx context.Context, cl *kgo.Client, s *config.Stream, n int64) {
-	t.Helper()
-	in := naming.Prefixes{}.For(s.Name).In
-	testenv.WaitFor(t, ctx, fmt.Sprintf("%d inputs decided", n), func() bool {
-		offsets, err := kadm.NewClient(cl).FetchOffsetsForTopics(ctx, naming.Prefixes{}.Group(s.Name), in)
-		if err != nil {
-			return false
+// runUntilCleanup runs run until the test ends, which then stops it and
+// fails on its error.
+func runUntilCleanup(t *testing.T, ctx context.Context, what string, run func(context.Context) error) {
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-ran; err != nil {
+			t.Errorf("%s: %v", what, err)
 		}
-		var sum int64
-		offsets.Each(func(o kadm.OffsetResponse) { sum += max(0, o.At) })
-		return sum == n
+	})
+}
+
+// waitDecided waits until the group of s has committed every input
+// written so far: its offset of each partition of the input is the
+// partition's end.
+func waitDecided(t *testing.T, ctx context.Context, cl *kgo.Client, s *config.Stream) {
+	t.Helper()
+	adm, names := kadm.NewClient(cl), naming.Prefixes{}.For(s.Name)
+	ends, err := adm.ListEndOffsets(ctx, names.In)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, ctx, "every input decided", func() bool {
+		committed, err := adm.FetchOffsetsForTopics(ctx, naming.Prefixes{}.Group(s.Name), names.In)
+		caughtUp := err == nil
+		ends.Each(func(end kadm.ListedOffset) {
+			o, ok := committed.Lookup(names.In, end.Partition)
+			caughtUp = caughtUp && ok && o.At == end.Offset
+		})
+		return caughtUp
 	})
 }
 
@@ -162,6 +174,7 @@ func abortWrites(t *testing.T, ctx context.Context, brokers []string, names nami
 // until the test ends, their values watched for aborted writes.
 type views struct {
 	name         string
+	started      time.Time
 	state, table *goka.View
 }
 
@@ -173,18 +186,10 @@ func startViews(t *testing.T, ctx context.Context, brokers []string, names namin
 		if err != nil {
 			t.Fatal(err)
 		}
-		runCtx, stop := context.WithCancel(ctx)
-		ran := make(chan error, 1)
-		go func() { ran <- v.Run(runCtx) }()
-		t.Cleanup(func() {
-			stop()
-			if err := <-ran; err != nil {
-				t.Errorf("view of %s: %v", topic, err)
-			}
-		})
+		runUntilCleanup(t, ctx, "the view of "+topic, v.Run)
 		return v
 	}
-	vs := &views{name: fmt.Sprintf("views started at %s", time.Now().Format(time.StampMilli)),
+	vs := &views{name: fmt.Sprintf("views started at %s", time.Now().Format(time.StampMilli)), started: time.Now(),
 		state: newView(names.State, view.StateCodec{}), table: newView(names.Table, view.TableCodec{})}
 	watchCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -206,28 +211,26 @@ func (vs *views) waitRecovered(t *testing.T, when string) {
 			t.Fatalf("the goka view of %s started %s had not recovered after %s", v.Topic(), when, deadline)
 		}
 	}
+	t.Logf("goka views started %s recovered within %s", when, time.Since(vs.started).Round(time.Millisecond))
 }
 
 // matches says how the views differ from the committed values, "" when
 // they do not.
 func (vs *views) matches(t *testing.T, wantState map[string]*view.State, wantTable map[string]*view.Entity) string {
 	t.Helper()
-	for key, want := range wantState {
-		got, err := vs.state.Get(key)
+	return cmp.Or(differs(t, vs.name, vs.state, wantState), differs(t, vs.name, vs.table, wantTable))
+}
+
+// differs says how the values of v differ from want, "" when they do not.
+func differs[T any](t *testing.T, name string, v *goka.View, want map[string]*T) string {
+	t.Helper()
+	for key, w := range want {
+		got, err := v.Get(key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st, _ := got.(*view.State); st == nil || !reflect.DeepEqual(st, want) {
-			return fmt.Sprintf("%s: state of %s is %+v, committed %+v", vs.name, key, got, want)
-		}
-	}
-	for key, want := range wantTable {
-		got, err := vs.table.Get(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if e, _ := got.(*view.Entity); e == nil || !reflect.DeepEqual(e, want) {
-			return fmt.Sprintf("%s: table value of %s is %+v, committed %+v", vs.name, key, got, want)
+		if g, _ := got.(*T); g == nil || !reflect.DeepEqual(g, w) {
+			return fmt.Sprintf("%s: the value of %s in the view of %s is %+v, committed %+v", name, key, v.Topic(), got, w)
 		}
 	}
 	return ""
@@ -320,30 +323,28 @@ func committedLast[T any](t *testing.T, ctx context.Context, cl *kgo.Client, top
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[int32]int64{}
-	start := map[int32]kgo.Offset{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			want[o.Partition], start[o.Partition] = o.Offset, kgo.NewOffset().AtStart()
-		}
-	})
+	// next is each partition's next offset to read; read to its end.
+	next := map[int32]int64{}
+	readToEnd := func() bool {
+		done := true
+		ends.Each(func(o kadm.ListedOffset) { done = done && next[o.Partition] >= o.Offset })
+		return done
+	}
 	rd, err := kafka.NewClient(kafka.Conn{Brokers: cl.OptValue(kgo.SeedBrokers).([]string)},
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
+		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rd.Close()
 	last := map[string]*T{}
-	for len(want) > 0 {
+	for !readToEnd() {
 		fetches := rd.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
 			t.Fatalf("reading %s: %v", topic, err)
 		}
 		fetches.EachRecord(func(r *kgo.Record) {
-			if r.Offset+1 >= want[r.Partition] {
-				delete(want, r.Partition)
-			}
+			next[r.Partition] = r.Offset + 1
 			if r.Attrs.IsControl() || view.IsMark(r.Key, r.Value) {
 				return
 			}
