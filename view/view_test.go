@@ -37,7 +37,8 @@ const (
 // A stock goka view of `<stream>.state` and of `<stream>-table`, read
 // committed with Kafka's placement of keys, against the real broker and
 // the shipped runtime: views started while the processor decides webhooks
-// recover, and so do views started once it is idle (where the last offset
+// recover, and keep up while the processor dies mid-transaction and
+// another takes over; views started once it is idle recover too (where the last offset
 // of every partition would otherwise be a commit marker); each key's value
 // ends equal to the last record a read_committed reader sees of it, and no
 // view ever shows what an aborted transaction wrote to those topics.
@@ -51,12 +52,16 @@ func TestGokaViewReadsCommittedTables(t *testing.T) {
 	t.Cleanup(cl.Close)
 	names := naming.Prefixes{}.For(s.Name)
 
-	r, err := processors.NewRuntime(kafka.Conn{Brokers: brokers}, s, processors.Options{Logger: testenv.Logger(t)},
+	// The first processor reaches the broker through a proxy, which kills
+	// it mid-transaction later; it logs nowhere, as it outlives the test.
+	proxy := testenv.NewKafkaProxy(t, brokers)
+	first, err := processors.NewRuntime(kafka.Conn{Brokers: proxy.Addrs()}, s, processors.Options{},
 		processors.RuntimeOptions{TransactionalID: s.Name + "-0"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	runUntilCleanup(t, ctx, "the runtime", r.Run)
+	firstCtx, killFirst := context.WithCancel(ctx)
+	go func() { _ = first.Run(firstCtx) }()
 
 	webhooks := func(version int64) {
 		t.Helper()
@@ -82,6 +87,22 @@ func TestGokaViewReadsCommittedTables(t *testing.T) {
 	webhooks(3)
 	webhooks(4)
 	flowing.waitRecovered(t, "while webhooks were decided")
+	waitDecided(t, ctx, cl, s)
+
+	// The processor dies with a transaction open (its writes' acks held),
+	// and one with its transactional id takes over: it aborts that
+	// transaction and decides its inputs again.
+	proxy.HoldAcks(names.Table)
+	webhooks(5)
+	testenv.WaitFor(t, ctx, "the first processor's transaction written, not acknowledged", func() bool { return proxy.Holding() > 0 })
+	proxy.Close()
+	killFirst()
+	second, err := processors.NewRuntime(kafka.Conn{Brokers: brokers}, s, processors.Options{Logger: testenv.Logger(t)},
+		processors.RuntimeOptions{TransactionalID: s.Name + "-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, ctx, "the processor that took over", second.Run)
 	waitDecided(t, ctx, cl, s)
 
 	// Views started on the idle pipeline.
