@@ -161,10 +161,13 @@ type markAt struct {
 	after     int64
 }
 
-// round writes one mark to each topic's partitions ps that ends in
-// something other than this instance's last mark, each once the
-// transactions that wrote it by the time the round began have ended:
-// once its last stable offset passed the offset before its end then.
+// round writes one mark to each topic's partitions ps once the
+// transactions that wrote it by the time the round began have ended: once
+// its last stable offset passed the offset before its end then (a mark
+// written earlier may lie among the records of a transaction that was
+// still open, before its marker: the end must be read after the
+// transaction ended). A partition that still ends in this instance's
+// last mark gets none.
 func (m *viewMarks) round(ctx context.Context, cl *kgo.Client, adm *kadm.Client, ps []int32) error {
 	ends, err := adm.ListEndOffsets(ctx, m.topics...)
 	if err == nil {
@@ -176,14 +179,9 @@ func (m *viewMarks) round(ctx context.Context, cl *kgo.Client, adm *kadm.Client,
 	var owed []markAt
 	for _, t := range m.topics {
 		for _, p := range ps {
-			end, ok := ends.Lookup(t, p)
-			if !ok || end.Offset == 0 {
-				continue
+			if end, ok := ends.Lookup(t, p); ok && end.Offset > 0 {
+				owed = append(owed, markAt{t, p, end.Offset - 1})
 			}
-			if last, marked := m.last[t][p]; marked && last == end.Offset-1 {
-				continue
-			}
-			owed = append(owed, markAt{t, p, end.Offset - 1})
 		}
 	}
 	deadline := time.Now().Add(markStableWait)
@@ -197,11 +195,18 @@ func (m *viewMarks) round(ctx context.Context, cl *kgo.Client, adm *kadm.Client,
 		}
 		var ready []*kgo.Record
 		owed = slices.DeleteFunc(owed, func(w markAt) bool {
-			if lso, ok := stable.Lookup(w.topic, w.partition); ok && lso.Offset > w.after {
-				ready = append(ready, &kgo.Record{Topic: w.topic, Partition: w.partition, Key: []byte{}})
-				return true
+			lso, ok := stable.Lookup(w.topic, w.partition)
+			if !ok || lso.Offset <= w.after {
+				return false // a transaction that began by then is open
 			}
-			return false
+			// Already ending in this instance's mark, with nothing after
+			// it but an open transaction (whose end owes its own mark)?
+			// A marker written after the mark would have moved the last
+			// stable offset past it.
+			if last, marked := m.last[w.topic][w.partition]; !marked || last != w.after || lso.Offset != w.after+1 {
+				ready = append(ready, &kgo.Record{Topic: w.topic, Partition: w.partition, Key: []byte{}})
+			}
+			return true
 		})
 		if len(ready) > 0 {
 			if err := cl.ProduceSync(ctx, ready...).FirstErr(); err != nil {

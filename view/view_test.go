@@ -195,6 +195,7 @@ func abortWrites(t *testing.T, ctx context.Context, brokers []string, names nami
 // until the test ends, their values watched for aborted writes.
 type views struct {
 	name         string
+	brokers      []string
 	started      time.Time
 	state, table *goka.View
 }
@@ -210,7 +211,7 @@ func startViews(t *testing.T, ctx context.Context, brokers []string, names namin
 		runUntilCleanup(t, ctx, "the view of "+topic, v.Run)
 		return v
 	}
-	vs := &views{name: fmt.Sprintf("views started at %s", time.Now().Format(time.StampMilli)), started: time.Now(),
+	vs := &views{name: fmt.Sprintf("views started at %s", time.Now().Format(time.StampMilli)), started: time.Now(), brokers: brokers,
 		state: newView(names.State, view.StateCodec{}), table: newView(names.Table, view.TableCodec{})}
 	watchCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -229,6 +230,7 @@ func (vs *views) waitRecovered(t *testing.T, when string) {
 		select {
 		case <-v.WaitRunning():
 		case <-time.After(deadline):
+			logTails(t, vs.brokers, v.Topic())
 			t.Fatalf("the goka view of %s started %s had not recovered after %s", v.Topic(), when, deadline)
 		}
 	}
@@ -385,3 +387,33 @@ type testLogger struct{ t *testing.T }
 func (l testLogger) Print(v ...any)                 { l.t.Log(v...) }
 func (l testLogger) Println(v ...any)               { l.t.Log(v...) }
 func (l testLogger) Printf(format string, v ...any) { l.t.Logf(format, v...) }
+
+// logTails logs the last records of each partition of topic, markers
+// included, and its end and last stable offsets: what a view that does
+// not recover waits for.
+func logTails(t *testing.T, brokers []string, topic string) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.KeepControlRecords(), kgo.FetchIsolationLevel(kgo.ReadUncommitted()))
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	ends, _ := adm.ListEndOffsets(ctx, topic)
+	stable, _ := adm.ListCommittedOffsets(ctx, topic)
+	ends.Each(func(o kadm.ListedOffset) {
+		lso, _ := stable.Lookup(topic, o.Partition)
+		t.Logf("%s/%d: end %d, last stable offset %d", topic, o.Partition, o.Offset, lso.Offset)
+	})
+	for ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			if end, _ := ends.Lookup(topic, r.Partition); r.Offset >= end.Offset-4 {
+				t.Logf("%s/%d@%d: marker %v, transactional %v, producer %d, key %q, tombstone %v",
+					topic, r.Partition, r.Offset, r.Attrs.IsControl(), r.Attrs.IsTransactional(), r.ProducerID, r.Key, r.Value == nil)
+			}
+		})
+	}
+}
