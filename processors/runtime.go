@@ -251,7 +251,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 		<-watching
 		lagClient.Close()
 	}()
-	stopMarks, err := r.marks.start(producerCloseTimeout)
+	stopMarks, err := r.marks.start()
 	if err != nil {
 		return err
 	}

@@ -61,6 +61,9 @@ const (
 	markStableWait = transactionTimeout
 	// markRetry is the wait before a failed round is tried again.
 	markRetry = time.Second
+	// markStopTimeout bounds how long a stop waits for the marks owed:
+	// a round takes milliseconds when the brokers answer.
+	markStopTimeout = 5 * time.Second
 )
 
 func newViewMarks(conn kafka.Conn, stream string, topics []string, log *slog.Logger, opts []kgo.Opt) *viewMarks {
@@ -87,8 +90,8 @@ func (m *viewMarks) owe(ps ...int32) {
 
 // start writes the marks owed until the returned stop is called; stop
 // writes what is owed by then (a clean stop leaves no partition ending in
-// a marker), within timeout.
-func (m *viewMarks) start(timeout time.Duration) (stop func(), err error) {
+// a marker), within markStopTimeout.
+func (m *viewMarks) start() (stop func(), err error) {
 	cl, err := kafka.NewClient(m.conn, append([]kgo.Opt{kgo.RecordPartitioner(kgo.ManualPartitioner())}, m.opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("processor %s: the view marks' producer: %w", m.stream, err)
@@ -102,7 +105,7 @@ func (m *viewMarks) start(timeout time.Duration) (stop func(), err error) {
 	}()
 	return func() {
 		close(stopping)
-		timer := time.AfterFunc(timeout, cancel)
+		timer := time.AfterFunc(markStopTimeout, cancel)
 		<-done
 		timer.Stop()
 		cancel()
@@ -119,6 +122,14 @@ func (m *viewMarks) run(ctx context.Context, cl *kgo.Client, stopping <-chan str
 			if err := m.round(ctx, cl, adm, ps); err != nil {
 				if ctx.Err() != nil {
 					return
+				}
+				select {
+				case <-stopping:
+					// A stop does not wait out an outage: the instance
+					// that takes the partitions over marks them.
+					m.log.Warn("writing view marks failed while stopping", "stream", m.stream, "partitions", ps, "err", err)
+					return
+				default:
 				}
 				m.log.Warn("writing view marks failed; tried again", "stream", m.stream, "partitions", ps, "err", err)
 				m.owe(ps...)
