@@ -106,6 +106,13 @@ func DecodeTableValue(data []byte) (*decide.Entity, error) {
 	return &v.(*tableValue).Entity, nil
 }
 
+// EncodeTableValue writes entity e as a `<stream>-table` value, with no
+// redelivery memory, for tools and tests that write what DecodeTableValue
+// reads.
+func EncodeTableValue(e *decide.Entity) ([]byte, error) {
+	return entityCodec{}.Encode(&tableValue{Entity: *e})
+}
+
 func (entityCodec) Decode(data []byte) (any, error) {
 	var v tableValue
 	e := &v.Entity

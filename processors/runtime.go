@@ -121,6 +121,7 @@ func NewRuntime(conn kafka.Conn, s *config.Stream, opts Options, ropts RuntimeOp
 		CommitEvery:        ropts.CommitEvery,
 		TransactionTimeout: transactionTimeout,
 		Logger:             h.opts.Logger,
+		ViewTopics:         []string{h.names.State},
 		OnEnd:              r.ended,
 		OnSessionRestart: func(error) {
 			if m := h.opts.Metrics; m != nil {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/driftguard/driftguard/internal/record"
 )
 
 // readTopic reads topic from its start to the end it has now, as a
@@ -76,7 +78,10 @@ func readTopic(ctx context.Context, brokers []string, topic string, each func(*k
 			if !open {
 				return
 			}
-			if !r.Attrs.IsControl() {
+			// The processors' marks for goka's view (on the state topic)
+			// are positions only, like transaction markers: no sink row
+			// has their offset.
+			if !r.Attrs.IsControl() && !record.IsViewMark(r.Key, r.Value) {
 				each(r)
 				last[r.Partition] = r.Offset
 			}

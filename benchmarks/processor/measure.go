@@ -11,6 +11,7 @@ import (
 	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/procstat"
+	"github.com/driftguard/driftguard/internal/record"
 )
 
 // tail reads, as a read_committed reader such as the sink does, the
@@ -65,7 +66,10 @@ func (t *tail) poll(ctx context.Context, wait time.Duration) (bool, error) {
 		case t.outcomes:
 			t.decided = append(t.decided, r)
 		case t.state:
-			t.states = append(t.states, r)
+			// The processors' marks for goka's view hold no state.
+			if !record.IsViewMark(r.Key, r.Value) {
+				t.states = append(t.states, r)
+			}
 		}
 	})
 	return n > 0, ctx.Err()

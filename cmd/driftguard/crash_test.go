@@ -316,7 +316,7 @@ func (r *outputReader) poll(ctx context.Context) {
 			r.next[rec.Topic] = map[int32]int64{}
 		}
 		r.next[rec.Topic][rec.Partition] = rec.Offset + 1
-		if rec.Attrs.IsControl() {
+		if rec.Attrs.IsControl() || record.IsViewMark(rec.Key, rec.Value) {
 			return
 		}
 		base := r.base[rec.Topic]

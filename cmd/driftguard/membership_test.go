@@ -506,6 +506,9 @@ func (o *chatOutput) add(t testenv.Fataler) func(*kgo.Record) {
 			o.decided[out.Key] = append(o.decided[out.Key], decidetest.Outcome{EventID: strings.Clone(out.EventID), Outcome: out.Outcome,
 				Reason: out.Reason, Version: out.Version, BufferDepth: out.BufferDepth, MessageID: strings.Clone(out.MessageID)})
 		case o.topics.State:
+			if record.IsViewMark(r.Key, r.Value) {
+				return // the processors' mark for goka's view
+			}
 			var st record.State
 			state, err := record.DecodeState(r.Value, &st)
 			if err != nil {

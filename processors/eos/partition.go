@@ -195,7 +195,7 @@ func (part *partition) readChangelog(ctx context.Context, reader func(from int64
 		var serr error
 		fetches.EachRecord(func(rec *kgo.Record) {
 			last = max(last, rec.Offset)
-			if serr != nil || rec.Attrs.IsControl() {
+			if serr != nil || rec.Attrs.IsControl() || IsViewMark(rec) {
 				return
 			}
 			if rec.Value == nil {
@@ -255,6 +255,10 @@ func (p *Processor) assigned(ctx context.Context, cl *kgo.Client, assigned map[s
 		p.parts[id] = part
 	}
 	p.recovery.phase(PhaseRestored, "tables of the assigned partitions restored", "partitions", ids)
+	if p.marks != nil {
+		// A previous owner's last transaction ended in a marker.
+		p.marks.owe(ids...)
+	}
 }
 
 // restore opens partition id's table storage and reads its changelog to

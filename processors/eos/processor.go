@@ -60,6 +60,12 @@ type Options struct {
 	HeartbeatInterval time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
+	// ViewTopics are outputs, besides the group table, that goka views
+	// read as tables: each partition a transaction decided ends in a view
+	// mark (IsViewMark) once the transaction has ended, so a view's
+	// recovery, which waits for the record before the high watermark,
+	// ends. They must be co-partitioned with the inputs.
+	ViewTopics []string
 	// OnEnd is called after every transaction, with whether it committed
 	// and when it ended (a caller's decision metrics observe the committed
 	// ones); it runs on the processing goroutine.
@@ -117,6 +123,9 @@ type Processor struct {
 	ctx    context.Context
 	// recovery logs how a session gets back to deciding (recovery.go).
 	recovery recoveryLog
+	// marks keep the table and the view topics readable by goka's view
+	// (marks.go); nil without either.
+	marks *viewMarks
 }
 
 // New builds the processor of graph g.
@@ -143,9 +152,17 @@ func New(g *goka.GroupGraph, opts Options) (*Processor, error) {
 		topics = append(topics, p.loop.name)
 	}
 	group := cmp.Or(opts.Group, p.group)
-	return &Processor{plan: p, opts: opts, group: group, topics: topics,
+	proc := &Processor{plan: p, opts: opts, group: group, topics: topics,
 		parts: map[int32]*partition{}, visits: make(chan *visit),
-		recovery: recoveryLog{log: opts.Logger, group: group, transactionTimeout: opts.TransactionTimeout}}, nil
+		recovery: recoveryLog{log: opts.Logger, group: group, transactionTimeout: opts.TransactionTimeout}}
+	marked := slices.Clone(opts.ViewTopics)
+	if p.table != nil {
+		marked = append([]string{p.table.name}, marked...)
+	}
+	if len(marked) > 0 {
+		proc.marks = newViewMarks(group, marked, opts.Logger, opts.TransactionTimeout, opts.Client)
+	}
+	return proc, nil
 }
 
 // Recovered reports whether the instance has joined its group and holds
@@ -213,6 +230,13 @@ func (pl placement) Partition(r *kgo.Record, n int) int {
 // a callback's Fail.
 func (p *Processor) Run(ctx context.Context) error {
 	p.ctx = ctx
+	if p.marks != nil {
+		stopMarks, err := p.marks.start()
+		if err != nil {
+			return err
+		}
+		defer stopMarks()
+	}
 	began := false
 	defer func() {
 		if began {

@@ -317,6 +317,9 @@ func (tx *transaction) end(commit bool, fence map[int32]kgo.EpochOffset) (bool, 
 				err = serr
 			}
 		}
+		if part.touched && tx.produced && p.marks != nil {
+			p.marks.owe(part.id) // committed or aborted, its marker ends the partition
+		}
 		part.reset()
 	}
 	if p.opts.OnEnd != nil {

@@ -388,6 +388,10 @@ func (s *Sink) addRun(b *batch, run []*kgo.Record) {
 				b.events.add(r, &o, id)
 			}
 		case stateTopic:
+			if record.IsViewMark(r.Key, r.Value) {
+				// The processors' mark for goka's view: no entity.
+				continue
+			}
 			if st.state, err = record.DecodeState(r.Value, &st.State); err != nil {
 				err = recordError("state", r, err)
 			} else if r.Offset > held[0] {

@@ -16,7 +16,7 @@ import (
 // A record the sink cannot decode, on the outcomes or the state topic,
 // becomes a dlq row with reason sink_undecodable, the decode error and the
 // raw bytes, located where the sink read it; the records after it are
-// written too. Read again from the start (another consumer group, as after
+// written too; a view mark is passed over. Read again from the start (another consumer group, as after
 // lost offsets), nothing is written twice. On the real broker.
 func TestUndecodableRecordsReachTheDLQTable(t *testing.T) {
 	ctx := testenv.Context(t, 2*time.Minute)
@@ -28,8 +28,11 @@ func TestUndecodableRecordsReachTheDLQTable(t *testing.T) {
 	poison := func(topic, value string) *kgo.Record {
 		return &kgo.Record{Topic: topic, Key: []byte("alice"), Value: []byte(value)}
 	}
+	// The processors' view mark is no record of an entity, nor a poison:
+	// it makes no row at all.
+	mark := &kgo.Record{Topic: b.names.State, Key: []byte{}}
 	b.produce(b.outcome("e1"), poison(b.names.Outcomes, `{"stream":`), b.outcome("e2"),
-		poison(b.names.State, "\xff not json"), goodState)
+		poison(b.names.State, "\xff not json"), mark, goodState)
 	stop := b.run()
 	b.waitForEvents(2)
 	db := b.cfg.ClickHouse.Database

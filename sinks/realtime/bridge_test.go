@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
@@ -74,6 +76,37 @@ func TestSnapshotThenEvents(t *testing.T) {
 	_ = json.Unmarshal([]byte(ev.data), &ent)
 	if ent.Key != "u5" || ent.Version != 2 {
 		t.Fatalf("after resuming: %s", ev.data)
+	}
+}
+
+// The processors' view marks on the state topic (a tombstone of the empty
+// key, for goka's view) are positions only: no entity, and no warning,
+// though they come after every transaction; a record no reader can use
+// is passed over with one.
+func TestViewMarksArePassedOverSilently(t *testing.T) {
+	e := newBridgeEnv(t, testenv.Fake(t), nil, "presence")
+	topic := naming.Prefixes{}.For("presence").State
+	for i := range 3 {
+		e.publish("presence", fmt.Sprintf("u%d", i), 1, `{"presence":"ONLINE"}`)
+		if err := e.cl.ProduceSync(e.ctx, &kgo.Record{Topic: topic, Key: []byte{}}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.cl.ProduceSync(e.ctx, &kgo.Record{Topic: topic, Key: []byte("u9"), Value: []byte("{")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	e.publish("presence", "u3", 1, `{"presence":"AWAY"}`)
+	tok := e.token("alice", "presence")
+	testenv.WaitFor(t, e.ctx, "the four entities and no other", func() bool {
+		_, ents := e.snapshot("presence", tok, 10)
+		var keys []string
+		for _, ent := range ents {
+			keys = append(keys, ent.Key)
+		}
+		return slices.Equal(keys, []string{"u0", "u1", "u2", "u3"})
+	})
+	if n := e.warnings.count("state record skipped"); n != 1 {
+		t.Errorf("%d records skipped with a warning, want the one undecodable record", n)
 	}
 }
 

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,6 +41,8 @@ type bridgeEnv struct {
 	ops     *telemetry.Ops
 	stop    func()
 	now     func() time.Time
+	// warnings are the messages the bridge logged at Warn or above.
+	warnings *logRecorder
 }
 
 // newBridgeEnv creates the topics of the named shipped streams (renamed
@@ -65,7 +69,7 @@ func newBridgeEnv(t testing.TB, brokers []string, change func(*config.Config), s
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	e := &bridgeEnv{t: t, ctx: ctx, cfg: cfg, brokers: brokers, cl: testenv.Topics(t, ctx, cfg, brokers), now: time.Now}
+	e := &bridgeEnv{t: t, ctx: ctx, cfg: cfg, brokers: brokers, cl: testenv.Topics(t, ctx, cfg, brokers), now: time.Now, warnings: &logRecorder{}}
 	t.Cleanup(e.cl.Close)
 	e.start()
 	return e
@@ -94,7 +98,8 @@ func (e *bridgeEnv) start() {
 		e.t.Fatal(err)
 	}
 	e.ops = telemetry.NewOps()
-	b, err := realtime.New(realtime.Options{Config: e.cfg, Logger: testenv.Logger(e.t), Ops: e.ops, Listener: ln,
+	log := slog.New(slog.NewMultiHandler(testenv.Logger(e.t).Handler(), e.warnings))
+	b, err := realtime.New(realtime.Options{Config: e.cfg, Logger: log, Ops: e.ops, Listener: ln,
 		Now: func() time.Time { return e.now() }})
 	if err != nil {
 		e.t.Fatal(err)
@@ -123,6 +128,38 @@ func (e *bridgeEnv) start() {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
+}
+
+// logRecorder is a slog handler that keeps the messages of the records
+// logged at Warn or above.
+type logRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *logRecorder) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, rec.Message)
+	return nil
+}
+
+func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *logRecorder) WithGroup(string) slog.Handler      { return r }
+
+// count is how many records said msg.
+func (r *logRecorder) count(msg string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, m := range r.msgs {
+		if m == msg {
+			n++
+		}
+	}
+	return n
 }
 
 // token is a token for user to read streams for an hour.

@@ -141,8 +141,10 @@ func (b *Bridge) readEpoch(ctx context.Context, st *stream) error {
 			recs := make([]stateRecord, 0, len(fp.Records))
 			for _, r := range fp.Records {
 				sr := stateRecord{offset: r.Offset}
-				if r.Attrs.IsControl() {
-					recs = append(recs, sr) // a position only
+				if r.Attrs.IsControl() || record.IsViewMark(r.Key, r.Value) {
+					// A position only: a transaction marker, or the mark
+					// the processors end a partition with for goka's view.
+					recs = append(recs, sr)
 					continue
 				}
 				var err error
