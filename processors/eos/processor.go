@@ -177,10 +177,11 @@ func (p *Processor) Group() string { return p.group }
 // ClientOptions are the franz-go options of the processor's group
 // transact session.
 func (p *Processor) ClientOptions() []kgo.Opt {
-	opts := append(slices.Clone(p.opts.Client),
+	// The timeouts first, so that Options.Client may set them too.
+	opts := append([]kgo.Opt{kgo.SessionTimeout(p.opts.SessionTimeout), kgo.HeartbeatInterval(p.opts.HeartbeatInterval)}, p.opts.Client...)
+	opts = append(opts,
 		kgo.ConsumerGroup(p.group),
 		kgo.InstanceID(p.opts.TransactionalID),
-		kgo.SessionTimeout(p.opts.SessionTimeout), kgo.HeartbeatInterval(p.opts.HeartbeatInterval),
 		kgo.ConsumeTopics(p.topics...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.TransactionalID(p.opts.TransactionalID),
