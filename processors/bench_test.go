@@ -1,8 +1,12 @@
 package processors
 
 import (
+	"github.com/IBM/sarama"
+	"github.com/lovoo/goka"
+
 	"context"
 	"fmt"
+	"github.com/driftguard/driftguard/internal/partition"
 	"os"
 	"strconv"
 	"testing"
@@ -145,10 +149,31 @@ func rawConsume(b *testing.B, ctx context.Context, brokers []string, topic strin
 	return time.Since(start)
 }
 
-// decideAll runs the goka processor until it has decided every event.
+// decideAll runs the stream's graph on goka's own processor, at least
+// once, until it has decided every event: the same callbacks, table codec
+// and storage as the runtime, with goka's sarama consumer and producer
+// (acks=all, idempotent) and Kafka's murmur2 placement.
 func decideAll(b *testing.B, ctx context.Context, brokers []string, s *config.Stream) time.Duration {
 	metrics := NewMetrics(prometheus.NewRegistry())
-	proc, err := New(brokers, s, Options{Metrics: metrics}, GokaOptions(1, b.TempDir(), testenv.Logger(b))...)
+	h := newHandler(s, Options{Metrics: metrics, Logger: testenv.Logger(b)})
+	graph := h.graph(func(ctx goka.Context, msg any) { h.process(ctx, msg) }, func(ctx goka.Context, meta any) { h.tick(ctx, meta) })
+	config := func() *sarama.Config {
+		c := goka.DefaultConfig()
+		c.Version = sarama.V3_6_0_0 // Kafka 4 dropped the request versions of goka's 2.0.0
+		c.Consumer.Offsets.Initial = sarama.OffsetOldest
+		c.Producer.RequiredAcks, c.Producer.Idempotent, c.Net.MaxOpenRequests = sarama.WaitForAll, true, 1
+		return c
+	}
+	tm := goka.NewTopicManagerConfig()
+	tm.Table.Replication, tm.Stream.Replication = 1, 1
+	proc, err := goka.NewProcessor(brokers, graph,
+		goka.WithHasher(partition.GokaHasher()),
+		goka.WithStorageBuilder(tableStorageBuilder(b.TempDir())),
+		goka.WithTopicManagerBuilder(func(brokers []string) (goka.TopicManager, error) { return goka.NewTopicManager(brokers, config(), tm) }),
+		goka.WithProducerBuilder(goka.ProducerBuilderWithConfig(config())),
+		goka.WithConsumerGroupBuilder(goka.ConsumerGroupBuilderWithConfig(config())),
+		goka.WithConsumerSaramaBuilder(goka.SaramaConsumerBuilderWithConfig(config())),
+	)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -46,6 +46,12 @@ const entityFormat2 byte = 2
 // unseen, then dated by decide.Entity.DateSeenUnknown.
 const entityFormat3 byte = 3
 
+// entityFormat4 is entityFormat3 without the redelivery memory, which only
+// goka's own processor needed: an input is decided again only when its
+// transaction aborted with its table write. Formats 2 and 3 decode with
+// their memory passed over.
+const entityFormat4 byte = 4
+
 const (
 	flagApplied = 1 << iota
 	flagTerminal
@@ -57,7 +63,7 @@ func (entityCodec) Encode(value any) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("entity codec: got %T", value)
 	}
-	return encodeEntity(v, entityFormat3)
+	return encodeEntity(v, entityFormat4)
 }
 
 // encodeEntity writes v in a binary format: the newest in production;
@@ -65,7 +71,7 @@ func (entityCodec) Encode(value any) ([]byte, error) {
 func encodeEntity(v *tableValue, format byte) ([]byte, error) {
 	e := &v.Entity
 	seen := format >= entityFormat3
-	b := make([]byte, 0, 64+len(e.State)+11*len(e.Recent)+len(v.Decided.raw))
+	b := make([]byte, 0, 64+len(e.State)+11*len(e.Recent))
 	b = append(b, format, flags(e.Applied, e.Terminal, e.ParentSeen))
 	for _, n := range []int64{e.Version, e.UpdatedAtMs, e.ExpiresAtMs, e.NextRevision, e.DeadlineMs, e.GapSinceMs} {
 		b = binary.AppendVarint(b, n)
@@ -89,11 +95,12 @@ func encodeEntity(v *tableValue, format byte) ([]byte, error) {
 			return nil, fmt.Errorf("entity codec: %w", err)
 		}
 	}
-	if format < entityFormat2 {
-		return b, nil
+	if format == entityFormat2 || format == entityFormat3 {
+		// An empty redelivery memory, as those formats carried it.
+		b = binary.AppendVarint(b, 0)
+		b = appendBytes(b, nil)
 	}
-	b = binary.AppendVarint(b, v.NextInput)
-	return appendBytes(b, v.Decided.raw), nil
+	return b, nil
 }
 
 // DecodeTableValue reads the entity of a `<stream>-table` changelog
@@ -106,9 +113,8 @@ func DecodeTableValue(data []byte) (*decide.Entity, error) {
 	return &v.(*tableValue).Entity, nil
 }
 
-// EncodeTableValue writes entity e as a `<stream>-table` value, with no
-// redelivery memory, for tools and tests that write what DecodeTableValue
-// reads.
+// EncodeTableValue writes entity e as a `<stream>-table` value, for tools
+// and tests that write what DecodeTableValue reads.
 func EncodeTableValue(e *decide.Entity) ([]byte, error) {
 	return entityCodec{}.Encode(&tableValue{Entity: *e})
 }
@@ -123,7 +129,7 @@ func (entityCodec) Decode(data []byte) (any, error) {
 		e.DateSeenUnknown()
 		return &v, nil
 	}
-	if len(data) == 0 || data[0] < entityFormat1 || data[0] > entityFormat3 {
+	if len(data) == 0 || data[0] < entityFormat1 || data[0] > entityFormat4 {
 		return nil, fmt.Errorf("entity codec: unknown format %q", data[:min(len(data), 1)])
 	}
 	r := reader{data: data[1:], seen: data[0] >= entityFormat3}
@@ -148,11 +154,10 @@ func (entityCodec) Decode(data []byte) (any, error) {
 	r.json(&e.Buffer)
 	r.json(&e.Chat)
 	r.json(&e.Quarantine)
-	if data[0] >= entityFormat2 {
-		v.NextInput = r.varint()
-		if raw := r.bytes(); r.err == nil {
-			v.Decided, r.err = readDecidedLog(raw)
-		}
+	if data[0] == entityFormat2 || data[0] == entityFormat3 {
+		// The redelivery memory of goka's processor: passed over.
+		r.varint()
+		r.bytes()
 	}
 	if r.err == nil && len(r.data) > 0 {
 		r.err = errors.New("trailing bytes")

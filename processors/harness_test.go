@@ -230,6 +230,6 @@ func rawRecordsOf(qt rawReader, key string) [][]byte {
 // RunTimers visits the timers every tick at the clock's time (a watermark
 // with no broker to read), until ctx ends.
 func (s *shipped) RunTimers(ctx context.Context, tick time.Duration) error {
-	s.r.visitTimers(ctx, &watermark{committed: &s.r.h.committed}, tick)
+	s.r.visitTimers(ctx, &watermark{}, tick)
 	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -18,27 +17,6 @@ import (
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/topics"
 )
-
-// goka's defaults lose data or cannot talk to Kafka 4; each override is
-// asserted so a refactor cannot drop one silently.
-func TestSaramaConfigOverridesGokaDefaults(t *testing.T) {
-	c := saramaConfig()
-	if !c.Version.IsAtLeast(sarama.V2_1_0_0) {
-		t.Errorf("protocol version %s: Kafka 4 needs 2.1 or later", c.Version)
-	}
-	if c.Producer.RequiredAcks != sarama.WaitForAll {
-		t.Errorf("acks %v, want all", c.Producer.RequiredAcks)
-	}
-	if !c.Producer.Idempotent {
-		t.Error("producer is not idempotent")
-	}
-	if c.Consumer.Offsets.Initial != sarama.OffsetOldest {
-		t.Error("a new group must start at the oldest offset")
-	}
-	if err := c.Validate(); err != nil {
-		t.Errorf("sarama rejects the config: %v", err)
-	}
-}
 
 func TestProcessorsRefuseTopicsThatAreNotCopartitioned(t *testing.T) {
 	testenv.OnBothBrokers(t, testRefuseNotCopartitioned)
@@ -67,59 +45,34 @@ func testRefuseNotCopartitioned(t *testing.T, brokers []string) {
 	}
 }
 
-// The producer goka writes through keeps acks=all and idempotence, places
-// each key on the partition Kafka's murmur2 names (where goka's consumers,
-// using partition.GokaHasher, look for it), and resolves each promise
-// with the record's offset, from which goka tracks the table offset.
-func TestProducerIsSafeAndCopartitioned(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	ctx := testenv.Context(t, time.Minute)
-	p, err := newProducer(brokers, "producer-test")
+// The runtime's session writes with acks=all and idempotence, places a
+// keyed emit on the partition Kafka's murmur2 names (where goka's
+// consumers, with partition.GokaHasher, and ingest look for it), and a
+// table record on the partition of the input it was decided for.
+func TestRuntimeWritesSafelyAndPlacesKeysAsKafka(t *testing.T) {
+	r, err := NewRuntime(kafka.Conn{Brokers: []string{"127.0.0.1:1"}}, testenv.Shipped(t, "presence"), Options{}, RuntimeOptions{TransactionalID: "placement"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
-	cl := p.(*producer).cl
+	cl, err := kgo.NewClient(r.ClientOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
 	if acks := cl.OptValue(kgo.RequiredAcks).(kgo.Acks); acks != kgo.AllISRAcks() {
 		t.Errorf("acks %v, want all", acks)
 	}
 	if cl.OptValue(kgo.DisableIdempotentWrite).(bool) {
 		t.Error("idempotent writes are off")
 	}
-	topic := testenv.UniqueName("producer")
-	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 6, 1, nil, topic); err != nil {
-		t.Fatal(err)
-	}
-	type result struct {
-		key       string
-		partition int32
-		offset    int64
-		err       error
-	}
-	results := make(chan result, 60)
-	for i := range cap(results) {
-		key := fmt.Sprintf("user-%d", i%20)
-		p.Emit(topic, key, []byte("v")).ThenWithMessage(func(msg *sarama.ProducerMessage, err error) {
-			r := result{key: key, err: err}
-			if msg != nil {
-				r.partition, r.offset = msg.Partition, msg.Offset
-			}
-			results <- r
-		})
-	}
-	next := map[int32]int64{}
-	for range cap(results) {
-		r := <-results
-		if r.err != nil {
-			t.Fatal(r.err)
+	placer := cl.OptValue(kgo.RecordPartitioner).(kgo.Partitioner).ForTopic("presence.state")
+	for i := range 60 {
+		key := fmt.Sprintf("user-%d", i)
+		if got, want := placer.Partition(&kgo.Record{Key: []byte(key), Partition: -1}, 6), partition.For([]byte(key), 6); int32(got) != want {
+			t.Errorf("%s on partition %d, murmur2 says %d", key, got, want)
 		}
-		if want := partition.For([]byte(r.key), 6); r.partition != want {
-			t.Errorf("%s on partition %d, murmur2 says %d", r.key, r.partition, want)
+		if got := placer.Partition(&kgo.Record{Key: []byte(key), Partition: 4}, 6); got != 4 {
+			t.Errorf("a table record of partition 4 placed on %d", got)
 		}
-		// Promises of one partition resolve in offset order.
-		if r.offset != next[r.partition] {
-			t.Errorf("partition %d: offset %d, want %d", r.partition, r.offset, next[r.partition])
-		}
-		next[r.partition] = r.offset + 1
 	}
 }

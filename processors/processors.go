@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/lovoo/goka"
@@ -138,25 +137,7 @@ func (m *Metrics) serve(stream string) {
 	m.decisionLatency.WithLabelValues(stream)
 }
 
-// New builds the goka processor of stream s. goka options come last so a
-// test can pass goka.WithTester; Kafka-facing defaults come from
-// GokaOptions.
-func New(brokers []string, s *config.Stream, opts Options, gokaOpts ...goka.ProcessorOption) (*Processor, error) {
-	h := newHandler(s, opts)
-	// goka's own processor names its table "<group>-table", and has no
-	// way to be told another name.
-	if table := goka.GroupTable(goka.Group(h.group)); string(table) != h.names.Table {
-		return nil, fmt.Errorf("goka's processor would keep the table of stream %s in %s, not %s: it needs kafka.topic_prefix equal to kafka.group_prefix", s.Name, table, h.names.Table)
-	}
-	graph := h.graph(func(ctx goka.Context, msg any) { h.process(ctx, msg) }, func(ctx goka.Context, meta any) { h.tick(ctx, meta) })
-	p, err := goka.NewProcessor(brokers, graph, gokaOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return &Processor{Processor: p, h: h}, nil
-}
-
-// newHandler builds the decisions of stream s, for either runtime.
+// newHandler builds the decisions of stream s.
 func newHandler(s *config.Stream, opts Options) *handler {
 	h := &handler{stream: s, names: opts.Naming.For(s.Name), group: opts.Naming.Group(s.Name), opts: opts, rules: decide.For(s)}
 	h.opts.Logger = telemetry.OrDiscard(h.opts.Logger)
@@ -169,12 +150,6 @@ func newHandler(s *config.Stream, opts Options) *handler {
 	return h
 }
 
-// Processor is a stream's goka processor with its timers.
-type Processor struct {
-	*goka.Processor
-	h *handler
-}
-
 type handler struct {
 	stream *config.Stream
 	names  naming.Topics
@@ -182,15 +157,8 @@ type handler struct {
 	group string
 	opts  Options
 	rules *decide.Rules
-	// noRedelivery: the runtime never redelivers an input whose decision
-	// survived (the transactional one), so decisions are not remembered.
-	noRedelivery bool
 	// visited sums what one timer visit sees, for the gauges.
 	visited visitCounts
-	// committed is the group's committed offset per input partition, as the
-	// timer loop last read it; nil until then. It bounds the redelivery
-	// memory (redeliver.go).
-	committed atomic.Pointer[map[int32]int64]
 	// onDecided takes the received_at (unix ms) of each decision written;
 	// nil observes its latency at once. The transactional runtime holds
 	// them until its transaction commits.
@@ -259,21 +227,9 @@ func (h *handler) process(ctx decisionContext, msg any) {
 		return
 	}
 	value := tableValueOf(ctx)
-	if ev.InputOffset < value.NextInput {
-		h.redeliver(ctx, value, ev)
-		return
-	}
 	atMs := h.opts.Now().UnixMilli()
 	effects := h.rules.Decide(&value.Entity, ev)
-	if h.noRedelivery {
-		// A table written by the goka runtime may still hold its memory;
-		// it is of no use past the first input decided here.
-		value.Decided, value.NextInput = decidedLog{}, ev.InputOffset+1
-	} else if err := value.rememberDecided(ev, effects, atMs, h.committedOffset(ev.InputPartition)); err != nil {
-		ctx.Fail(fmt.Errorf("remembering the decision of %s: %w", ctx.Key(), err))
-		return
-	}
-	// The table is written on every decision, duplicates included: the
+	// The table value is set on every decision, duplicates included: the
 	// dedup memory is part of the state.
 	h.store(ctx, value, effects, atMs, inputOrigin(ev))
 }

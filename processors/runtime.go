@@ -61,9 +61,15 @@ type RuntimeOptions struct {
 	Client []kgo.Opt
 }
 
-// Defaults of RuntimeOptions.
+// Defaults of RuntimeOptions, and the producer's batching, measured with
+// BenchmarkProcessorAgainstRawConsumer: it gathers up to producerLinger of
+// writes per partition into one batch, and buffers at most this many
+// records and bytes.
 const (
-	defaultTimerTick = time.Second
+	producerBufferedRecords = 100_000
+	producerBufferedBytes   = 16 << 20
+	producerLinger          = 10 * time.Millisecond
+	defaultTimerTick        = time.Second
 	// transactionTimeout bounds how long an instance that died mid
 	// transaction holds back read_committed readers of its partitions when
 	// no instance with its transactional id comes back to fence it.
@@ -99,9 +105,6 @@ func NewRuntime(conn kafka.Conn, s *config.Stream, opts Options, ropts RuntimeOp
 		ropts.TimerTick = defaultTimerTick
 	}
 	h := newHandler(s, opts)
-	// Inputs are decided again only when their first decision aborted with
-	// its table write: there is nothing to remember.
-	h.noRedelivery = true
 	r := &Runtime{h: h, conn: conn, opts: ropts}
 	h.onDecided = func(ms int64) { r.receivedAt = append(r.receivedAt, ms) }
 	graph := h.graph(func(ctx goka.Context, msg any) {
@@ -193,7 +196,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); r.h.watchLag(runCtx, adm, r.opts.TimerTick) }()
 	go func() {
 		defer wg.Done()
-		r.visitTimers(runCtx, &watermark{adm: adm, topic: r.h.names.In, group: r.h.group, committed: &r.h.committed}, r.opts.TimerTick)
+		r.visitTimers(runCtx, &watermark{adm: adm, topic: r.h.names.In, group: r.h.group}, r.opts.TimerTick)
 	}()
 	defer func() {
 		stop()

@@ -2,7 +2,6 @@ package processors
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"time"
 
@@ -47,41 +46,7 @@ func (h *handler) tick(ctx decisionContext, meta any) {
 	h.store(ctx, value, h.rules.Expire(&value.Entity, now), h.opts.Now().UnixMilli(), origin)
 }
 
-// RunTimers visits the processor's keys every tick until ctx ends. A visit
-// cut short by a rebalance is simply retried at the next tick: deadlines
-// live in the table, not here. A complete visit also counts the children
-// waiting in lost+found, for the quarantine gauge. With adm nil (goka's
-// tester) ticks carry the clock instead of the input watermark, and no
-// lag is read; otherwise the consumer lag is read every tick, apart from
-// the visits.
-func (p *Processor) RunTimers(ctx context.Context, tick time.Duration, adm *kadm.Client) error {
-	if adm != nil {
-		watching := make(chan struct{})
-		go func() { defer close(watching); p.h.watchLag(ctx, adm, tick) }()
-		defer func() { <-watching }()
-	}
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	w := &watermark{adm: adm, topic: p.h.names.In, group: p.h.group, committed: &p.h.committed}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		// Not cancelled with ctx: goka's VisitAll, interrupted, returns while
-		// its partitions still count visits (a data race in goka). A visit
-		// ends on its own when done or when the processor stops.
-		err := p.h.timerTick(ctx, w, func(safeMs int64) error {
-			return p.VisitAll(context.WithoutCancel(ctx), tickVisitor, safeMs)
-		})
-		if err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
-			p.h.opts.Logger.Debug("timer visit incomplete; retried next tick", "err", err)
-		}
-	}
-}
-
-// timerTick is one tick of either runtime's timers: it advances the input
+// timerTick is one tick of the timers: it advances the input
 // watermark (a tick whose watermark cannot advance is skipped), runs visit
 // over every key at the watermark and, once the visit is complete, the
 // gauges of what it saw.
@@ -137,8 +102,6 @@ type watermark struct {
 	// yet known to be consumed.
 	samples []endSample
 	safe    time.Time
-	// committed receives the committed offsets read, per partition.
-	committed *atomic.Pointer[map[int32]int64]
 }
 
 type endSample struct {
@@ -157,7 +120,6 @@ func (w *watermark) advance(ctx context.Context, now time.Time) (time.Time, erro
 		return w.safe, err
 	}
 	w.samples = append(w.samples, endSample{at: now, ends: ends})
-	w.committed.Store(&read)
 	for len(w.samples) > 0 && consumed(w.samples[0], read) {
 		w.safe = w.samples[0].at
 		w.samples = w.samples[1:]
