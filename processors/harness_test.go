@@ -13,6 +13,7 @@ import (
 	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/testenv"
+	"github.com/driftguard/driftguard/processors/eos"
 )
 
 // shipped is a stream's processor as `driftguard process` runs it (the
@@ -129,7 +130,7 @@ func (s *shipped) VisitAll(ctx context.Context, name string, meta any) error {
 }
 
 // tracker reads a topic's committed records in order, as goka's tester's
-// QueueTracker does.
+// QueueTracker does, passing over transaction markers and view marks.
 type tracker struct {
 	s     *shipped
 	topic string
@@ -183,7 +184,7 @@ func (q *tracker) fill() {
 		pollCtx, cancel := context.WithTimeout(q.s.ctx, 100*time.Millisecond)
 		q.rd.PollFetches(pollCtx).EachRecord(func(r *kgo.Record) {
 			q.next[r.Partition] = r.Offset + 1
-			if !r.Attrs.IsControl() {
+			if !r.Attrs.IsControl() && !eos.IsViewMark(r) {
 				q.read = append(q.read, r)
 			}
 		})

@@ -117,7 +117,8 @@ func NewRuntime(conn kafka.Conn, s *config.Stream, opts Options, ropts RuntimeOp
 		h.tick(ctx, meta)
 	})
 	proc, err := eos.New(graph, eos.Options{
-		Client:             r.clientOptions(),
+		Client:             r.clientOptions(""),
+		ClientFor:          r.clientOptions,
 		TransactionalID:    ropts.TransactionalID,
 		Group:              h.group,
 		Storage:            ropts.Storage,
@@ -139,16 +140,21 @@ func NewRuntime(conn kafka.Conn, s *config.Stream, opts Options, ropts RuntimeOp
 	return r, nil
 }
 
-// clientOptions are the franz-go options every client of the runtime
-// starts from: internal/kafka's (the connection, acks=all, idempotence),
-// the fetch and batching settings, and its metrics.
-func (r *Runtime) clientOptions() []kgo.Opt {
+// clientOptions are the franz-go options of the runtime's client of role
+// ("" for the session): internal/kafka's (the connection, acks=all,
+// idempotence), the fetch and batching settings, and its own client id
+// and metrics.
+func (r *Runtime) clientOptions(role string) []kgo.Opt {
+	id := "process-" + r.h.stream.Name
+	if role != "" {
+		id += "-" + role
+	}
 	return kafka.Options(r.conn, append([]kgo.Opt{
 		kafka.FetchMinBytes(r.opts.FetchMinBytes),
 		kgo.FetchMaxWait(cmp.Or(r.opts.FetchMaxWait, 5*time.Second)),
 		kgo.MaxBufferedRecords(producerBufferedRecords), kgo.MaxBufferedBytes(producerBufferedBytes),
 		kgo.ProducerLinger(producerLinger),
-	}, append(r.h.opts.Metrics.clientOpts("process-"+r.h.stream.Name), r.opts.Client...)...)...)
+	}, append(r.h.opts.Metrics.clientOpts(id), r.opts.Client...)...)...)
 }
 
 // ClientOptions are the franz-go options of the runtime's group transact

@@ -292,7 +292,7 @@ func (p *Processor) restore(ctx context.Context, id int32, ends kadm.ListedOffse
 // restores table partition id from offset from: committed records only,
 // with the transaction markers that tell where the end is.
 func (p *Processor) ChangelogReaderOptions(id int32, from int64) []kgo.Opt {
-	return append(slices.Clone(p.opts.Client),
+	return append(p.clientFor("restore"),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{p.plan.table.name: {id: kgo.NewOffset().At(from)}}),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),

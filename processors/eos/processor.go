@@ -24,6 +24,10 @@ type Options struct {
 	// Client are the franz-go options that reach the cluster: seeds, TLS,
 	// SASL, client id, hooks. Required.
 	Client []kgo.Opt
+	// ClientFor, when set, gives the options of the processor's other
+	// clients by role ("restore", "marks", "leave") instead of Client:
+	// their own client ids and metrics.
+	ClientFor func(role string) []kgo.Opt
 	// TransactionalID names this instance's transactions and is its static
 	// group member id: stable across restarts of one instance, so that a
 	// restarted instance fences what its predecessor left open at once and
@@ -160,7 +164,7 @@ func New(g *goka.GroupGraph, opts Options) (*Processor, error) {
 		marked = append([]string{p.table.name}, marked...)
 	}
 	if len(marked) > 0 {
-		proc.marks = newViewMarks(group, marked, opts.Logger, opts.TransactionTimeout, opts.Client)
+		proc.marks = newViewMarks(group, marked, opts.Logger, opts.TransactionTimeout, proc.clientFor("marks"))
 	}
 	return proc, nil
 }
@@ -342,7 +346,7 @@ func (p *Processor) session(ctx context.Context, began *bool) (committed bool, e
 func (p *Processor) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
-	cl, err := kgo.NewClient(p.opts.Client...)
+	cl, err := kgo.NewClient(p.clientFor("leave")...)
 	if err == nil {
 		defer cl.Close()
 		var left kadm.LeaveGroupResponses
@@ -403,4 +407,12 @@ func (p *Processor) MemberID() string {
 	}
 	id, _ := sess.Client().GroupMetadata()
 	return id
+}
+
+// clientFor are the options of the processor's client of role.
+func (p *Processor) clientFor(role string) []kgo.Opt {
+	if p.opts.ClientFor != nil {
+		return p.opts.ClientFor(role)
+	}
+	return slices.Clone(p.opts.Client)
 }
