@@ -117,7 +117,7 @@ func NewRuntime(conn kafka.Conn, s *config.Stream, opts Options, ropts RuntimeOp
 		h.tick(ctx, meta)
 	})
 	proc, err := eos.New(graph, eos.Options{
-		Client:             r.clientOptions(""),
+		Client:             r.clientOptions("session"),
 		ClientFor:          r.clientOptions,
 		TransactionalID:    ropts.TransactionalID,
 		Group:              h.group,
@@ -140,13 +140,13 @@ func NewRuntime(conn kafka.Conn, s *config.Stream, opts Options, ropts RuntimeOp
 	return r, nil
 }
 
-// clientOptions are the franz-go options of the runtime's client of role
-// ("" for the session): internal/kafka's (the connection, acks=all,
-// idempotence), the fetch and batching settings, and its own client id
-// and metrics.
+// clientOptions are the franz-go options of the runtime's client of role:
+// internal/kafka's (the connection, acks=all, idempotence), the fetch and
+// batching settings, and its own client id (the session's is
+// driftguard-process-<stream>) and metrics, one kprom per client.
 func (r *Runtime) clientOptions(role string) []kgo.Opt {
 	id := "process-" + r.h.stream.Name
-	if role != "" {
+	if role != "session" {
 		id += "-" + role
 	}
 	return kafka.Options(r.conn, append([]kgo.Opt{

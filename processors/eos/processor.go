@@ -24,9 +24,10 @@ type Options struct {
 	// Client are the franz-go options that reach the cluster: seeds, TLS,
 	// SASL, client id, hooks. Required.
 	Client []kgo.Opt
-	// ClientFor, when set, gives the options of the processor's other
-	// clients by role ("restore", "marks", "leave") instead of Client:
-	// their own client ids and metrics.
+	// ClientFor, when set, gives the options of each client the processor
+	// builds, by role ("session" for each Kafka session, "restore",
+	// "marks", "leave"), instead of Client: their own client ids, and hooks
+	// that serve one client each (franz-go's kprom).
 	ClientFor func(role string) []kgo.Opt
 	// TransactionalID names this instance's transactions and is its static
 	// group member id: stable across restarts of one instance, so that a
@@ -182,7 +183,7 @@ func (p *Processor) Group() string { return p.group }
 // transact session.
 func (p *Processor) ClientOptions() []kgo.Opt {
 	// The timeouts first, so that Options.Client may set them too.
-	opts := append([]kgo.Opt{kgo.SessionTimeout(p.opts.SessionTimeout), kgo.HeartbeatInterval(p.opts.HeartbeatInterval)}, p.opts.Client...)
+	opts := append([]kgo.Opt{kgo.SessionTimeout(p.opts.SessionTimeout), kgo.HeartbeatInterval(p.opts.HeartbeatInterval)}, p.clientFor("session")...)
 	opts = append(opts,
 		kgo.ConsumerGroup(p.group),
 		kgo.InstanceID(p.opts.TransactionalID),
