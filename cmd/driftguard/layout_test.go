@@ -8,7 +8,11 @@ package main
 //   - no component imports another (they meet in Kafka, internal/ and
 //     schemas/);
 //   - the ordering rules (processors/decide) import no Kafka client and
-//     read no clock.
+//     read no clock;
+//   - the processors import no sarama (goka's graph package links it, but
+//     the runtime speaks franz-go), and the runtime that runs their goka
+//     graphs (processors/eos) imports nothing of driftguard: it could be
+//     lifted out as a library.
 
 import (
 	"encoding/json"
@@ -35,6 +39,29 @@ var components = []string{"ingest", "processors", "sinks/clickhouse", "sinks/rea
 
 // rulesPackage is the package of the ordering rules.
 const rulesPackage = module + "/processors/decide"
+
+// runtimePackage is the package that runs goka graphs exactly once.
+const runtimePackage = module + "/processors/eos"
+
+// runtimeViolations lists the processors' direct imports of sarama and
+// the runtime's imports of driftguard packages (tests aside).
+func runtimeViolations(pkgs []goPackage) []string {
+	var out []string
+	for _, p := range pkgs {
+		if componentOf(p.ImportPath) != "processors" {
+			continue
+		}
+		for _, imp := range p.Imports {
+			switch {
+			case imp == "github.com/IBM/sarama" || strings.HasPrefix(imp, "github.com/IBM/sarama/"):
+				out = append(out, fmt.Sprintf("%s imports %s: the processors speak franz-go", p.ImportPath, imp))
+			case p.ImportPath == runtimePackage && strings.HasPrefix(imp, module+"/"):
+				out = append(out, fmt.Sprintf("%s imports %s: the runtime names no driftguard package", p.ImportPath, imp))
+			}
+		}
+	}
+	return out
+}
 
 // kafkaClients are the module paths the ordering rules must not reach.
 var kafkaClients = []string{"github.com/lovoo/goka", "github.com/twmb/franz-go", "github.com/IBM/sarama"}
@@ -183,7 +210,7 @@ func TestLayout(t *testing.T) {
 	if !slices.ContainsFunc(pkgs, func(p goPackage) bool { return p.ImportPath == rulesPackage }) {
 		t.Fatalf("go list found no %s among %d packages", rulesPackage, len(pkgs))
 	}
-	for _, v := range importViolations(pkgs) {
+	for _, v := range append(importViolations(pkgs), runtimeViolations(pkgs)...) {
 		t.Error(v)
 	}
 	reads, err := rulesViolations(pkgs, readFile)
@@ -209,6 +236,13 @@ func TestLayoutRulesFindViolations(t *testing.T) {
 	if len(got) != 2 || !strings.Contains(got[0], "internal/testenv imports the component processors") ||
 		!strings.Contains(got[1], "the component ingest imports the component sinks/clickhouse") {
 		t.Errorf("import violations %q", got)
+	}
+	runtime := runtimeViolations([]goPackage{
+		{ImportPath: module + "/processors", Imports: []string{"github.com/IBM/sarama", "github.com/lovoo/goka"}},
+		{ImportPath: runtimePackage, Imports: []string{"github.com/lovoo/goka", module + "/internal/config"}, TestImports: []string{module + "/internal/testenv"}},
+	})
+	if len(runtime) != 2 || !strings.Contains(runtime[0], "imports github.com/IBM/sarama") || !strings.Contains(runtime[1], "imports "+module+"/internal/config") {
+		t.Errorf("runtime violations %q", runtime)
 	}
 	src := map[string]string{"clock.go": "package decide\n\nimport clock \"time\"\n\nfunc f() int64 { return clock.Now().UnixMilli() + int64(clock.Second) }\n"}
 	reads, err := rulesViolations(pkgs, func(_, name string) ([]byte, error) { return []byte(src[name]), nil })
