@@ -1,11 +1,14 @@
-// Package processors is the goka runtime of driftguard's ordering rules
-// (package decide): one goka group per stream keeps each key's state in its
-// compacted table `<stream>-table` (names under kafka.topic_prefix and
-// kafka.group_prefix, from internal/naming), feeds every input event and every due
-// timer to the rules, and emits each decision to `<stream>.outcomes`, the
-// new public state to `<stream>.state`, and what it cannot read to
-// `<stream>.dlq`. It owns what the rules must not know: goka, the Kafka
-// producer, table storage, the timer loop and redelivery after a crash.
+// Package processors is driftguard's processor of each stream: the
+// ordering rules (package decide) as a goka group graph, declared with
+// goka's DSL, whose callbacks read each input event and each due timer
+// through a goka.Context, decide it by the rules and emit each decision to
+// `<stream>.outcomes`, the new public state to `<stream>.state` and what
+// they cannot read to `<stream>.dlq`, keeping each key's state in the group
+// table `<stream>-table` (names under kafka.topic_prefix and
+// kafka.group_prefix, from internal/naming). Package eos runs the graph
+// exactly once; this package owns the rest the rules must not know: the
+// table codec and storage, the timers at the input watermark, the lag and
+// the metrics.
 package processors
 
 import (
