@@ -51,7 +51,7 @@ type environment struct {
 var commands = []command{
 	{name: "dev", args: "[--demo] [--no-sink]", summary: "every component in one process on an embedded Kafka (--demo sends demo traffic)", component: true, flags: devFlags},
 	{name: "ingest", summary: "the webhook HTTP edge", component: true, flags: func(*flag.FlagSet) runner { return runIngest }},
-	{name: "process", args: "[--streams a,b] [--no-create]", summary: "the ordering processors (one goka group per stream; --streams a,b for some; --no-create: only check the topics)", component: true, flags: processFlags},
+	{name: "process", args: "[--streams a,b] [--no-create]", summary: "the ordering processors (each stream's goka graph, exactly once; --streams a,b for some; --no-create: only check the topics)", component: true, flags: processFlags},
 	{name: "sink", summary: "the ClickHouse sink", component: true, flags: func(*flag.FlagSet) runner { return runSink }},
 	{name: "bridge", summary: "the realtime bridge: ordered state to browsers over SSE, and the page", component: true, flags: func(*flag.FlagSet) runner { return runBridge }},
 	{name: "token", args: "--user U [--streams a,b] [--ttl 1h]", summary: "print a token for the bridge, signed with bridge.secret", flags: tokenFlags},
