@@ -142,11 +142,10 @@ func (h *handler) process(ctx decisionContext, msg any) {
 
 // Metric labels of driftguard_processor_decisions_total that are not
 // outcomes: an input sent to the DLQ undecided, an ephemeral signal found
-// in `<stream>.in`, a redelivery too old to repeat.
+// in `<stream>.in`.
 const (
-	countDeadLetter           = "dead_letter"
-	countEphemeral            = "ephemeral"
-	countRedeliveredForgotten = "redelivered_forgotten"
+	countDeadLetter = "dead_letter"
+	countEphemeral  = "ephemeral"
 )
 
 // tableValueOf is the key's table value, empty before its first input.

@@ -117,7 +117,6 @@ func NewRuntime(conn kafka.Conn, s *config.Stream, opts Options, ropts RuntimeOp
 		h.tick(ctx, meta)
 	})
 	proc, err := eos.New(graph, eos.Options{
-		Client:             r.clientOptions("session"),
 		ClientFor:          r.clientOptions,
 		TransactionalID:    ropts.TransactionalID,
 		Group:              h.group,

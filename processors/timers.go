@@ -68,7 +68,7 @@ func (h *handler) timerTick(ctx context.Context, w *watermark, visit func(safeMs
 }
 
 // visitCounts sum what one timer visit sees across the keys it visits
-// (concurrently, one goroutine per partition).
+// (in the visit's transaction).
 type visitCounts struct {
 	quarantined, gaps, buffered atomic.Int64
 }

@@ -22,7 +22,8 @@ import (
 // Options configure a Processor. Zero values mean defaults.
 type Options struct {
 	// Client are the franz-go options that reach the cluster: seeds, TLS,
-	// SASL, client id, hooks. Required.
+	// SASL, client id, hooks, for every client of the processor. Required
+	// unless ClientFor is set.
 	Client []kgo.Opt
 	// ClientFor, when set, gives the options of each client the processor
 	// builds, by role ("session" for each Kafka session, "restore",
