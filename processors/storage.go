@@ -1,9 +1,7 @@
 package processors
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/lovoo/goka/storage"
 	"github.com/syndtr/goleveldb/leveldb"
+	ldberrors "github.com/syndtr/goleveldb/leveldb/errors"
 	ldbiter "github.com/syndtr/goleveldb/leveldb/iterator"
 	"github.com/syndtr/goleveldb/leveldb/util"
 )
@@ -23,10 +22,14 @@ import (
 // system call. Here they collect in a bounded map (limits below) and reach
 // LevelDB as one batch. Reads see the pending writes first.
 //
-// Losing the pending writes in a crash is safe: a partition that was not
-// closed cleanly is rebuilt from its changelog (see tableStorageBuilder).
-// The offset is written in the same batch as the values set before it, so
-// after a clean close goka replays the changelog after the stored offset.
+// Losing the pending writes in a crash is safe: the storage holds only
+// values of committed transactions (the runtime applies a transaction's
+// values once Kafka has committed it), and the offset is written in the
+// same batch as the values set before it, so after any stop, clean or
+// not, the runtime reads the changelog after the stored offset and lands
+// where the changelog stands. A batch may hold values past its offset
+// (a flush in the middle of a transaction's values); reading the
+// changelog after the offset writes them again, the same.
 // The layout (one directory per topic and partition, goka's offset key) is
 // goka's.
 type tableStorage struct {
@@ -56,27 +59,20 @@ const (
 // offsetKey is where goka's LevelDB storage keeps the table offset.
 const offsetKey = "__offset"
 
-// tableStorageBuilder opens table storage under dir.
-//
-// A table partition is kept across restarts only when the last process
-// closed it cleanly. goka stores a value before its changelog record is
-// acknowledged, so after a crash LevelDB may hold a value the changelog
-// never got, such as an event's id in the dedup memory while the event's
-// input offset was not committed: the redelivered event would be judged a
-// duplicate and its outcome and state never written. So a partition whose
-// clean marker is missing is wiped and rebuilt from the changelog, which
+// tableStorageBuilder opens table storage under dir. A partition is kept
+// across restarts, a crash included (see tableStorage): after a SIGKILL
+// the restore reads only the changelog written since the last flush, not
+// the whole table. A journal LevelDB cannot read (a machine that lost
+// power mid-write) is repaired with LevelDB's recovery, and a partition
+// even that cannot open is wiped and rebuilt from the changelog, which
 // holds only what Kafka accepted.
 func tableStorageBuilder(dir string) storage.Builder {
 	return func(topic string, partition int32) (storage.Storage, error) {
 		path := filepath.Join(dir, fmt.Sprintf("%s.%d", topic, partition))
-		if err := os.Remove(path + cleanSuffix); errors.Is(err, fs.ErrNotExist) {
-			if err := os.RemoveAll(path); err != nil {
-				return nil, fmt.Errorf("wiping table storage after an unclean stop: %w", err)
-			}
-		} else if err != nil {
-			return nil, err
-		}
-		db, err := leveldb.OpenFile(path, nil)
+		// The marker that earlier releases wrote on a clean close; nothing
+		// reads it any more.
+		_ = os.Remove(path + ".clean")
+		db, err := openLevelDB(path)
 		if err != nil {
 			return nil, fmt.Errorf("opening table storage: %w", err)
 		}
@@ -84,22 +80,31 @@ func tableStorageBuilder(dir string) storage.Builder {
 	}
 }
 
-// cleanSuffix names the marker, next to a partition's directory, that its
-// storage was closed cleanly.
-const cleanSuffix = ".clean"
+// openLevelDB opens the LevelDB at path, repairing it when its files are
+// corrupted and wiping it when they cannot be repaired.
+func openLevelDB(path string) (*leveldb.DB, error) {
+	db, err := leveldb.OpenFile(path, nil)
+	if !ldberrors.IsCorrupted(err) {
+		return db, err
+	}
+	if db, err = leveldb.RecoverFile(path, nil); err == nil {
+		return db, nil
+	}
+	if err := os.RemoveAll(path); err != nil {
+		return nil, fmt.Errorf("wiping table storage that cannot be repaired: %w", err)
+	}
+	return leveldb.OpenFile(path, nil)
+}
 
 func (s *tableStorage) Open() error { return nil }
 
-// Close writes what is pending and marks the partition clean.
+// Close writes what is pending.
 func (s *tableStorage) Close() error {
 	s.mu.Lock()
 	err := s.flush()
 	s.mu.Unlock()
 	if cerr := s.db.Close(); err == nil {
 		err = cerr
-	}
-	if err == nil {
-		err = os.WriteFile(s.path+cleanSuffix, nil, 0o600)
 	}
 	return err
 }

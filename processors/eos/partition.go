@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
 )
 
 // partitionState is where an owned partition is in its life.
@@ -154,63 +155,6 @@ func (part *partition) close() error {
 	return part.store.Close()
 }
 
-// restore reads the partition's changelog, committed records only, from
-// where the storage stands to end (the last stable offset), then marks it
-// running.
-func (part *partition) restore(ctx context.Context, reader func(from int64) (*kgo.Client, error), end int64) error {
-	stored, err := part.store.GetOffset(-1)
-	if err != nil {
-		return err
-	}
-	if stored+1 < end {
-		if err := part.readChangelog(ctx, reader, stored+1, end); err != nil {
-			return err
-		}
-	}
-	if err := part.store.MarkRecovered(); err != nil {
-		return err
-	}
-	part.state = running
-	return nil
-}
-
-// readChangelog applies the committed records in [from, end). Transaction
-// markers take offsets too: they are read (and passed over) so that the
-// end is known to be reached.
-func (part *partition) readChangelog(ctx context.Context, reader func(from int64) (*kgo.Client, error), from, end int64) error {
-	rd, err := reader(from)
-	if err != nil {
-		return err
-	}
-	defer rd.Close()
-	last := from - 1
-	for last < end-1 {
-		fetches := rd.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := fetches.Err0(); err != nil {
-			return err
-		}
-		var serr error
-		fetches.EachRecord(func(rec *kgo.Record) {
-			last = max(last, rec.Offset)
-			if serr != nil || rec.Attrs.IsControl() || IsViewMark(rec) {
-				return
-			}
-			if rec.Value == nil {
-				serr = part.store.Delete(string(rec.Key))
-			} else {
-				serr = part.store.Set(string(rec.Key), rec.Value)
-			}
-		})
-		if serr != nil {
-			return serr
-		}
-	}
-	return part.store.SetOffset(last)
-}
-
 // assigned restores the table partitions of newly assigned partitions
 // before any of their records is decided, once their offsets are stable.
 func (p *Processor) assigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
@@ -247,57 +191,36 @@ func (p *Processor) assigned(ctx context.Context, cl *kgo.Client, assigned map[s
 			p.opts.Logger.Info("partition assigned again; restored anew", "group", p.group, "partition", id)
 			p.drop(id)
 		}
-		part, err := p.restore(ctx, id, ends)
-		if err != nil {
-			p.failed = sessionLost(fmt.Errorf("group %s: restoring table partition %d: %w", p.group, id, err))
-			return
+	}
+	// Side by side: each partition has its storage and changelog reader of
+	// its own, and a restart restores every partition the instance held.
+	restored := make([]*partition, len(ids))
+	var g errgroup.Group
+	for i, id := range ids {
+		g.Go(func() error {
+			part, err := p.restore(ctx, id, ends)
+			restored[i] = part // nil, or open and to be closed even when failed
+			if err != nil {
+				return fmt.Errorf("restoring table partition %d: %w", id, err)
+			}
+			return nil
+		})
+	}
+	err := g.Wait()
+	for i, part := range restored {
+		if part != nil {
+			p.parts[ids[i]] = part // closed with the others when the session ends
 		}
-		p.parts[id] = part
+	}
+	if err != nil {
+		p.failed = sessionLost(fmt.Errorf("group %s: %w", p.group, err))
+		return
 	}
 	p.recovery.phase(PhaseRestored, "tables of the assigned partitions restored", "partitions", ids)
 	if p.marks != nil {
 		// A previous owner's last transaction ended in a marker.
 		p.marks.owe(ids...)
 	}
-}
-
-// restore opens partition id's table storage and reads its changelog to
-// its last stable offset in ends.
-func (p *Processor) restore(ctx context.Context, id int32, ends kadm.ListedOffsets) (*partition, error) {
-	table := "-"
-	if p.plan.table != nil {
-		table = p.plan.table.name
-	}
-	st, err := p.opts.Storage(table, id)
-	if err != nil {
-		return nil, err
-	}
-	part, err := openPartition(id, st)
-	if err != nil {
-		return nil, err
-	}
-	if p.plan.table == nil {
-		part.state = running
-		return part, nil
-	}
-	end, ok := ends.Lookup(table, id)
-	if !ok || end.Err != nil {
-		return nil, fmt.Errorf("no last stable offset of %s/%d: %v", table, id, end.Err)
-	}
-	reader := func(from int64) (*kgo.Client, error) { return kgo.NewClient(p.ChangelogReaderOptions(id, from)...) }
-	return part, part.restore(ctx, reader, end.Offset)
-}
-
-// ChangelogReaderOptions are the franz-go options of the client that
-// restores table partition id from offset from: committed records only,
-// with the transaction markers that tell where the end is.
-func (p *Processor) ChangelogReaderOptions(id int32, from int64) []kgo.Opt {
-	return append(p.clientFor("restore"),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{p.plan.table.name: {id: kgo.NewOffset().At(from)}}),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(),
-	)
 }
 
 // awaitStableOffsets returns once the group has no transaction pending on
