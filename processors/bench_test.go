@@ -6,11 +6,12 @@ import (
 
 	"context"
 	"fmt"
-	"github.com/driftguard/driftguard/internal/partition"
 	"os"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/driftguard/driftguard/internal/partition"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -178,7 +179,7 @@ func decideAll(b *testing.B, ctx context.Context, brokers []string, s *config.St
 	if err != nil {
 		b.Fatal(err)
 	}
-	return untilDecided(b, ctx, s, metrics, proc.Run)
+	return untilDecided(b, ctx, s, metrics, benchEvents, proc.Run)
 }
 
 // decideAllExactlyOnce runs the transactional runtime until it has decided
@@ -191,12 +192,12 @@ func decideAllExactlyOnce(b *testing.B, ctx context.Context, brokers []string, s
 	if err != nil {
 		b.Fatal(err)
 	}
-	return untilDecided(b, ctx, s, metrics, rt.Run)
+	return untilDecided(b, ctx, s, metrics, benchEvents, rt.Run)
 }
 
-// untilDecided runs a processor until its metrics count every event
+// untilDecided runs a processor until its metrics count n events
 // decided, timed from the first decision.
-func untilDecided(b *testing.B, ctx context.Context, s *config.Stream, metrics *Metrics, run func(context.Context) error) time.Duration {
+func untilDecided(b *testing.B, ctx context.Context, s *config.Stream, metrics *Metrics, n int, run func(context.Context) error) time.Duration {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- run(runCtx) }()
@@ -210,7 +211,7 @@ func untilDecided(b *testing.B, ctx context.Context, s *config.Stream, metrics *
 	// Timed from the first decision: joining the group and recovering the
 	// (empty) table are start-up, not throughput.
 	var start time.Time
-	for decided() < benchEvents {
+	for decided() < float64(n) {
 		if start.IsZero() && decided() > 0 {
 			start = time.Now()
 		}

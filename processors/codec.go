@@ -63,7 +63,7 @@ func (entityCodec) Encode(value any) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("entity codec: got %T", value)
 	}
-	return encodeEntity(v, entityFormat4)
+	return encodeEntity(v, entityFormat5)
 }
 
 // encodeEntity writes v in a binary format: the newest in production;
@@ -71,7 +71,7 @@ func (entityCodec) Encode(value any) ([]byte, error) {
 func encodeEntity(v *tableValue, format byte) ([]byte, error) {
 	e := &v.Entity
 	seen := format >= entityFormat3
-	b := make([]byte, 0, 64+len(e.State)+11*len(e.Recent))
+	b := make([]byte, 0, 64+len(e.State)+13*len(e.Recent)+conversationSize(e.Chat))
 	b = append(b, format, flags(e.Applied, e.Terminal, e.ParentSeen))
 	for _, n := range []int64{e.Version, e.UpdatedAtMs, e.ExpiresAtMs, e.NextRevision, e.DeadlineMs, e.GapSinceMs} {
 		b = binary.AppendVarint(b, n)
@@ -89,7 +89,12 @@ func encodeEntity(v *tableValue, format byte) ([]byte, error) {
 		b = appendString(b, d.Value)
 		b = appendIDs(b, d.Recent, d.UpdatedAtMs, seen)
 	}
-	for _, part := range []any{e.Buffer, e.Chat, e.Quarantine} {
+	parts := []any{e.Buffer, e.Chat, e.Quarantine}
+	for i, part := range parts {
+		if i == 1 && format >= entityFormat5 {
+			b = appendConversation(b, e.Chat)
+			continue
+		}
 		var err error
 		if b, err = appendJSON(b, part); err != nil {
 			return nil, fmt.Errorf("entity codec: %w", err)
@@ -129,7 +134,7 @@ func (entityCodec) Decode(data []byte) (any, error) {
 		e.DateSeenUnknown()
 		return &v, nil
 	}
-	if len(data) == 0 || data[0] < entityFormat1 || data[0] > entityFormat4 {
+	if len(data) == 0 || data[0] < entityFormat1 || data[0] > entityFormat5 {
 		return nil, fmt.Errorf("entity codec: unknown format %q", data[:min(len(data), 1)])
 	}
 	r := reader{data: data[1:], seen: data[0] >= entityFormat3}
@@ -152,7 +157,11 @@ func (entityCodec) Decode(data []byte) (any, error) {
 		}
 	}
 	r.json(&e.Buffer)
-	r.json(&e.Chat)
+	if data[0] >= entityFormat5 {
+		e.Chat = r.conversation()
+	} else {
+		r.json(&e.Chat)
+	}
 	r.json(&e.Quarantine)
 	if data[0] == entityFormat2 || data[0] == entityFormat3 {
 		// The redelivery memory of goka's processor: passed over.

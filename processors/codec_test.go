@@ -11,7 +11,10 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/record"
+	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/processors/decide"
+	"github.com/lovoo/goka"
 )
 
 // drawEntity draws a table value with every part a policy may set.
@@ -48,7 +51,31 @@ func drawEntity(t *rapid.T) *tableValue {
 		e.Quarantine = append(e.Quarantine, event())
 	}
 	if rapid.Bool().Draw(t, "chat") {
-		e.Chat = &decide.Conversation{Members: ids.Draw(t, "members"), Cursors: map[string]decide.Cursor{"u": {Read: clock.Draw(t, "read")}}}
+		e.Chat = &decide.Conversation{Members: ids.Draw(t, "members")}
+		for _, user := range ids.Draw(t, "members ever") {
+			if e.Chat.Membership == nil {
+				e.Chat.Membership = map[string][]decide.Interval{}
+			}
+			e.Chat.Membership[user] = rapid.SliceOfN(rapid.Custom(func(t *rapid.T) decide.Interval {
+				return decide.Interval{From: clock.Draw(t, "from"), To: clock.Draw(t, "to")}
+			}), 1, 3).Draw(t, "intervals")
+		}
+		for _, user := range ids.Draw(t, "readers") {
+			if e.Chat.Cursors == nil {
+				e.Chat.Cursors = map[string]decide.Cursor{}
+			}
+			cur := decide.Cursor{Read: clock.Draw(t, "read"), Delivered: clock.Draw(t, "delivered")}
+			for _, dev := range ids.Draw(t, "devices") {
+				if cur.Devices == nil {
+					cur.Devices = map[string]decide.DeviceCursor{}
+				}
+				cur.Devices[dev] = decide.DeviceCursor{Delivered: clock.Draw(t, "device delivered")}
+			}
+			e.Chat.Cursors[user] = cur
+		}
+		e.Chat.Sent = rapid.SliceOfN(rapid.Custom(func(t *rapid.T) decide.SentMessage {
+			return decide.SentMessage{Client: rapid.Uint64().Draw(t, "client"), Seq: clock.Draw(t, "seq"), AtMs: clock.Draw(t, "sent at")}
+		}), 0, 8).Draw(t, "sent")
 	}
 	return e
 }
@@ -72,7 +99,7 @@ func TestEntityCodecRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if data[0] != entityFormat4 {
+		if data[0] != entityFormat5 {
 			t.Fatalf("format byte %d", data[0])
 		}
 		got, err := entityCodec{}.Decode(data)
@@ -89,19 +116,19 @@ func TestEntityCodecRoundTrip(t *testing.T) {
 	})
 }
 
-// Values of the earlier binary formats decode as the same entity: those of
-// the first two with their ids, which had no seen time, dated by
+// Values of the earlier binary formats decode as the same entity (their
+// conversation in JSON): those of the first two with their ids, which had no seen time, dated by
 // DateSeenUnknown; the redelivery memory formats 2 and 3 carried, whatever
 // it holds, is passed over.
 func TestEntityCodecReadsEarlierFormats(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		e := drawEntity(t)
-		for _, format := range []byte{entityFormat1, entityFormat2, entityFormat3} {
+		for _, format := range []byte{entityFormat1, entityFormat2, entityFormat3, entityFormat4} {
 			data, err := encodeEntity(e, format)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if format != entityFormat1 {
+			if format == entityFormat2 || format == entityFormat3 {
 				// A memory in place of the empty one encodeEntity wrote.
 				memory := rapid.SliceOf(rapid.Byte()).Draw(t, "redelivery memory")
 				data = binary.AppendVarint(data[:len(data)-2], rapid.Int64().Draw(t, "next input"))
@@ -189,6 +216,43 @@ func TestEntityCodecReadsIDsOfEarlierReleases(t *testing.T) {
 		if id.AtMs != 1700 {
 			t.Fatalf("an id of an earlier release seen at %d", id.AtMs)
 		}
+	}
+}
+
+// A conversation of a table of an earlier release remembered each send by
+// its client key and message id, in JSON: it decodes to the key's hash, so
+// a retry of a send made before the upgrade still gets its sequence back.
+func TestEntityCodecReadsSendsOfEarlierReleases(t *testing.T) {
+	old := decide.Entity{Row: decide.Row{Applied: true, Version: 7}, Chat: &decide.Conversation{Members: []string{"ann"}}}
+	data, err := encodeEntity(&tableValue{Entity: old}, entityFormat4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chat := `{"members":["ann"],"sent":[{"client_key":"phone\u0000c1","seq":7,"message_id":"k:7","at_ms":1799999999000}]}`
+	// The conversation is the second of the three JSON parts, the last
+	// ones of a format 4 value: the empty buffer, the conversation, the
+	// empty quarantine.
+	empty := []byte{0}
+	prefix := data[:len(data)-len(empty)-len(binary.AppendUvarint(nil, uint64(len(`{"members":["ann"]}`))))-len(`{"members":["ann"]}`)-len(empty)]
+	data = append(appendBytes(append(slices.Clone(prefix), empty...), []byte(chat)), empty...)
+	v, err := entityCodec{}.Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := v.(*tableValue).Chat.Sent
+	if len(sent) != 1 || sent[0].Seq != 7 || sent[0].AtMs != 1799999999000 {
+		t.Fatalf("decoded sends %+v", sent)
+	}
+	// Retried, the send gets its sequence and message id back.
+	h := newHandler(testenv.Shipped(t, "chat"), Options{Logger: testenv.Logger(t)})
+	c := &oneKeyTransaction{key: "k", stored: data, headers: goka.Headers{}, decodeEach: true}
+	c.decide(t, h, []byte(`{"event_id":"retry","type":"message.send","conversation_id":"k","sender_id":"ann","sender_device_id":"phone","client_message_id":"c1","body":"hi"}`))
+	var o record.Outcome
+	if _, err := record.DecodeOutcome(c.outcome, &o); err != nil {
+		t.Fatal(err)
+	}
+	if o.Outcome != record.Duplicate || o.Version != 7 || o.MessageID != "k:7" {
+		t.Fatalf("the retry of a send stored before the upgrade: %s %d %q", o.Outcome, o.Version, o.MessageID)
 	}
 }
 

@@ -171,7 +171,7 @@ func waitInputsCommitted(t *testing.T, ctx context.Context, cl *kgo.Client, s *c
 // readTopic reads every record of topic up to its end offsets as of now,
 // as a read_committed reader sees them or, with committed false, every
 // record written, aborted or pending included.
-func readTopic(t *testing.T, ctx context.Context, cl *kgo.Client, topic string, committed bool) []*kgo.Record {
+func readTopic(t testing.TB, ctx context.Context, cl *kgo.Client, topic string, committed bool) []*kgo.Record {
 	t.Helper()
 	adm := kadm.NewClient(cl)
 	list := adm.ListEndOffsets

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/testenv"
+	"pgregory.net/rapid"
 )
 
 // Secrets of the right shape: "whsec_" plus base64 of 32 and 16 bytes.
@@ -744,4 +746,19 @@ func TestLoadSizesTheInFlightBudgetFromTheLoadedStreams(t *testing.T) {
 	if got := set.HTTP.MaxInFlightBytes; got != 50000000 {
 		t.Errorf("max_in_flight_bytes set in the file = %d, want 50000000", got)
 	}
+}
+
+// A message id is the template with {key} and {seq} replaced in one pass,
+// as strings.Replacer does it, whatever the key holds.
+func TestMessageIDOfReplacesInOnePass(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		part := rapid.SampledFrom([]string{"{key}", "{seq}", "{", "}", "k", ":", "{ke", "y}"})
+		tmpl := strings.Join(rapid.SliceOfN(part, 0, 8).Draw(t, "template"), "")
+		key := strings.Join(rapid.SliceOfN(part, 0, 4).Draw(t, "key"), "")
+		seq := rapid.Int64().Draw(t, "seq")
+		want := strings.NewReplacer("{key}", key, "{seq}", strconv.FormatInt(seq, 10)).Replace(tmpl)
+		if got := (&config.Assign{MessageID: tmpl}).MessageIDOf(key, seq); got != want {
+			t.Fatalf("MessageIDOf(%q, %d) of %q = %q, want %q", key, seq, tmpl, got, want)
+		}
+	})
 }

@@ -609,9 +609,24 @@ func (s *Stream) validateAssign(path string, checkPointer func(sub, p string, re
 	return errs
 }
 
-// MessageIDOf returns the id of the message assigned seq under key.
+// MessageIDOf returns the id of the message assigned seq under key: the
+// template with each {key} and {seq} replaced, in one pass (a key that
+// holds "{seq}" stays as it is). It runs for every message, so it builds
+// the id directly rather than a strings.Replacer each time.
 func (a *Assign) MessageIDOf(key string, seq int64) string {
-	return strings.NewReplacer("{key}", key, "{seq}", strconv.FormatInt(seq, 10)).Replace(a.MessageID)
+	t := a.MessageID
+	b := make([]byte, 0, len(t)+len(key)+20)
+	for i := 0; i < len(t); {
+		switch {
+		case strings.HasPrefix(t[i:], "{key}"):
+			b, i = append(b, key...), i+len("{key}")
+		case strings.HasPrefix(t[i:], "{seq}"):
+			b, i = strconv.AppendInt(b, seq, 10), i+len("{seq}")
+		default:
+			b, i = append(b, t[i]), i+1
+		}
+	}
+	return string(b)
 }
 
 // KeyPointer returns the pointer to the entity key of an event type.

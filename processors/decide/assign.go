@@ -2,6 +2,7 @@ package decide
 
 import (
 	"cmp"
+	"encoding/binary"
 	"encoding/json"
 	"maps"
 	"slices"
@@ -53,12 +54,37 @@ type Interval struct {
 // access to what was sent while they were out.
 const MaxIntervals = 16
 
-// SentMessage is what a retried send must get back.
+// SentMessage is what a retried send must get back: its sequence (the
+// message id is the stream's assign.message_id of the key and sequence),
+// remembered under its client key's hash.
 type SentMessage struct {
-	ClientKey string `json:"client_key"`
-	Seq       int64  `json:"seq"`
-	MessageID string `json:"message_id"`
-	AtMs      int64  `json:"at_ms"`
+	// Client is the 64-bit FNV-1a hash of the send's client key (device
+	// and client message id): 8 bytes whatever their length. Two client
+	// keys of one conversation would have to collide in 64 bits among the
+	// 2,000 remembered for a new message to be taken for a retry (odds
+	// about 1e-16 per message).
+	Client uint64 `json:"client"`
+	Seq    int64  `json:"seq"`
+	AtMs   int64  `json:"at_ms"`
+}
+
+// UnmarshalJSON also reads a send as tables of earlier releases wrote it,
+// by its client key itself (with its message id, now derived).
+func (m *SentMessage) UnmarshalJSON(data []byte) error {
+	var v struct {
+		Client    uint64  `json:"client"`
+		ClientKey *string `json:"client_key"`
+		Seq       int64   `json:"seq"`
+		AtMs      int64   `json:"at_ms"`
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	*m = SentMessage{Client: v.Client, Seq: v.Seq, AtMs: v.AtMs}
+	if v.ClientKey != nil {
+		m.Client = idHash(*v.ClientKey)
+	}
+	return nil
 }
 
 // Cursor is one member's read position and how far their messages were
@@ -110,14 +136,12 @@ func (c *Conversation) size() int {
 			n += 2 * (stringBytes(d) + chatEntryOverhead)
 		}
 	}
-	for _, sent := range c.Sent {
-		n += sent.size()
-	}
-	return n
+	return n + len(c.Sent)*sentSize
 }
 
-// size is what a remembered send takes in the conversation, at most.
-func (m SentMessage) size() int { return stringBytes(m.ClientKey, m.MessageID) + chatEntryOverhead }
+// sentSize is what a remembered send takes in the conversation, at most:
+// its hash and two varints.
+const sentSize = 8 + 2*binary.MaxVarintLen64
 
 // chatBudget is the conversation's share of a table value: what the
 // applied body and the dedup memory leave of config.TableValueBudget.
@@ -136,10 +160,11 @@ func (p assign) decide(e *Entity, ev Event) Effects {
 		// A retried send, under its old event id or a new one, gets back
 		// the sequence and message id it was first given.
 		p.forgetOld(c, ev.ReceivedAtMs)
-		if i := slices.IndexFunc(c.Sent, func(m SentMessage) bool { return m.ClientKey == ev.ClientKey }); i >= 0 {
+		client := idHash(ev.ClientKey)
+		if i := slices.IndexFunc(c.Sent, func(m SentMessage) bool { return m.Client == client }); i >= 0 {
 			e.firstSight(&e.Row, ev, dedupOf(p.stream))
 			effects := one(ev, record.Duplicate, "", c.Sent[i].Seq)
-			effects.Decisions[0].MessageID = c.Sent[i].MessageID
+			effects.Decisions[0].MessageID = p.stream.Assign.MessageIDOf(ev.Key, c.Sent[i].Seq)
 			return effects
 		}
 	}
@@ -184,21 +209,22 @@ func (p assign) send(e *Entity, c *Conversation, ev Event) Effects {
 		return one(ev, record.Rejected, record.ReasonNotMember, e.Version)
 	}
 	seq := e.Version + 1
-	msg := SentMessage{ClientKey: ev.ClientKey, Seq: seq, MessageID: p.stream.Assign.MessageIDOf(ev.Key, seq), AtMs: ev.ReceivedAtMs}
-	c.Sent = append(c.Sent, msg)
+	c.Sent = append(c.Sent, SentMessage{Client: idHash(ev.ClientKey), Seq: seq, AtMs: ev.ReceivedAtMs})
 	if over := len(c.Sent) - p.stream.Limits.IdempotencyKeys; over > 0 {
-		c.Sent = slices.Delete(c.Sent, 0, over)
+		// Resliced, not moved: a full memory drops one key a message, and
+		// append copies the rest only when it runs out of room.
+		c.Sent = c.Sent[over:]
 	}
 	// Within the conversation's bytes, the oldest client keys go first,
 	// early (counted as the dedup memory's early evictions are).
 	for size := c.size(); len(c.Sent) > 1 && size > chatBudget(p.stream); {
-		size -= c.Sent[0].size()
+		size -= sentSize
 		c.Sent = c.Sent[1:]
 		e.evicted++
 	}
 	e.Version = seq
 	effects := p.changed(e, ev)
-	effects.Decisions[0].MessageID = msg.MessageID
+	effects.Decisions[0].MessageID = p.stream.Assign.MessageIDOf(ev.Key, seq)
 	return effects
 }
 
@@ -325,26 +351,17 @@ func leastDelivered(devices map[string]DeviceCursor) string {
 
 // changed records an applied change and renders the public state.
 func (p assign) changed(e *Entity, ev Event) Effects {
-	state := struct {
-		LastSeq     int64                 `json:"last_seq"`
-		Members     []string              `json:"members"`
-		Membership  map[string][]Interval `json:"membership,omitempty"`
-		Cursors     map[string]Cursor     `json:"cursors,omitempty"`
-		LastMessage json.RawMessage       `json:"last_message,omitempty"`
-	}{LastSeq: e.Version, Members: e.Chat.Members, Membership: e.Chat.Membership, Cursors: e.Chat.Cursors}
+	var last json.RawMessage
 	if p.roles[ev.Type] == config.RoleSend {
-		state.LastMessage = ev.Body
+		last = ev.Body
 	} else if e.State != nil {
 		var prev struct {
 			LastMessage json.RawMessage `json:"last_message"`
 		}
 		_ = json.Unmarshal(e.State, &prev)
-		state.LastMessage = prev.LastMessage
+		last = prev.LastMessage
 	}
-	if state.Members == nil {
-		state.Members = []string{}
-	}
-	e.State, _ = json.Marshal(state)
+	e.State = appendChatState(make([]byte, 0, len(e.State)+len(last)+64), e.Version, e.Chat, last)
 	e.Applied = true
 	e.UpdatedAtMs = ev.ReceivedAtMs
 	e.Terminal = e.Terminal || ev.Terminal

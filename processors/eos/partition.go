@@ -53,19 +53,25 @@ type partition struct {
 	// touched is whether the running transaction decided a record or a
 	// visit of the partition.
 	touched bool
+	// cache holds decoded values that committed transactions wrote.
+	cache *valueCache
 }
 
-func openPartition(id int32, st storage.Storage) (*partition, error) {
+func openPartition(id int32, st storage.Storage, cacheBytes int) (*partition, error) {
 	if err := st.Open(); err != nil {
 		return nil, err
 	}
-	return &partition{id: id, state: restoring, store: st, pending: map[string]any{}, encoded: map[string][]byte{}}, nil
+	return &partition{id: id, state: restoring, store: st, pending: map[string]any{}, encoded: map[string][]byte{},
+		cache: newValueCache(cacheBytes)}, nil
 }
 
 // value is the key's table value as of the running transaction, nil
 // without one.
 func (part *partition) value(key string, codec goka.Codec) (any, error) {
 	if v, ok := part.pending[key]; ok {
+		return v, nil
+	}
+	if v, ok := part.cache.take(key); ok {
 		return v, nil
 	}
 	data, err := part.store.Get(key)
@@ -129,8 +135,10 @@ func (part *partition) apply() error {
 		var err error
 		if data == nil {
 			err = part.store.Delete(k)
+			part.cache.drop(k)
 		} else {
 			err = part.store.Set(k, data)
+			part.cache.put(k, part.pending[k], len(data))
 		}
 		if err != nil {
 			return err

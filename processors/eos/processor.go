@@ -42,6 +42,11 @@ type Options struct {
 	// Storage builds a table partition's local storage; nil keeps tables
 	// in memory, read back from the changelog at every assignment.
 	Storage storage.Builder
+	// ValueCacheBytes bounds, per owned partition, the decoded table
+	// values kept from one transaction to the next (by encoded size; zero
+	// means 4 MiB, negative none). A value given to SetValue must not
+	// change after its transaction: the cache keeps the value itself.
+	ValueCacheBytes int
 	// CommitEvery is how long one transaction gathers: the latency a
 	// read_committed reader adds, against the cost of a commit. Default
 	// 100ms.
@@ -149,6 +154,9 @@ func New(g *goka.GroupGraph, opts Options) (*Processor, error) {
 	opts.HeartbeatInterval = cmp.Or(opts.HeartbeatInterval, defaultHeartbeatInterval)
 	if opts.Storage == nil {
 		opts.Storage = storage.MemoryBuilder()
+	}
+	if opts.ValueCacheBytes == 0 {
+		opts.ValueCacheBytes = 4 << 20
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

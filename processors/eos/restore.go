@@ -23,7 +23,7 @@ func (p *Processor) restore(ctx context.Context, id int32, ends kadm.ListedOffse
 	if err != nil {
 		return nil, err
 	}
-	part, err := openPartition(id, st)
+	part, err := openPartition(id, st, p.opts.ValueCacheBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,175 @@
+package processors
+
+import (
+	"encoding/binary"
+	"maps"
+	"slices"
+
+	"github.com/driftguard/driftguard/processors/decide"
+)
+
+// entityFormat5 is entityFormat4 with an assign stream's conversation in
+// binary rather than JSON. A conversation is rewritten whole with every
+// message, and its idempotency memory (up to limits.idempotency_keys
+// sends) made JSON the processor's largest cost per chat message; here a
+// remembered send is its client key's hash and two varints, about 12
+// bytes. Its layout, after a byte that is 0 without a conversation and 1
+// with one:
+//
+//	members (count, strings) · membership (count, per user in order: the
+//	user, a count of intervals, varints from and to of each) · cursors
+//	(count, per user in order: the user, varints read and delivered, a
+//	count of devices, per device in order: the device, varint delivered)
+//	· sends (count, that many little-endian 64-bit client hashes, then
+//	varints: each send's sequence and received_at minus the one before,
+//	the first's from 0)
+const entityFormat5 byte = 5
+
+func appendConversation(b []byte, c *decide.Conversation) []byte {
+	if c == nil {
+		return append(b, 0)
+	}
+	b = append(b, 1)
+	b = binary.AppendUvarint(b, uint64(len(c.Members)))
+	for _, m := range c.Members {
+		b = appendString(b, m)
+	}
+	b = binary.AppendUvarint(b, uint64(len(c.Membership)))
+	for _, user := range decide.SortedKeys(c.Membership, c.Members) {
+		ivs := c.Membership[user]
+		b = appendString(b, user)
+		b = binary.AppendUvarint(b, uint64(len(ivs)))
+		for _, iv := range ivs {
+			b = binary.AppendVarint(binary.AppendVarint(b, iv.From), iv.To)
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(c.Cursors)))
+	for _, user := range decide.SortedKeys(c.Cursors, c.Members) {
+		cur := c.Cursors[user]
+		b = appendString(b, user)
+		b = binary.AppendVarint(binary.AppendVarint(b, cur.Read), cur.Delivered)
+		b = binary.AppendUvarint(b, uint64(len(cur.Devices)))
+		for _, dev := range slices.Sorted(maps.Keys(cur.Devices)) {
+			b = binary.AppendVarint(appendString(b, dev), cur.Devices[dev].Delivered)
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(c.Sent)))
+	for _, m := range c.Sent {
+		b = binary.LittleEndian.AppendUint64(b, m.Client)
+	}
+	var seq, at int64
+	for _, m := range c.Sent {
+		b = binary.AppendVarint(binary.AppendVarint(b, m.Seq-seq), m.AtMs-at)
+		seq, at = m.Seq, m.AtMs
+	}
+	return b
+}
+
+// conversationSize is about what appendConversation writes, so the
+// encoder mostly allocates once: a full memory is tens of kilobytes.
+func conversationSize(c *decide.Conversation) int {
+	if c == nil {
+		return 1
+	}
+	n := 1 + 4*binary.MaxVarintLen64 + len(c.Sent)*16 // a hash and two varints, usually short
+	for _, m := range c.Members {
+		n += binary.MaxVarintLen64 + len(m)
+	}
+	for user, ivs := range c.Membership {
+		n += 2*binary.MaxVarintLen64 + len(user) + len(ivs)*2*binary.MaxVarintLen64
+	}
+	for user, cur := range c.Cursors {
+		n += 4*binary.MaxVarintLen64 + len(user)
+		for dev := range cur.Devices {
+			n += 2*binary.MaxVarintLen64 + len(dev)
+		}
+	}
+	return n
+}
+
+// conversation reads what appendConversation wrote.
+func (r *reader) conversation() *decide.Conversation {
+	if len(r.data) == 0 {
+		r.fail("conversation")
+		return nil
+	}
+	present := r.data[0]
+	r.data = r.data[1:]
+	if present == 0 {
+		return nil
+	}
+	c := &decide.Conversation{}
+	if n := r.count(); n > 0 {
+		c.Members = make([]string, n)
+		for i := range c.Members {
+			c.Members[i] = r.str()
+		}
+	}
+	if n := r.count(); n > 0 {
+		c.Membership = make(map[string][]decide.Interval, n)
+		for range n {
+			user := r.str()
+			ivs := make([]decide.Interval, r.count())
+			for i := range ivs {
+				ivs[i] = decide.Interval{From: r.varint(), To: r.varint()}
+			}
+			c.Membership[user] = ivs
+		}
+	}
+	if n := r.count(); n > 0 {
+		c.Cursors = make(map[string]decide.Cursor, n)
+		for range n {
+			user := r.str()
+			cur := decide.Cursor{Read: r.varint(), Delivered: r.varint()}
+			if d := r.count(); d > 0 {
+				cur.Devices = make(map[string]decide.DeviceCursor, d)
+				for range d {
+					dev := r.str()
+					cur.Devices[dev] = decide.DeviceCursor{Delivered: r.varint()}
+				}
+			}
+			c.Cursors[user] = cur
+		}
+	}
+	c.Sent = r.sent()
+	if r.err != nil {
+		return nil
+	}
+	return c
+}
+
+// sent reads a conversation's remembered sends.
+func (r *reader) sent() []decide.SentMessage {
+	n := r.count()
+	if n == 0 || n > len(r.data)/8 {
+		if n > 0 {
+			r.fail("sends")
+		}
+		return nil
+	}
+	// Room for the send the next decision adds, so it does not copy them.
+	sent := make([]decide.SentMessage, n, n+1)
+	for i := range sent {
+		sent[i].Client = binary.LittleEndian.Uint64(r.data[8*i:])
+	}
+	// A local slice: this loop is the hot part of decoding a full memory.
+	data := r.data[8*n:]
+	var seq, at int64
+	for i := range sent {
+		ds, n1 := binary.Varint(data)
+		if n1 <= 0 {
+			r.fail("sends")
+			return nil
+		}
+		da, n2 := binary.Varint(data[n1:])
+		if n2 <= 0 {
+			r.fail("sends")
+			return nil
+		}
+		seq, at = seq+ds, at+da
+		sent[i].Seq, sent[i].AtMs = seq, at
+		data = data[n1+n2:]
+	}
+	r.data = data
+	return sent
+}
