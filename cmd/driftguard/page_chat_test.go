@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,23 +28,9 @@ func TestPageChatComposer(t *testing.T) {
 	chromium := testenv.Chromium(t)
 	bin := buildDriftguard(t)
 	ctx := testenv.Context(t, 5*time.Minute)
-	shots := os.Getenv(envScreenshots)
-	if shots == "" {
-		shots = t.TempDir()
-	} else if err := os.MkdirAll(shots, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	var devOut syncBuffer
-	bridgeAddr := freeLoopbackAddr(t)
-	startDriftguardTo(t, &devOut, bin, []string{"dev", "--no-sink"},
-		"DRIFTGUARD_HTTP_ADDR="+freeLoopbackAddr(t), "DRIFTGUARD_BRIDGE_ADDR="+bridgeAddr,
-		"DRIFTGUARD_BRIDGE_SECRET="+pageSecret)
-	var banner devBanner
-	if !testenv.Poll(ctx, func() bool { banner = parseBanner(devOut.String()); return banner.complete() }) {
-		t.Fatalf("no banner from dev:\n%s", devOut.String())
-	}
+	shots := screenshotsDir(t)
+	banner, bridgeAddr := startDevForPage(t, ctx, bin)
 	base := "http://" + bridgeAddr
-	waitReady(t, ctx, "dev's bridge", base)
 
 	send := newPageTraffic(banner.webhooks)
 	for _, w := range []pageWebhook{
@@ -150,6 +135,16 @@ func TestPageChatComposer(t *testing.T) {
 		c := e.State.Cursors[pageUser]
 		return c.Read >= 4 && c.Delivered >= 4
 	})
+	// Bob reads the page's message and types again: the whole picture.
+	w := send.chat(pageConversation, "receipt.read", map[string]any{"user_id": "bob", "device_id": "bob-phone", "conversation_seq": 3})
+	if err := w.post(ctx); err != nil {
+		t.Fatal(err)
+	}
+	chatNow("the page's message read", func(c pageChat) bool { return c.Messages[2].Tick == "read" })
+	if status, _ := postBridge(t, ctx, base, bob, "typing", map[string]any{}); status != http.StatusAccepted {
+		t.Fatalf("bob's typing again: %d", status)
+	}
+	chatNow("bob typing again", func(c pageChat) bool { return c.Typing == "bob" })
 	b.screenshot(shots, "6-chat-sent.png")
 	b.checkClean()
 }

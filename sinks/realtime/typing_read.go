@@ -28,15 +28,14 @@ type typingSignal struct {
 }
 
 // readTyping reads the stream's ephemeral topic from its end, never its
-// history, until ctx ends, and shows each typing signal; after a failure
-// it starts again from the end then.
+// history, until ctx ends, and shows each typing signal; until it learns
+// where the topic ends it tries again every second.
 func (b *Bridge) readTyping(ctx context.Context, st *stream) error {
 	for {
 		err := b.readTypingFromEnd(ctx, st)
 		if ctx.Err() != nil {
 			return nil
 		}
-		st.typing.reading.Store(false)
 		b.log.Warn("reading typing failed; starting again from the topic's end", "topic", st.typing.topic, "err", err)
 		select {
 		case <-ctx.Done():
@@ -60,7 +59,10 @@ func (b *Bridge) readTypingFromEnd(ctx context.Context, st *stream) error {
 	if len(start) == 0 {
 		return fmt.Errorf("topic %s has no partitions", ts.topic)
 	}
-	cl, err := b.reader("bridge-"+ts.topic, b.ops.Registry, ts.topic, start, 100*time.Millisecond)
+	// A reader that falls behind the topic's retention goes on from its
+	// end: what it skipped would have expired.
+	cl, err := b.reader("bridge-"+ts.topic, b.ops.Registry, ts.topic, start, 100*time.Millisecond,
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
 	if err != nil {
 		return err
 	}
@@ -71,15 +73,13 @@ func (b *Bridge) readTypingFromEnd(ctx context.Context, st *stream) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		var failed error
-		fetches.EachError(func(_ string, p int32, err error) {
+		// franz-go retries what it can; the rest is logged, as the state
+		// readers do, and the partitions keep flowing.
+		fetches.EachError(func(topic string, p int32, err error) {
 			if !errors.Is(err, context.Canceled) {
-				failed = fmt.Errorf("partition %d: %w", p, err)
+				b.log.Debug("fetch error", "topic", topic, "partition", p, "err", err)
 			}
 		})
-		if failed != nil {
-			return failed
-		}
 		fetches.EachRecord(func(r *kgo.Record) { b.receiveTyping(st, r) })
 	}
 }
