@@ -3,9 +3,10 @@
 // it, a presence sidebar, a workflow's progress badge, a chat client that
 // reconnects, over HTTP and server-sent events, with a snapshot and a
 // cursor to resume from. It reads Kafka only (`<stream>.state`, and for
-// assign streams the applied sends in `<stream>.outcomes`) and keeps
-// nothing Kafka cannot rebuild, so any number of bridges serve behind a
-// load balancer and a cursor from one is good on another (design §6).
+// assign streams the applied sends in `<stream>.outcomes` and the typing
+// in `<stream>.ephemeral`) and keeps nothing Kafka cannot rebuild, so
+// any number of bridges serve behind a load balancer and a cursor from one
+// is good on another (design §6).
 package realtime
 
 import (
