@@ -103,6 +103,11 @@ func (b *Bridge) postTyping(q *request) {
 		problem.Write(q.w, http.StatusNotFound, "not_chat", fmt.Sprintf("stream %q has no typing signal (assign.typing)", name), nil)
 		return
 	}
+	if _, ok := deviceOf(q); !ok {
+		b.metrics.forbidden.WithLabelValues(name, "403").Inc()
+		problem.Write(q.w, http.StatusForbidden, "device_mismatch", "X-Driftguard-Device names another device than the token's device claim", nil)
+		return
+	}
 	if !typingBodyOK(q.r) {
 		problem.Write(q.w, http.StatusUnprocessableEntity, "schema", "the body of a typing signal is {} (or nothing): the user and the conversation come from the token and the path", nil)
 		return

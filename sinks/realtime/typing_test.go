@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
@@ -73,13 +74,16 @@ type typingAnswer struct {
 	ExpiresAtMs int64  `json:"expires_at_ms"`
 }
 
-// postTyping POSTs tok's user typing in conv and returns the status and
-// the 202's body.
-func (e *bridgeEnv) postTyping(stream, conv, tok, body string) (int, typingAnswer) {
+// postTyping POSTs tok's user typing in conv, from device when given,
+// and returns the status and the 202's body.
+func (e *bridgeEnv) postTyping(stream, conv, tok, body string, device ...string) (int, typingAnswer) {
 	e.t.Helper()
 	req, _ := http.NewRequestWithContext(e.ctx, http.MethodPost, fmt.Sprintf("%s/v1/streams/%s/entities/%s/typing", e.url, stream, conv), strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+tok)
 	req.Header.Set("Content-Type", "application/json")
+	for _, d := range device {
+		req.Header.Set("X-Driftguard-Device", d)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.t.Fatal(err)
@@ -152,6 +156,15 @@ func TestTypingReachesMembersUntilItExpires(t *testing.T) {
 	}
 	if status, _ := e.postTyping(stream, "room", tok["alice"], "[1]"); status != http.StatusUnprocessableEntity {
 		t.Errorf("a body of [1]: %d, want 422", status)
+	}
+	// A device header that is not the token's device is refused.
+	withDevice, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "alice", "streams": []string{stream},
+		"exp": time.Now().Add(time.Hour).Unix(), "device": "alice-phone"}).SignedString([]byte(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := e.postTyping(stream, "room", withDevice, "{}", "alice-laptop"); status != http.StatusForbidden {
+		t.Errorf("a device header other than the token's: %d, want 403", status)
 	}
 	// A non-member's typing from ingest is read, and shown to no one.
 	e.typedAsIngest(stream, "room", "erin", time.Now())
