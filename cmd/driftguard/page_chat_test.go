@@ -19,7 +19,8 @@ import (
 // The chat's composer in a real browser, against `driftguard dev
 // --no-sink`: the page shows the ticks of the user's message as another
 // member's receipts come (sent, delivered, read); shows that member's
-// typing, sent through the bridge, until its expires_at_ms and not after;
+// typing, sent through the bridge, until its expires_at_ms and not after,
+// and their typing sent as a webhook through ingest;
 // sends the user's typing while they write; sends a message through the
 // bridge with a client_message_id kept in localStorage until acknowledged,
 // and shows it once, with the conversation_seq of the acknowledgement; and
@@ -90,6 +91,12 @@ func TestPageChatComposer(t *testing.T) {
 	if gone.NowMs < expires {
 		t.Errorf("bob's typing gone at %d, before its expiry at %d", gone.NowMs, expires)
 	}
+	// Typing from a backend, a signed webhook through ingest, shows alike.
+	if err := send.chat(pageConversation, "typing", map[string]any{"user_id": "bob"}).post(ctx); err != nil {
+		t.Fatal(err)
+	}
+	chatNow("bob typing through ingest", func(c pageChat) bool { return c.Typing == "bob" })
+	chatNow("bob's typing through ingest gone", func(c pageChat) bool { return c.Typing == "" })
 
 	// Demo writes and sends: their typing reaches the bridge while they
 	// write; the message is acknowledged with the next sequence, shown
