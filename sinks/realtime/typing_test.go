@@ -267,3 +267,34 @@ func metricValue(t *testing.T, e *bridgeEnv, series string) float64 {
 	}
 	return 0
 }
+
+// Behind a load balancer: a member's typing POSTed to one bridge reaches
+// the other member connected to another, on the real broker.
+func TestTypingCrossesBridges(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	stream := testenv.UniqueName("chat")
+	a := newBridgeEnv(t, brokers, chatAs(stream, nil), "chat")
+	b := *a
+	b.start()
+	a.publish(stream, "room", 1, chatState(0, "alice", "bob"))
+	alice, bob := a.token("alice", stream), a.token("bob", stream)
+	for _, e := range []*bridgeEnv{a, &b} {
+		testenv.WaitFor(t, e.ctx, "the room", func() bool { return e.get("/v1/streams/"+stream+"/entities/room", bob, nil) == http.StatusOK })
+	}
+	ctx, cancel := context.WithTimeout(a.ctx, time.Minute)
+	defer cancel()
+	cursor, _ := b.snapshot(stream, bob, 10)
+	s, status := b.open(ctx, stream, bob, cursor, "room")
+	if status != http.StatusOK {
+		t.Fatalf("bob's events on the second bridge: %d", status)
+	}
+	defer s.close()
+	testenv.WaitFor(t, ctx, "bob connected", func() bool { return metricValue(t, &b, `driftguard_bridge_clients{stream="`+stream+`"}`) == 1 })
+	status, sent := a.postTyping(stream, "room", alice, "{}")
+	if status != http.StatusAccepted {
+		t.Fatalf("alice typing on the first bridge: %d", status)
+	}
+	if got := nextTyping(t, s, 30*time.Second); got.UserID != "alice" || got.ExpiresAtMs != sent.ExpiresAtMs {
+		t.Errorf("bob on the second bridge got %+v, want alice's typing until %d", got, sent.ExpiresAtMs)
+	}
+}
