@@ -38,16 +38,21 @@ func aclDocRows(t *testing.T) []string {
 		{"gapless streams", config.Stream{Policy: config.PolicyGapless}},
 		{"assign streams", config.Stream{Policy: config.PolicyAssign}},
 		{"streams with ephemeral_types", config.Stream{Policy: config.PolicyLatest, EphemeralTypes: []string{"typing"}}},
+		{"assign streams with assign.typing", config.Stream{Policy: config.PolicyAssign, EphemeralTypes: []string{"typing"},
+			Assign: config.Assign{Typing: config.AssignTyping{Type: "typing"}}}},
 	} {
-		for _, row := range rows(variant.stream) {
+		// A row an earlier variant listed is not listed again.
+		variantRows := rows(variant.stream)
+		for _, row := range variantRows {
 			if !slices.Contains(base, row) {
 				out = append(out, strings.Replace(row, "` |", "` ("+variant.note+") |", 1))
 			}
 		}
+		base = append(base, variantRows...)
 	}
 	// With prefixes, one ACL per kind of resource, whatever the streams.
 	all := &config.Config{Streams: map[string]*config.Stream{}}
-	for i, s := range []config.Stream{{Policy: config.PolicyLatest}, {Policy: config.PolicyGapless}, {Policy: config.PolicyAssign, EphemeralTypes: []string{"typing"}}} {
+	for i, s := range []config.Stream{{Policy: config.PolicyLatest}, {Policy: config.PolicyGapless}, {Policy: config.PolicyAssign, EphemeralTypes: []string{"typing"}, Assign: config.Assign{Typing: config.AssignTyping{Type: "typing"}}}} {
 		s.Name = fmt.Sprintf("s%d", i)
 		all.Streams[s.Name] = &s
 	}

@@ -54,24 +54,9 @@ func TestPageInARealBrowser(t *testing.T) {
 	step := func(what string) { t.Logf("%5.1fs %s", time.Since(start).Seconds(), what) }
 	bin := buildDriftguard(t)
 	ctx := testenv.Context(t, 8*time.Minute)
-	shots := os.Getenv(envScreenshots)
-	if shots == "" {
-		shots = t.TempDir()
-	} else if err := os.MkdirAll(shots, 0o755); err != nil {
-		t.Fatal(err)
-	}
-
-	var devOut syncBuffer
-	devBridge := freeLoopbackAddr(t)
-	startDriftguardTo(t, &devOut, bin, []string{"dev", "--no-sink"},
-		"DRIFTGUARD_HTTP_ADDR="+freeLoopbackAddr(t), "DRIFTGUARD_BRIDGE_ADDR="+devBridge,
-		"DRIFTGUARD_BRIDGE_SECRET="+pageSecret)
-	var banner devBanner
-	if !testenv.Poll(ctx, func() bool { banner = parseBanner(devOut.String()); return banner.complete() }) {
-		t.Fatalf("no banner from dev:\n%s", devOut.String())
-	}
+	shots := screenshotsDir(t)
+	banner, devBridge := startDevForPage(t, ctx, bin)
 	t.Logf("dev: kafka %s, webhooks %s", strings.Join(banner.brokers, ","), banner.webhooks)
-	waitReady(t, ctx, "dev's bridge", "http://"+devBridge)
 
 	pageAddr := freeLoopbackAddr(t)
 	startBridge := func() *exec.Cmd {
@@ -259,6 +244,38 @@ func TestPageInARealBrowser(t *testing.T) {
 }
 
 var pageStreams = []string{"presence", "workflow", "chat", "orders"}
+
+// screenshotsDir is where the browser tests' screenshots go:
+// envScreenshots' folder, else a temp folder the test removes.
+func screenshotsDir(t *testing.T) string {
+	t.Helper()
+	shots := os.Getenv(envScreenshots)
+	if shots == "" {
+		return t.TempDir()
+	}
+	if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return shots
+}
+
+// startDevForPage runs `driftguard dev --no-sink` with the page tests'
+// bridge key, and returns its banner and its bridge's address once the
+// bridge is ready.
+func startDevForPage(t *testing.T, ctx context.Context, bin string) (devBanner, string) {
+	t.Helper()
+	var devOut syncBuffer
+	bridge := freeLoopbackAddr(t)
+	startDriftguardTo(t, &devOut, bin, []string{"dev", "--no-sink"},
+		"DRIFTGUARD_HTTP_ADDR="+freeLoopbackAddr(t), "DRIFTGUARD_BRIDGE_ADDR="+bridge,
+		"DRIFTGUARD_BRIDGE_SECRET="+pageSecret)
+	var banner devBanner
+	if !testenv.Poll(ctx, func() bool { banner = parseBanner(devOut.String()); return banner.complete() }) {
+		t.Fatalf("no banner from dev:\n%s", devOut.String())
+	}
+	waitReady(t, ctx, "dev's bridge", "http://"+bridge)
+	return banner, bridge
+}
 
 // The conversation whose messages the page and the client compare.
 const pageConversation = "team-room"

@@ -238,6 +238,13 @@ type Bridge struct {
 	// fill their windows. Default 0: from the log start, as far back as
 	// the outcomes' retention holds.
 	ChatHistory time.Duration `yaml:"chat_history"`
+	// TypingTTL is how long a typing signal shows: its expires_at_ms is
+	// the time it was produced plus this. Default 5s.
+	TypingTTL time.Duration `yaml:"typing_ttl"`
+	// TypingRate is how many typing signals per second a user's typing
+	// in one conversation is produced and shown; more within the interval
+	// are coalesced (answered 202, not produced). Default 1.
+	TypingRate float64 `yaml:"typing_rate"`
 }
 
 // Telemetry configures the operational endpoints of the non-HTTP components.
@@ -406,6 +413,8 @@ func (c *Config) applyDefaults() {
 	orDefault(&c.Bridge.ClientLag, 10_000)
 	orDefault(&c.Bridge.Heartbeat, 15*time.Second)
 	orDefault(&c.Bridge.ChatWindow, 1000)
+	orDefault(&c.Bridge.TypingTTL, 5*time.Second)
+	orDefault(&c.Bridge.TypingRate, 1)
 	if c.DataDir == "" {
 		c.DataDir = defaultDataDir()
 	}
@@ -580,6 +589,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Bridge.Heartbeat < 100*time.Millisecond {
 		add("bridge.heartbeat", "must be at least 100ms, got %s", c.Bridge.Heartbeat)
+	}
+	if c.Bridge.TypingTTL < 100*time.Millisecond || c.Bridge.TypingTTL > time.Minute {
+		add("bridge.typing_ttl", "must be from 100ms to 1m (how long a typing signal shows), got %s", c.Bridge.TypingTTL)
+	}
+	if !(c.Bridge.TypingRate > 0 && c.Bridge.TypingRate <= 100) {
+		add("bridge.typing_rate", "must be above 0 and at most 100 typing signals a second per user and conversation, got %g", c.Bridge.TypingRate)
 	}
 	for i, origin := range c.Bridge.AllowedOrigins {
 		if origin != "*" && !strings.HasPrefix(origin, "http://") && !strings.HasPrefix(origin, "https://") {

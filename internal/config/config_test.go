@@ -454,6 +454,23 @@ func TestLoadRejectsInvalidFileNamingTheConfigPath(t *testing.T) {
 			want: []string{"in bridge.chat_history:", "must be 0 (read the outcomes from their log start) or positive, got -1h0m0s"},
 		},
 		{
+			name: "typing outside the bounds",
+			yaml: "bridge: {typing_ttl: 2m, typing_rate: -1}",
+			want: []string{"in bridge.typing_ttl: must be from 100ms to 1m", "got 2m0s",
+				"in bridge.typing_rate: must be above 0 and at most 100", "got -1"},
+		},
+		{
+			name: "typing of a type that is not ephemeral, and without its user",
+			yaml: "streams: {chat: {assign: {typing: {type: message.send, user: \"\"}}}}",
+			want: []string{`in streams.chat.assign.typing.type: event type "message.send" must be one of ephemeral_types`,
+				"in streams.chat.assign.typing.user: missing JSON pointer"},
+		},
+		{
+			name: "typing user without its type",
+			yaml: "streams: {chat: {assign: {typing: {type: \"\", user: /user_id}}}}",
+			want: []string{"in streams.chat.assign.typing.type: is required with assign.typing.user"},
+		},
+		{
 			name: "receipts without their pointers",
 			yaml: "streams: {chat: {assign: {receipts: {user: \"\", sequence: \"\"}}}}",
 			want: []string{"in streams.chat.assign.receipts.user: missing JSON pointer", "in streams.chat.assign.receipts.sequence: missing JSON pointer"},

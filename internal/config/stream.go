@@ -222,6 +222,18 @@ type Assign struct {
 	// user reads the messages sent while they were a member; HistoryShared,
 	// a member also reads everything sent before they joined.
 	History string `yaml:"history"`
+	// Typing names the conversation's typing signal, an ephemeral type:
+	// the bridge produces it for a member's `POST …/typing` and shows it
+	// to the members following the conversation. Optional.
+	Typing AssignTyping `yaml:"typing"`
+}
+
+// AssignTyping names the typing signal of an assign stream.
+type AssignTyping struct {
+	// Type is the event type, one of the stream's ephemeral_types.
+	Type string `yaml:"type"`
+	// User points at the user who types.
+	User string `yaml:"user"`
 }
 
 // The history policies of an assign stream (Assign.History).
@@ -291,7 +303,8 @@ func (a *Assign) Roles() map[string]AssignRole {
 func (a *Assign) configured() bool {
 	return len(a.Send.Types)+len(a.Members.Added)+len(a.Members.Removed)+len(a.Receipts.Read)+len(a.Receipts.Delivered) > 0 ||
 		a.Send.Sender != "" || a.Send.Device != "" || a.Send.ClientMessageID != "" || a.Members.User != "" ||
-		a.Receipts.User != "" || a.Receipts.Device != "" || a.Receipts.Sequence != "" || a.MessageID != "" || a.History != ""
+		a.Receipts.User != "" || a.Receipts.Device != "" || a.Receipts.Sequence != "" || a.MessageID != "" || a.History != "" ||
+		a.Typing.Type != "" || a.Typing.User != ""
 }
 
 // Terminal names the states after which an entity never changes again:
@@ -568,6 +581,13 @@ func (s *Stream) validateAssign(path string, checkPointer func(sub, p string, re
 	checkPointer("assign.receipts.user", a.Receipts.User, receipts)
 	checkPointer("assign.receipts.sequence", a.Receipts.Sequence, receipts)
 	checkPointer("assign.receipts.device", a.Receipts.Device, false)
+	checkPointer("assign.typing.user", a.Typing.User, a.Typing.Type != "")
+	switch {
+	case a.Typing.Type != "" && !s.IsEphemeral(a.Typing.Type):
+		add("typing.type", "event type %q must be one of ephemeral_types: typing is never decided or stored", a.Typing.Type)
+	case a.Typing.Type == "" && a.Typing.User != "":
+		add("typing.type", "is required with assign.typing.user: it names the typing signal's event type")
+	}
 	if a.History != HistoryJoined && a.History != HistoryShared {
 		add("history", "must be %s (a member reads what was sent while they were one) or %s (also what was sent before they joined), got %q", HistoryJoined, HistoryShared, a.History)
 	}

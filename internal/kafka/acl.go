@@ -120,6 +120,10 @@ func byName(component string, cfg *config.Config) []ACL {
 			if s.Policy == config.PolicyAssign {
 				topic(n.Outcomes, "READ")
 			}
+			if s.Policy == config.PolicyAssign && s.Assign.Typing.Type != "" {
+				// Typing: produced for a member's POST, read from its end.
+				topic(n.Ephemeral, "READ", "WRITE")
+			}
 		case ComponentTopics:
 			for _, spec := range topics.Specs(p, s) {
 				topic(spec.Name, "CREATE", "DESCRIBE", "DESCRIBE_CONFIGS")

@@ -11,10 +11,23 @@ import (
 )
 
 // claims are what a bridge token carries (design §6): the user, when it
-// expires, and the streams it may read ("*" for all).
+// expires, and the streams it may read ("*" for all); optionally the
+// user's device.
 type claims struct {
 	jwt.RegisteredClaims
 	Streams []string `json:"streams"`
+	Device  string   `json:"device"`
+}
+
+// deviceOf is the request's device: the token's device claim when it has
+// one, else the X-Driftguard-Device header; ok is false for a header that
+// names another device than the claim (403 device_mismatch).
+func deviceOf(q *request) (device string, ok bool) {
+	header := q.r.Header.Get("X-Driftguard-Device")
+	if q.user.Device != "" {
+		return q.user.Device, header == "" || header == q.user.Device
+	}
+	return header, true
 }
 
 // mayRead reports whether the token's streams name stream.

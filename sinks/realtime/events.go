@@ -80,6 +80,7 @@ func (b *Bridge) events(q *request) {
 	}
 	b.metrics.clients.WithLabelValues(name).Inc()
 	defer b.metrics.clients.WithLabelValues(name).Dec()
+	defer b.followTyping(c)()
 	err := c.run(q.r.Context())
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		// A client that took nothing for writeTimeout is as good as
@@ -221,6 +222,9 @@ type client struct {
 	runStart, runEnd, runLen int
 	// told are the conversations the client was told it left.
 	told map[string]bool
+	// typing brings the typing signals the client may see (typing_read.go);
+	// nil on a stream without typing.
+	typing chan *typingSignal
 }
 
 // tooFarBehind reports whether the client, behind changes from the head
@@ -281,6 +285,10 @@ func (c *client) run(ctx context.Context) error {
 		case <-wake:
 		case <-c.s.retired:
 			return c.reset("the bridge is reading the stream anew; take a new snapshot")
+		case sig := <-c.typing:
+			if err := c.sendTyping(sig); err != nil {
+				return err
+			}
 		case <-heartbeat.C:
 			if _, err := c.q.w.Write([]byte(":\n\n")); err != nil {
 				return err

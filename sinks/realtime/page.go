@@ -17,7 +17,7 @@ func registerPage(mux *http.ServeMux) {
 	files, _ := fs.Sub(pageFiles, "page")
 	static := http.FileServerFS(files)
 	mux.Handle("GET /{$}", noStore(static))
-	for _, name := range []string{"app.js", "style.css"} {
+	for _, name := range []string{"app.js", "compose.js", "style.css"} {
 		mux.Handle("GET /"+name, noStore(static))
 	}
 }

@@ -29,6 +29,8 @@ type stream struct {
 	caughtUp atomic.Bool
 	// chat serves the applied sends of an assign stream; nil otherwise.
 	chat *chat
+	// typing shows an assign stream's typing signals; nil without one.
+	typing *typingStream
 	// failure is why reading the stream last failed, for /readyz.
 	failure atomic.Pointer[error]
 	// droppedLogAt is when entities dropped over bridge.max_entities were

@@ -3,9 +3,10 @@
 // it, a presence sidebar, a workflow's progress badge, a chat client that
 // reconnects, over HTTP and server-sent events, with a snapshot and a
 // cursor to resume from. It reads Kafka only (`<stream>.state`, and for
-// assign streams the applied sends in `<stream>.outcomes`) and keeps
-// nothing Kafka cannot rebuild, so any number of bridges serve behind a
-// load balancer and a cursor from one is good on another (design §6).
+// assign streams the applied sends in `<stream>.outcomes` and the typing
+// in `<stream>.ephemeral`) and keeps nothing Kafka cannot rebuild, so
+// any number of bridges serve behind a load balancer and a cursor from one
+// is good on another (design §6).
 package realtime
 
 import (
@@ -63,6 +64,10 @@ type Bridge struct {
 	auth    *verifier
 	streams map[string]*stream
 	adm     *kadm.Client
+	// typingProducer writes the typing signals, apart from any durable
+	// write (typing.go); typingMetrics count them.
+	typingProducer *kgo.Client
+	typingMetrics  *typingMetrics
 }
 
 // ErrNoSecret is returned by New without bridge.secret.
@@ -87,6 +92,7 @@ func New(opts Options) (*Bridge, error) {
 		b.now = time.Now
 	}
 	b.metrics = newMetrics(b.ops.Registry)
+	b.typingMetrics = newTypingMetrics(b.ops.Registry)
 	b.auth = newVerifier([]byte(cfg.Bridge.Secret), b.now)
 	names := cfg.Kafka.Naming()
 	for _, s := range cfg.StreamList() {
@@ -99,6 +105,7 @@ func New(opts Options) (*Bridge, error) {
 				return b.fetchSends(ctx, st.outcomes, p, want, each)
 			}
 		}
+		st.typing = b.newTyping(s, t.Ephemeral)
 		b.streams[s.Name] = st
 		b.metrics.serve(s.Name)
 	}
@@ -142,6 +149,12 @@ func (b *Bridge) Run(ctx context.Context) error {
 		return err
 	}
 	b.adm = kadm.NewClient(cl)
+	if slices.ContainsFunc(slices.Collect(maps.Values(b.streams)), func(st *stream) bool { return st.typing != nil }) {
+		if b.typingProducer, err = kafka.NewClient(b.kc, TypingProducerOptions()...); err != nil {
+			return err
+		}
+		defer b.typingProducer.Close()
+	}
 	b.ops.AddReadiness("bridge", b.ready)
 	ln := b.ln
 	if ln == nil {
@@ -157,6 +170,9 @@ func (b *Bridge) Run(ctx context.Context) error {
 		services = append(services, service.Func{Label: "bridge " + name, Fn: func(ctx context.Context) error { return b.readState(ctx, st) }})
 		if st.chat != nil {
 			services = append(services, service.Func{Label: "bridge chat " + name, Fn: func(ctx context.Context) error { return b.readChat(ctx, st) }})
+		}
+		if st.typing != nil {
+			services = append(services, service.Func{Label: "bridge typing " + name, Fn: func(ctx context.Context) error { return b.readTyping(ctx, st) }})
 		}
 	}
 	b.log.Info("bridge listening", "addr", ln.Addr().String(), "streams", len(b.streams))
@@ -197,6 +213,8 @@ func (b *Bridge) ready(context.Context) error {
 			return fmt.Errorf("stream %s: %s not read to its end yet", name, st.topic)
 		case st.chat != nil && !st.chat.caughtUp.Load():
 			return fmt.Errorf("stream %s: its outcomes not read for chat catch-up yet", name)
+		case st.typing != nil && !st.typing.reading.Load():
+			return fmt.Errorf("stream %s: %s not read from its end yet", name, st.typing.topic)
 		}
 		// A stream over bridge.max_entities is no reason: every replica
 		// reads the same topics and would leave the Service at once. The
@@ -215,6 +233,7 @@ func (b *Bridge) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/streams/{stream}/entities/{key}/messages", b.authorized(b.messages))
 	mux.HandleFunc("GET /v1/streams/{stream}/events", b.authorized(b.events))
 	mux.HandleFunc("GET /v1/streams/{stream}/sync", b.authorized(b.sync))
+	mux.HandleFunc("POST /v1/streams/{stream}/entities/{key}/typing", b.authorized(b.postTyping))
 	mux.HandleFunc("OPTIONS /v1/streams/", b.preflight)
 	b.ops.Register(mux)
 	registerPage(mux)
@@ -283,8 +302,8 @@ func (b *Bridge) cors(w http.ResponseWriter, r *http.Request) {
 func (b *Bridge) preflight(w http.ResponseWriter, r *http.Request) {
 	b.cors(w, r)
 	if w.Header().Get("Access-Control-Allow-Origin") != "" {
-		w.Header().Set("Access-Control-Allow-Methods", "GET")
-		w.Header().Set("Access-Control-Allow-Headers", "Authorization, Last-Event-ID")
+		w.Header().Set("Access-Control-Allow-Methods", "GET, POST")
+		w.Header().Set("Access-Control-Allow-Headers", "Authorization, Last-Event-ID, Content-Type, X-Driftguard-Device")
 		w.Header().Set("Access-Control-Max-Age", "600")
 	}
 	w.WriteHeader(http.StatusNoContent)

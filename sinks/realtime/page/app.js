@@ -32,6 +32,8 @@
 // data-conn, data-snapshots, data-resumes and data-changes: a read-only
 // summary for tests, invisible to people; the chat's section also has
 // data-syncs, the sync answers applied.
+//
+// The composer, typing, ticks and receipts are in compose.js.
 'use strict';
 
 const FEEDS = ['presence', 'workflow', 'chat', 'orders'];
@@ -322,6 +324,10 @@ class Feed {
             // Removed from a conversation: it goes from the list (its
             // messages up to readable_until_seq stay readable).
             removed = this.entities.delete(JSON.parse(ev.data).key) || removed;
+            continue;
+          }
+          if (ev.event === 'typing') {
+            this.hooks.typing(JSON.parse(ev.data));
             continue;
           }
           if (ev.event !== 'state') continue;
@@ -825,12 +831,12 @@ function renderChat() {
   // The newest message stays in view, unless the reader scrolled up.
   const list = document.getElementById('messages');
   const atEnd = list.scrollHeight - list.scrollTop - list.clientHeight < 24;
-  list.replaceChildren(...held.messages.map((m) =>
-    el('li', { class: m.sender_id === user ? 'message mine' : 'message', data: { seq: String(m.conversation_seq), messageId: m.message_id } },
-      el('span', { class: 'sender' }, m.sender_id),
-      el('span', { class: 'body' }, m.body),
-      el('time', { datetime: new Date(m.accepted_at_ms).toISOString() }, clock(m.accepted_at_ms)))));
+  // The messages, with ticks on the user's own, then those still sending
+  // (compose.js).
+  list.replaceChildren(...held.messages.map((m) => messageItem(m, e)), ...unsentItems(e.key, held));
   if (atEnd) list.scrollTop = list.scrollHeight;
+  typing.render();
+  receipts.update(e.key);
 }
 
 const CONN_TEXT = {
@@ -900,8 +906,17 @@ function changed(feed) {
 
 function connected(feed) {
   // After each (re)connect, one sync call brings every conversation up to
-  // date.
-  if (feed.stream === 'chat') chat.sync();
+  // date, and the messages still unacknowledged are sent again.
+  if (feed.stream === 'chat') {
+    chat.sync();
+    outbox.flush();
+  }
+}
+
+// typingReceived shows a typing event, and tells the tabs that follow.
+function typingReceived(t) {
+  typing.receive(t);
+  tabs.publish({ kind: 'typing', typing: t });
 }
 
 // ---- tabs ----
@@ -957,6 +972,10 @@ const tabs = {
       }
       return;
     }
+    if (m.kind === 'typing') {
+      if (!this.leading) typing.receive(m.typing);
+      return;
+    }
     if (!this.leading && feeds[m.stream]) feeds[m.stream].adopt(m);
   },
 
@@ -991,12 +1010,13 @@ function start() {
   }
   document.getElementById('who').textContent = user ? `Signed in as ${user}` : '';
   for (const stream of FEEDS) {
-    feeds[stream] = new Feed(stream, { changed, connected, publish: (m) => tabs.publish(m) });
+    feeds[stream] = new Feed(stream, { changed, connected, typing: typingReceived, publish: (m) => tabs.publish(m) });
   }
   for (const feed of Object.values(feeds)) {
     renderConn(feed);
     if (feed.entities.size > 0) changed(feed);
   }
+  composer.start();
   tabs.start();
   // Expiry is a matter of time, not of events: the sidebar is recomputed
   // every second and whenever the page becomes visible again.
@@ -1019,4 +1039,6 @@ function start() {
   });
 }
 
-start();
+// compose.js, loaded after this file, is part of the page: start once
+// both are read.
+document.addEventListener('DOMContentLoaded', start);
