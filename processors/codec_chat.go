@@ -22,7 +22,8 @@ import (
 //	count of devices, per device in order: the device, varint delivered)
 //	· sends (count, that many little-endian 64-bit client hashes, then
 //	varints: each send's sequence and received_at minus the one before,
-//	the first's from 0)
+//	the first's from 0, then how many of the first sends are keyed
+//	without their sender, as earlier releases remembered them)
 const entityFormat5 byte = 5
 
 func appendConversation(b []byte, c *decide.Conversation) []byte {
@@ -58,11 +59,15 @@ func appendConversation(b []byte, c *decide.Conversation) []byte {
 		b = binary.LittleEndian.AppendUint64(b, m.Client)
 	}
 	var seq, at int64
-	for _, m := range c.Sent {
+	legacy := 0
+	for i, m := range c.Sent {
 		b = binary.AppendVarint(binary.AppendVarint(b, m.Seq-seq), m.AtMs-at)
 		seq, at = m.Seq, m.AtMs
+		if m.Legacy && legacy == i {
+			legacy++
+		}
 	}
-	return b
+	return binary.AppendVarint(b, int64(legacy))
 }
 
 // conversationSize is about what appendConversation writes, so the
@@ -141,10 +146,12 @@ func (r *reader) conversation() *decide.Conversation {
 // sent reads a conversation's remembered sends.
 func (r *reader) sent() []decide.SentMessage {
 	n := r.count()
-	if n == 0 || n > len(r.data)/8 {
-		if n > 0 {
-			r.fail("sends")
-		}
+	if n == 0 {
+		r.varint() // how many are legacy: none
+		return nil
+	}
+	if n > len(r.data)/8 {
+		r.fail("sends")
 		return nil
 	}
 	// Room for the send the next decision adds, so it does not copy them.
@@ -171,5 +178,13 @@ func (r *reader) sent() []decide.SentMessage {
 		data = data[n1+n2:]
 	}
 	r.data = data
+	legacy := r.varint()
+	if legacy < 0 || legacy > int64(n) {
+		r.fail("sends")
+		return nil
+	}
+	for i := range int(legacy) {
+		sent[i].Legacy = true
+	}
 	return sent
 }

@@ -76,6 +76,10 @@ func drawEntity(t *rapid.T) *tableValue {
 		e.Chat.Sent = rapid.SliceOfN(rapid.Custom(func(t *rapid.T) decide.SentMessage {
 			return decide.SentMessage{Client: rapid.Uint64().Draw(t, "client"), Seq: clock.Draw(t, "seq"), AtMs: clock.Draw(t, "sent at")}
 		}), 0, 8).Draw(t, "sent")
+		// The first ones may be sends an earlier release remembered.
+		for i := range rapid.IntRange(0, len(e.Chat.Sent)).Draw(t, "legacy sends") {
+			e.Chat.Sent[i].Legacy = true
+		}
 	}
 	return e
 }

@@ -58,14 +58,29 @@ const MaxIntervals = 16
 // message id is the stream's assign.message_id of the key and sequence),
 // remembered under its client key's hash.
 type SentMessage struct {
-	// Client is the 64-bit FNV-1a hash of the send's client key (device
-	// and client message id): 8 bytes whatever their length. Two client
-	// keys of one conversation would have to collide in 64 bits among the
-	// 2,000 remembered for a new message to be taken for a retry (odds
-	// about 1e-16 per message).
+	// Client is the 64-bit FNV-1a hash of the send's sender and client key
+	// (device and client message id; see sentKey): 8 bytes whatever their
+	// length. Two sends of one conversation would have to collide in 64
+	// bits among the 2,000 remembered for a new message to be taken for a
+	// retry (odds about 1e-16 per message).
 	Client uint64 `json:"client"`
 	Seq    int64  `json:"seq"`
 	AtMs   int64  `json:"at_ms"`
+	// Legacy marks a send remembered by a release that keyed it without
+	// its sender (the device and client message id only): a retry matches
+	// it on those. Such sends come first, and age out.
+	Legacy bool `json:"legacy,omitempty"`
+}
+
+// sentKey is the hash a send is remembered under: its sender with its
+// client key, so that one user naming another's device and client
+// message id is not answered with the other's message; and, for a send
+// remembered by an earlier release, the client key alone.
+func sentKey(ev Event, legacy bool) uint64 {
+	if legacy {
+		return idHash(ev.ClientKey)
+	}
+	return idHash(ev.Member + "\x00" + ev.ClientKey)
 }
 
 // UnmarshalJSON also reads a send as tables of earlier releases wrote it,
@@ -76,13 +91,14 @@ func (m *SentMessage) UnmarshalJSON(data []byte) error {
 		ClientKey *string `json:"client_key"`
 		Seq       int64   `json:"seq"`
 		AtMs      int64   `json:"at_ms"`
+		Legacy    bool    `json:"legacy"`
 	}
 	if err := json.Unmarshal(data, &v); err != nil {
 		return err
 	}
-	*m = SentMessage{Client: v.Client, Seq: v.Seq, AtMs: v.AtMs}
+	*m = SentMessage{Client: v.Client, Seq: v.Seq, AtMs: v.AtMs, Legacy: v.Legacy}
 	if v.ClientKey != nil {
-		m.Client = idHash(*v.ClientKey)
+		m.Client, m.Legacy = idHash(*v.ClientKey), true
 	}
 	return nil
 }
@@ -160,8 +176,8 @@ func (p assign) decide(e *Entity, ev Event) Effects {
 		// A retried send, under its old event id or a new one, gets back
 		// the sequence and message id it was first given.
 		p.forgetOld(c, ev.ReceivedAtMs)
-		client := idHash(ev.ClientKey)
-		if i := slices.IndexFunc(c.Sent, func(m SentMessage) bool { return m.Client == client }); i >= 0 {
+		client, legacy := sentKey(ev, false), sentKey(ev, true)
+		if i := slices.IndexFunc(c.Sent, func(m SentMessage) bool { return m.Client == client || m.Legacy && m.Client == legacy }); i >= 0 {
 			e.firstSight(&e.Row, ev, dedupOf(p.stream))
 			effects := one(ev, record.Duplicate, "", c.Sent[i].Seq)
 			effects.Decisions[0].MessageID = p.stream.Assign.MessageIDOf(ev.Key, c.Sent[i].Seq)
@@ -209,7 +225,7 @@ func (p assign) send(e *Entity, c *Conversation, ev Event) Effects {
 		return one(ev, record.Rejected, record.ReasonNotMember, e.Version)
 	}
 	seq := e.Version + 1
-	c.Sent = append(c.Sent, SentMessage{Client: idHash(ev.ClientKey), Seq: seq, AtMs: ev.ReceivedAtMs})
+	c.Sent = append(c.Sent, SentMessage{Client: sentKey(ev, false), Seq: seq, AtMs: ev.ReceivedAtMs})
 	if over := len(c.Sent) - p.stream.Limits.IdempotencyKeys; over > 0 {
 		// Resliced, not moved: a full memory drops one key a message, and
 		// append copies the rest only when it runs out of room.

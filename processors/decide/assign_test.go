@@ -258,3 +258,36 @@ func TestAssignIntervalsBound(t *testing.T) {
 		t.Fatalf("an old member's intervals %v", got)
 	}
 }
+
+// A send is remembered with its sender: another member who names the same
+// device and client message id gets a sequence of their own, never the
+// first sender's message. A send remembered by an earlier release, keyed
+// without its sender, is still recognised when retried.
+func TestAssignRemembersTheSender(t *testing.T) {
+	p := For(testenv.Shipped(t, "chat"))
+	var e Entity
+	for _, user := range []string{"alice", "mallory"} {
+		p.Decide(&e, member(t, p, "add-"+user, "member.added", user))
+	}
+	steps := []struct {
+		ev      Event
+		outcome record.Result
+		version int64
+	}{
+		{send(t, p, "s1", "alice", "phone", "m1", 1), "applied", 1},
+		{send(t, p, "s2", "mallory", "phone", "m1", 2), "applied", 2},
+		{send(t, p, "s3", "alice", "phone", "m1", 3), "duplicate", 1},
+		{send(t, p, "s4", "mallory", "phone", "m1", 4), "duplicate", 2},
+	}
+	for i, st := range steps {
+		got := p.Decide(&e, st.ev).Decisions
+		if len(got) != 1 || got[0].Outcome != st.outcome || got[0].Version != st.version {
+			t.Fatalf("step %d: got %+v, want %s at %d", i, got, st.outcome, st.version)
+		}
+	}
+	// As an earlier release remembered alice's send m2: by its client key.
+	e.Chat.Sent = append([]SentMessage{{Client: idHash("tablet\x00m2"), Seq: 1, AtMs: 1, Legacy: true}}, e.Chat.Sent...)
+	if got := p.Decide(&e, send(t, p, "s5", "alice", "tablet", "m2", 5)).Decisions; got[0].Outcome != record.Duplicate || got[0].Version != 1 {
+		t.Fatalf("the retry of a send remembered before senders were: %+v", got)
+	}
+}

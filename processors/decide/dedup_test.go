@@ -122,7 +122,7 @@ var dedupCases = []dedupCase{
 			return bodies, entityRows(n)
 		},
 		otherDuplicate: func(e *Entity, ev Event, _ Decision) bool {
-			return e.Chat != nil && slices.ContainsFunc(e.Chat.Sent, func(m SentMessage) bool { return m.Client == idHash(ev.ClientKey) && ev.ClientKey != "" })
+			return e.Chat != nil && slices.ContainsFunc(e.Chat.Sent, func(m SentMessage) bool { return m.Client == sentKey(ev, false) && ev.ClientKey != "" })
 		},
 	},
 	{
