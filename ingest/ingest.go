@@ -25,6 +25,7 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/schemacheck"
@@ -330,8 +331,8 @@ func (h *Handler) produce(w http.ResponseWriter, s *edgeStream, body []byte, hel
 	if ephemeral != nil {
 		topic = s.ephemeralTopic
 	}
-	out := newOutgoing(s, topic, body, f, receivedAt)
-	if err := h.produceAndWait(&out.rec, held); err != nil {
+	out := kafka.NewInput(topic, s.nameBytes, s.schemeBytes, body, f, receivedAt)
+	if err := h.produceAndWait(&out.Record, held); err != nil {
 		if errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) {
 			// A topic whose max.message.bytes is under Kafka's default:
 			// a retry would be refused again.
@@ -346,6 +347,6 @@ func (h *Handler) produce(w http.ResponseWriter, s *edgeStream, body []byte, hel
 	}
 	return writeAccepted(w, Accepted{
 		Status: "accepted", Stream: s.cfg.Name, EventID: f.EventID,
-		Partition: out.rec.Partition, Offset: out.rec.Offset,
+		Partition: out.Record.Partition, Offset: out.Record.Offset,
 	})
 }
