@@ -331,7 +331,7 @@ func (h *Handler) produce(w http.ResponseWriter, s *edgeStream, body []byte, hel
 	if ephemeral != nil {
 		topic = s.ephemeralTopic
 	}
-	out := kafka.NewInput(topic, s.nameBytes, s.schemeBytes, body, f, receivedAt)
+	out := kafka.NewInput(topic, s.nameBytes, s.schemeBytes, body, kafka.InputFields{Key: f.Key, EventID: f.EventID, Type: f.Type}, receivedAt)
 	if err := h.produceAndWait(&out.Record, held); err != nil {
 		if errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) {
 			// A topic whose max.message.bytes is under Kafka's default:

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
 )
 
 // ackWaiter receives one record's ack, and gives back what its body held

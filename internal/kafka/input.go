@@ -6,7 +6,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/driftguard/driftguard/internal/envelope"
 	"github.com/driftguard/driftguard/internal/record"
 )
 
@@ -26,10 +25,14 @@ type Input struct {
 	room [96]byte
 }
 
+// InputFields are what the record of an event says of it besides its
+// body: its entity key, event id and type (as envelope.Fields holds them).
+type InputFields struct{ Key, EventID, Type string }
+
 // NewInput builds the record of event f with body for topic; stream and
 // scheme are the dg-stream and dg-scheme header values, which a writer
 // shares between all its records of a stream (nothing writes to them).
-func NewInput(topic string, stream, scheme []byte, body []byte, f envelope.Fields, receivedAt time.Time) *Input {
+func NewInput(topic string, stream, scheme []byte, body []byte, f InputFields, receivedAt time.Time) *Input {
 	o := &Input{}
 	buf := o.room[:0]
 	if n := len(f.Key) + len(f.EventID) + len(f.Type) + 20; n > len(o.room) {
