@@ -99,15 +99,6 @@ func (r *sendRig) startProcessor() {
 	}
 }
 
-// crash stops the processor in the middle of whatever it does and starts
-// a new one, which takes over from what the old one committed.
-func (r *sendRig) crash() {
-	if r.stopProcessor != nil {
-		r.stopProcessor()
-	}
-	r.startProcessor()
-}
-
 // token is a token of user on device (no device claim when empty).
 func (r *sendRig) token(user, device string) string {
 	r.t.Helper()

@@ -32,7 +32,9 @@ func TestBridgeSendAnswers(t *testing.T) {
 	r.addMembers(t, "room", "alice", "bob")
 	r.addMembers(t, "hot", "alice")
 	alice, bob, carol := r.token("alice", "alice-phone"), r.token("bob", "bob-laptop"), r.token("carol", "carol-phone")
-	msg := func(id string) map[string]string { return map[string]string{"client_message_id": id, "body": "hello " + id} }
+	msg := func(id string) map[string]string {
+		return map[string]string{"client_message_id": id, "body": "hello " + id}
+	}
 
 	// 201: applied, with the sequence and the message id.
 	first := r.send(t, "room", alice, msg("c1"))

@@ -70,8 +70,9 @@ type Bridge struct {
 	typingMetrics  *typingMetrics
 	// producer writes clients' sends and receipts (write.go), set by Run
 	// before it serves.
-	producer *kgo.Client
-	linger   time.Duration
+	producer       *kgo.Client
+	linger         time.Duration
+	produceTimeout time.Duration
 }
 
 // ErrNoSecret is returned by New without bridge.secret.
@@ -88,7 +89,7 @@ func New(opts Options) (*Bridge, error) {
 		return nil, err
 	}
 	b := &Bridge{cfg: cfg.Bridge, kc: kc, need: kafka.Needs(kafka.ComponentBridge, cfg), log: telemetry.OrDiscard(opts.Logger),
-		ops: opts.Ops, ln: opts.Listener, now: opts.Now, streams: map[string]*stream{}, linger: cfg.Kafka.Linger}
+		ops: opts.Ops, ln: opts.Listener, now: opts.Now, streams: map[string]*stream{}, linger: cfg.Kafka.Linger, produceTimeout: cfg.Kafka.ProduceTimeout}
 	if b.ops == nil {
 		b.ops = telemetry.NewOps()
 	}

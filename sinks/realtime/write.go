@@ -131,30 +131,35 @@ var errPending = errors.New("no decision within bridge.send_wait")
 func (b *Bridge) write(q *request, w *writer, body []byte, f envelope.Fields, start time.Time) (decision, error) {
 	decided, done := w.decisions.await(f.EventID)
 	defer done()
-	// The request's context: a client that went away stops waiting (its
-	// event may still be written and decided; its retry is a duplicate).
-	ctx, cancel := context.WithDeadline(q.r.Context(), start.Add(b.cfg.SendWait))
+	// The wait ends with the request: a client that went away stops
+	// waiting (its event may still be written and decided; its retry is a
+	// duplicate).
+	wait, cancel := context.WithDeadline(q.r.Context(), start.Add(b.cfg.SendWait))
 	defer cancel()
+	// The produce does not: with idempotence, franz-go fails every record
+	// buffered for a partition when one of them is cancelled, so a record
+	// gets kafka.produce_timeout as ingest's do, whatever its client does.
+	produce, cancelProduce := context.WithTimeout(context.Background(), b.produceTimeout)
 	rec := kafka.NewInput(w.in, w.name, w.scheme, body, kafka.InputFields{Key: f.Key, EventID: f.EventID, Type: f.Type}, b.now())
 	acked := make(chan error, 1)
-	b.producer.Produce(ctx, &rec.Record, func(_ *kgo.Record, err error) { acked <- err })
+	b.producer.Produce(produce, &rec.Record, func(_ *kgo.Record, err error) {
+		cancelProduce()
+		acked <- err
+	})
 	// franz-go cannot fail a record whose idempotent produce request is in
 	// flight, so the wait for its ack ends at the deadline too.
 	select {
 	case err := <-acked:
-		if err != nil && ctx.Err() == nil {
+		if err != nil {
 			return decision{}, err
 		}
-		if err != nil {
-			return decision{}, errPending
-		}
-	case <-ctx.Done():
+	case <-wait.Done():
 		return decision{}, errPending
 	}
 	select {
 	case d := <-decided:
 		return d, nil
-	case <-ctx.Done():
+	case <-wait.Done():
 		return decision{}, errPending
 	}
 }
