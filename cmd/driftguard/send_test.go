@@ -5,12 +5,14 @@ package main
 // record the bridge writes.
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
@@ -78,6 +80,8 @@ func TestBridgeSendAnswers(t *testing.T) {
 	if a := r.send(t, "room", r.token("alice", ""), msg("c5"), realtime.DeviceHeader, "alice-tablet"); a.status != http.StatusCreated || a.ConversationSeq != 3 {
 		t.Fatalf("the device in the header: %s", a)
 	}
+	conformsTo(t, "Sent", first)
+	conformsTo(t, "Sent", retry)
 	checkReceipts(t, r, bob, carol)
 	checkRateLimit(t, r, alice)
 	checkBridgeRecord(t, r, first.EventID)
@@ -90,6 +94,7 @@ func TestBridgeSendAnswers(t *testing.T) {
 	if pending.status != http.StatusAccepted || pending.Status != "pending" || pending.EventID == "" || pending.ClientMessageID != "c6" {
 		t.Fatalf("without a processor: %s", pending)
 	}
+	conformsTo(t, "Pending", pending)
 	if a, _ := r.post(r.ctx, "room", "receipts", bob, map[string]any{"type": "delivered", "conversation_seq": 3}); a.status != http.StatusAccepted || a.Status != "pending" {
 		t.Fatalf("a receipt without a processor: %s", a)
 	}
@@ -103,6 +108,23 @@ func TestBridgeSendAnswers(t *testing.T) {
 		if n := r.metric(series); n < least {
 			t.Errorf("%s = %v, want at least %v", series, n, least)
 		}
+	}
+}
+
+// conformsTo fails the test when the answer's body is not the schema
+// docs/openapi.yaml gives it.
+func conformsTo(t *testing.T, schema string, a answer) {
+	t.Helper()
+	doc, err := openapi3.NewLoader().LoadFromFile("../../docs/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body any
+	if err := json.Unmarshal(a.body, &body); err != nil {
+		t.Fatalf("%s: %v", a, err)
+	}
+	if err := doc.Components.Schemas[schema].Value.VisitJSON(body); err != nil {
+		t.Errorf("%s is not docs/openapi.yaml's %s: %v", a, schema, err)
 	}
 }
 
@@ -141,6 +163,9 @@ func checkReceipts(t *testing.T, r *sendRig, bob, carol string) {
 		}
 		if a.status != c.status || (c.status == http.StatusOK && a.Status != c.want) || (c.status != http.StatusOK && !a.problemIs(c.want)) {
 			t.Errorf("receipt %v: %s; want %d %s", c.body, a, c.status, c.want)
+		}
+		if a.status == http.StatusOK {
+			conformsTo(t, "Receipted", a)
 		}
 	}
 }
