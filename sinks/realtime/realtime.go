@@ -7,6 +7,8 @@
 // in `<stream>.ephemeral`) and keeps nothing Kafka cannot rebuild, so
 // any number of bridges serve behind a load balancer and a cursor from one
 // is good on another (design §6).
+// Chat clients write through it too (write.go): their sends and receipts
+// go to `<stream>.in` and are answered with the processor's decision.
 package realtime
 
 import (
