@@ -129,7 +129,7 @@ func TestDecisionsWakeTheirWaiter(t *testing.T) {
 func TestDeviceOf(t *testing.T) {
 	for _, c := range []struct {
 		claim, header, want string
-		status             int
+		status              int
 	}{
 		{"phone", "", "phone", 0},
 		{"phone", "phone", "phone", 0},
