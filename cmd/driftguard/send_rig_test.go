@@ -33,7 +33,7 @@ import (
 const sendRigSecret = "send-test-secret-0123456789abcdef0123"
 
 type sendRig struct {
-	t       *testing.T
+	t       testing.TB
 	ctx     context.Context
 	cfg     *config.Config
 	s       *config.Stream
@@ -48,7 +48,7 @@ type sendRig struct {
 
 // startSendRig starts the stream's processor and a bridge; change tunes
 // the configuration first.
-func startSendRig(t *testing.T, brokers []string, change func(*config.Config)) *sendRig {
+func startSendRig(t testing.TB, brokers []string, change func(*config.Config)) *sendRig {
 	t.Helper()
 	ctx := testenv.Context(t, 5*time.Minute)
 	s := testenv.Shipped(t, "chat")

@@ -7,6 +7,7 @@ package main
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -222,4 +223,31 @@ func checkBridgeRecord(t *testing.T, r *sendRig, eventID string) {
 		}
 	}
 	t.Fatalf("no record of event %s in %s", eventID, naming.Prefixes{}.For(r.s.Name).In)
+}
+
+// BenchmarkSendAck times sends one after another, each until its 201, on
+// the real broker with the shipped runtime at its default commit interval
+// and fetch settings: what a sender waits for the acknowledgement that
+// carries its sequence when nothing else is queued.
+//
+//	go test -run '^$' -bench SendAck -benchtime 200x ./cmd/driftguard
+func BenchmarkSendAck(b *testing.B) {
+	r := startSendRig(b, testenv.Kafka(b), func(cfg *config.Config) {
+		cfg.Processing.CommitInterval = 100 * time.Millisecond
+		cfg.Processing.FetchMinBytes = 256 << 10
+	})
+	r.addMembers(b, "bench", "alice")
+	tok := r.token("alice", "alice-phone")
+	took := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		start := time.Now()
+		if a := r.send(b, "bench", tok, map[string]string{"client_message_id": strconv.Itoa(i), "body": "x"}); a.status != http.StatusCreated {
+			b.Fatal(a)
+		}
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Milliseconds()), "p50-ms")
+	b.ReportMetric(float64(took[len(took)*99/100].Milliseconds()), "p99-ms")
 }
