@@ -230,7 +230,7 @@ func checkBridgeRecord(t *testing.T, r *sendRig, eventID string) {
 // and fetch settings: what a sender waits for the acknowledgement that
 // carries its sequence when nothing else is queued.
 //
-//	go test -run '^$' -bench SendAck -benchtime 200x ./cmd/driftguard
+//	DRIFTGUARD_TEST_KAFKA=127.0.0.1:19092 go test -run '^$' -bench SendAck -benchtime 200x ./cmd/driftguard
 func BenchmarkSendAck(b *testing.B) {
 	r := startSendRig(b, testenv.Kafka(b), func(cfg *config.Config) {
 		cfg.Processing.CommitInterval = 100 * time.Millisecond
