@@ -214,7 +214,7 @@ func checkBridgeRecord(t *testing.T, r *sendRig, eventID string) {
 			}
 			at, err := strconv.ParseInt(h[record.HeaderReceivedAt], 10, 64)
 			if string(rec.Key) != "room" || h[record.HeaderStream] != r.s.Name || h[record.HeaderType] != "message.send" ||
-				h[record.HeaderScheme] != realtime.SchemeBridge || err != nil || at <= 0 ||
+				h[record.HeaderScheme] != record.SchemeBridge || err != nil || at <= 0 ||
 				!strings.Contains(string(rec.Value), `"event_id":"`+eventID+`"`) || !strings.Contains(string(rec.Value), `"sender_id":"alice"`) ||
 				!strings.Contains(string(rec.Value), `"sender_device_id":"alice-phone"`) {
 				t.Fatalf("the bridge's record: key %q headers %v value %s", rec.Key, h, rec.Value)

@@ -124,9 +124,9 @@ func TestDecisionsWakeTheirWaiter(t *testing.T) {
 	}
 }
 
-// The device: the claim, else the header; a header naming another device
-// than the claim, or none at all, is refused.
-func TestDeviceOf(t *testing.T) {
+// A write's device: the claim, else the header; a header naming another
+// device than the claim, or none at all, is refused.
+func TestRequireDevice(t *testing.T) {
 	for _, c := range []struct {
 		claim, header, want string
 		status              int
@@ -143,7 +143,7 @@ func TestDeviceOf(t *testing.T) {
 			r.Header.Set(DeviceHeader, c.header)
 		}
 		q := &request{w: rec, r: r, user: &claims{Device: c.claim}}
-		got, ok := deviceOf(q)
+		got, ok := requireDevice(q)
 		if got != c.want || ok != (c.status == 0) || (c.status != 0 && rec.Code != c.status) {
 			t.Errorf("claim %q header %q: %q %v %d; want %q %d", c.claim, c.header, got, ok, rec.Code, c.want, c.status)
 		}
