@@ -55,3 +55,13 @@ func NewInput(topic string, stream, scheme []byte, body []byte, f InputFields, r
 	o.Record = kgo.Record{Topic: topic, Key: key, Value: body, Headers: o.headers[:]}
 	return o
 }
+
+// Header is the value of the record's header key, nil when it has none.
+func Header(r *kgo.Record, key string) []byte {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return h.Value
+		}
+	}
+	return nil
+}
