@@ -62,13 +62,16 @@ func (b *Bridge) receipt(q *request) {
 		return
 	}
 	s, conversation, eventID, typ := w.cfg, q.r.PathValue("key"), newEventID(), types[0]
-	obj := eventBody{}
-	obj.fill(setByBridge{{s.KeyPointer(typ), conversation}, {s.EventID, eventID}, {s.Type.Field, typ},
-		{a.Receipts.User, q.user.Subject}, {a.Receipts.Device, device}})
+	set := setByBridge{{s.KeyPointer(typ), conversation}, {s.EventID, eventID}, {s.Type.Field, typ},
+		{a.Receipts.User, q.user.Subject}, {a.Receipts.Device, device}}
 	if in.ConversationSeq != "" {
-		obj.set(a.Receipts.Sequence, in.ConversationSeq)
+		set = append(set, setByBridge{{a.Receipts.Sequence, in.ConversationSeq}}...)
 	}
-	body, _ := json.Marshal(obj)
+	body, err := eventBody{}.build(set)
+	if err != nil {
+		problem.Write(q.w, http.StatusUnprocessableEntity, "schema", "the receipt's fields collide: "+err.Error(), nil)
+		return
+	}
 	f, ok := w.event(q, body, eventID)
 	if !ok {
 		return

@@ -1,7 +1,6 @@
 package realtime
 
 import (
-	"encoding/json"
 	"net/http"
 	"time"
 
@@ -53,9 +52,12 @@ func (b *Bridge) send(q *request) {
 		problem.Write(q.w, http.StatusUnprocessableEntity, "schema", "the body holds fields only the bridge sets", problems)
 		return
 	}
-	obj.fill(set)
 	clientID := obj.text(s.Assign.Send.ClientMessageID)
-	body, _ := json.Marshal(obj)
+	body, err := obj.build(set)
+	if err != nil {
+		problem.Write(q.w, http.StatusUnprocessableEntity, "schema", "the body's fields and those the bridge sets collide: "+err.Error(), nil)
+		return
+	}
 	f, ok := w.event(q, body, eventID)
 	if !ok {
 		return

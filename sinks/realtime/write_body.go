@@ -7,12 +7,13 @@ import (
 	"io"
 	"strings"
 
+	"github.com/driftguard/driftguard/internal/envelope"
 	"github.com/driftguard/driftguard/internal/problem"
 )
 
-// eventBody is the JSON object of an event the bridge writes for a
-// client, built from the client's fields and those the bridge sets from
-// the token and the path, each at the stream's JSON pointer for it.
+// eventBody is the JSON object a client sent, from which the bridge
+// builds its event with the fields it sets from the token and the path,
+// each at the stream's JSON pointer for it.
 // Numbers are kept as written (json.Number), so a large integer of the
 // client's passes through exactly.
 type eventBody map[string]any
@@ -76,28 +77,12 @@ func (b eventBody) text(pointer string) string {
 	return s
 }
 
-// set puts v at pointer, making the objects on the way; a value on the
-// way that is not an object is replaced by one.
-func (b eventBody) set(pointer string, v any) {
-	ts := tokens(pointer)
-	if len(ts) == 0 {
-		return
-	}
-	obj := map[string]any(b)
-	for _, t := range ts[:len(ts)-1] {
-		next, ok := obj[t].(map[string]any)
-		if !ok {
-			next = map[string]any{}
-			obj[t] = next
-		}
-		obj = next
-	}
-	obj[ts[len(ts)-1]] = v
-}
-
 // setByBridge are the fields the bridge sets, by pointer, with their
 // values; empty pointers (a field the stream does not have) are skipped.
-type setByBridge []struct{ pointer, value string }
+type setByBridge []struct {
+	pointer string
+	value   any
+}
 
 // refuseClientValues lists the fields of set the client's body holds
 // already: those are the bridge's to write (who sends, from which device,
@@ -112,11 +97,18 @@ func (b eventBody) refuseClientValues(set setByBridge) []problem.Field {
 	return out
 }
 
-// fill sets the fields of set.
-func (b eventBody) fill(set setByBridge) {
+// build is the event: the client's fields, and those of set at their
+// pointers (envelope.Build, as every event the bridge writes). A pointer
+// of set inside a value of the client's is an error.
+func (b eventBody) build(set setByBridge) ([]byte, error) {
+	fields := make(map[string]any, len(b)+len(set))
+	for name, v := range b {
+		fields["/"+envelope.EscapePointer(name)] = v
+	}
 	for _, f := range set {
 		if f.pointer != "" {
-			b.set(f.pointer, f.value)
+			fields[f.pointer] = f.value
 		}
 	}
+	return envelope.Build(fields)
 }
