@@ -6,7 +6,6 @@
 package ingest
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -21,13 +20,12 @@ import (
 	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/santhosh-tekuri/jsonschema/v6"
-	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/schemacheck"
@@ -66,8 +64,8 @@ type edgeStream struct {
 	topic          string
 	ephemeralTopic string
 	scheme         Scheme
-	// schemas are the stream's schemas by event type.
-	schemas map[string]eventSchema
+	// schemas validates the stream's events.
+	schemas *schemacheck.Stream
 	// nameBytes and schemeBytes are the dg-stream and dg-scheme header
 	// values; records share them, and nothing writes to them.
 	nameBytes, schemeBytes []byte
@@ -78,14 +76,6 @@ type edgeStream struct {
 	accepted         prometheus.Counter
 	acceptedDuration prometheus.Observer
 	ephemeral        map[string]prometheus.Counter
-}
-
-// eventSchema is an event type's schema and, when the schema has one, its
-// fast validity test; the library still validates what the checker
-// rejects, for its errors.
-type eventSchema struct {
-	schema  *jsonschema.Schema
-	checker *schemacheck.Checker
 }
 
 // Options configure a Handler. Zero values mean defaults.
@@ -152,38 +142,17 @@ func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Han
 		names := opts.Naming.For(s.Name)
 		es := &edgeStream{cfg: s, topic: names.In, ephemeralTopic: names.Ephemeral, scheme: scheme,
 			nameBytes: []byte(s.Name), schemeBytes: []byte(scheme.Name()),
-			schemas: map[string]eventSchema{}, ephemeral: map[string]prometheus.Counter{}}
+			ephemeral: map[string]prometheus.Counter{}}
 		es.accepted, es.acceptedDuration = h.metrics.acceptedSeries(s.Name)
 		for _, typ := range s.EphemeralTypes {
 			es.ephemeral[typ] = h.metrics.ephemeral.WithLabelValues(s.Name, typ)
 		}
-		for typ := range s.Schemas {
-			sch, err := compileSchema(s, typ)
-			if err != nil {
-				return nil, fmt.Errorf("in streams.%s.schemas.%s: %w", s.Name, typ, err)
-			}
-			es.schemas[typ] = eventSchema{schema: sch, checker: schemacheck.Compile(sch)}
+		if es.schemas, err = schemacheck.ForStream(s); err != nil {
+			return nil, err
 		}
 		h.streams[s.Name] = es
 	}
 	return h, nil
-}
-
-func compileSchema(s *config.Stream, eventType string) (*jsonschema.Schema, error) {
-	data, err := s.SchemaBytes(eventType)
-	if err != nil {
-		return nil, err
-	}
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
-	if err != nil {
-		return nil, fmt.Errorf("schema is not JSON: %w", err)
-	}
-	url := "driftguard:///" + s.Name + "/" + eventType + ".json"
-	c := jsonschema.NewCompiler()
-	if err := c.AddResource(url, doc); err != nil {
-		return nil, err
-	}
-	return c.Compile(url)
 }
 
 // Listener is ln holding at most Options.MaxConnections connections open,
@@ -270,11 +239,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, s *
 	if err != nil {
 		var located []FieldProblem
 		if fe := (*envelope.FieldError)(nil); errors.As(err, &fe) {
-			located = fieldProblem(err)
+			located = schemacheck.FieldProblems(err)
 		}
 		return writeProblem(w, http.StatusBadRequest, "json", err.Error(), located)
 	}
-	fields, problems := h.validate(s, doc, deliveryID)
+	fields, problems := s.schemas.Validate(doc, deliveryID)
 	// The fields are strings of the body, valid after the release.
 	doc.Release()
 	if problems != nil {
@@ -354,65 +323,6 @@ func (h *Handler) rejectSignature(w http.ResponseWriter, stream string, err erro
 	return res
 }
 
-// validate checks the schema of the event's type, then extracts the
-// catalogue fields, returning every problem with its JSON pointer.
-func (h *Handler) validate(s *edgeStream, doc *envelope.Document, deliveryID string) (envelope.Fields, []FieldProblem) {
-	typ, err := doc.EventType(s.cfg)
-	if err != nil {
-		return envelope.Fields{}, fieldProblem(err)
-	}
-	sch, ok := s.schemas[typ]
-	if !ok {
-		return envelope.Fields{}, []FieldProblem{{Pointer: s.cfg.Type.Field, Detail: fmt.Sprintf("unknown event type %q", typ)}}
-	}
-	if sch.checker == nil || !sch.checker.Valid(doc.Root()) {
-		// The library reads the generic tree, built only on this path.
-		if err := sch.schema.Validate(doc.Root().Any()); err != nil {
-			return envelope.Fields{}, schemaProblems(err)
-		}
-	}
-	// Schema-valid can still be unusable for ordering, e.g. a version over 2^63.
-	fields, err := doc.ExtractTyped(s.cfg, typ, deliveryID)
-	if err != nil {
-		return fields, fieldProblem(err)
-	}
-	return fields, nil
-}
-
-func fieldProblem(err error) []FieldProblem {
-	var fe *envelope.FieldError
-	if errors.As(err, &fe) {
-		return []FieldProblem{{Pointer: fe.Pointer, Detail: fe.Problem}}
-	}
-	return []FieldProblem{{Detail: err.Error()}}
-}
-
-func schemaProblems(err error) []FieldProblem {
-	var ve *jsonschema.ValidationError
-	if !errors.As(err, &ve) {
-		return []FieldProblem{{Detail: err.Error()}}
-	}
-	var out []FieldProblem
-	for _, unit := range ve.BasicOutput().Errors {
-		if unit.Error == nil {
-			continue
-		}
-		// A missing property is located where it should be, not at its
-		// parent, so a client can point at the field.
-		if req, ok := unit.Error.Kind.(*kind.Required); ok {
-			for _, name := range req.Missing {
-				out = append(out, FieldProblem{Pointer: unit.InstanceLocation + "/" + envelope.EscapePointer(name), Detail: "missing required property"})
-			}
-			continue
-		}
-		out = append(out, FieldProblem{Pointer: unit.InstanceLocation, Detail: unit.Error.String()})
-	}
-	if len(out) == 0 {
-		out = append(out, FieldProblem{Detail: ve.Error()})
-	}
-	return out
-}
-
 // produce writes the event and answers; the producer gives the body's
 // held bytes back when it is done with the record.
 func (h *Handler) produce(w http.ResponseWriter, s *edgeStream, body []byte, held hold, f envelope.Fields, receivedAt time.Time) result {
@@ -421,8 +331,8 @@ func (h *Handler) produce(w http.ResponseWriter, s *edgeStream, body []byte, hel
 	if ephemeral != nil {
 		topic = s.ephemeralTopic
 	}
-	out := newOutgoing(s, topic, body, f, receivedAt)
-	if err := h.produceAndWait(&out.rec, held); err != nil {
+	out := kafka.NewInput(topic, s.nameBytes, s.schemeBytes, body, kafka.InputFields{Key: f.Key, EventID: f.EventID, Type: f.Type}, receivedAt)
+	if err := h.produceAndWait(&out.Record, held); err != nil {
 		if errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) {
 			// A topic whose max.message.bytes is under Kafka's default:
 			// a retry would be refused again.
@@ -437,6 +347,6 @@ func (h *Handler) produce(w http.ResponseWriter, s *edgeStream, body []byte, hel
 	}
 	return writeAccepted(w, Accepted{
 		Status: "accepted", Stream: s.cfg.Name, EventID: f.EventID,
-		Partition: out.rec.Partition, Offset: out.rec.Offset,
+		Partition: out.Record.Partition, Offset: out.Record.Offset,
 	})
 }

@@ -2,53 +2,12 @@ package ingest
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/driftguard/driftguard/internal/envelope"
-	"github.com/driftguard/driftguard/internal/record"
 )
-
-// outgoing is one record with its headers and its per-event header bytes,
-// allocated together: one allocation per event instead of one for each.
-// It is not reused, because a Producer may keep the records it is given.
-type outgoing struct {
-	rec     kgo.Record
-	headers [5]kgo.RecordHeader
-	// room holds the key, event id, type and received-at bytes when they
-	// fit, as they do for ids of typical length.
-	room [96]byte
-}
-
-// newOutgoing builds the record of an event for topic; the stream's own
-// header values are shared by all its records.
-func newOutgoing(s *edgeStream, topic string, body []byte, f envelope.Fields, receivedAt time.Time) *outgoing {
-	o := &outgoing{}
-	buf := o.room[:0]
-	if n := len(f.Key) + len(f.EventID) + len(f.Type) + 20; n > len(o.room) {
-		buf = make([]byte, 0, n)
-	}
-	buf = append(buf, f.Key...)
-	buf = append(buf, f.EventID...)
-	buf = append(buf, f.Type...)
-	buf = strconv.AppendInt(buf, receivedAt.UnixMilli(), 10)
-	key, rest := buf[:len(f.Key):len(f.Key)], buf[len(f.Key):]
-	eventID, rest := rest[:len(f.EventID):len(f.EventID)], rest[len(f.EventID):]
-	eventType, receivedAtMs := rest[:len(f.Type):len(f.Type)], rest[len(f.Type):]
-	o.headers = [5]kgo.RecordHeader{
-		{Key: record.HeaderStream, Value: s.nameBytes},
-		{Key: record.HeaderEventID, Value: eventID},
-		{Key: record.HeaderType, Value: eventType},
-		{Key: record.HeaderReceivedAt, Value: receivedAtMs},
-		{Key: record.HeaderScheme, Value: s.schemeBytes},
-	}
-	o.rec = kgo.Record{Topic: topic, Key: key, Value: body, Headers: o.headers[:]}
-	return o
-}
 
 // ackWaiter receives one record's ack, and gives back what its body held
 // of the edge's budget when the producer is done with the record, which

@@ -214,7 +214,7 @@ func (h *handler) emitEffects(ctx decisionContext, effects decide.Effects, atMs 
 	for i, d := range effects.Decisions {
 		o := record.Outcome{
 			Stream: h.stream.Name, Key: ctx.Key(), EventID: d.Event.EventID, EventType: d.Event.Type,
-			Version: d.Version, Outcome: d.Outcome, Reason: d.Reason, Gap: d.Gap, BufferDepth: d.BufferDepth, MessageID: d.MessageID,
+			Version: d.Version, Outcome: d.Outcome, Reason: d.Reason, Gap: d.Gap, BufferDepth: d.BufferDepth, MessageID: d.MessageID, AcceptedAtMs: d.AcceptedAtMs,
 			OccurredAtMs: d.Event.OccurredAtMs, ReceivedAtMs: d.Event.ReceivedAtMs, ProcessedAtMs: atMs,
 			InputPartition: d.Event.InputPartition, InputOffset: d.Event.InputOffset,
 			DecisionID: origin.id(h.stream.Name, ctx.Key(), &d, i), Payload: d.Event.Body,

@@ -54,7 +54,7 @@ var commands = []command{
 	{name: "process", args: "[--streams a,b] [--no-create]", summary: "the ordering processors (each stream's goka graph, exactly once; --streams a,b for some; --no-create: only check the topics)", component: true, flags: processFlags},
 	{name: "sink", summary: "the ClickHouse sink", component: true, flags: func(*flag.FlagSet) runner { return runSink }},
 	{name: "bridge", summary: "the realtime bridge: ordered state to browsers over SSE, and the page", component: true, flags: func(*flag.FlagSet) runner { return runBridge }},
-	{name: "token", args: "--user U [--streams a,b] [--ttl 1h]", summary: "print a token for the bridge, signed with bridge.secret", flags: tokenFlags},
+	{name: "token", args: "--user U [--streams a,b] [--ttl 1h] [--device D]", summary: "print a token for the bridge, signed with bridge.secret", flags: tokenFlags},
 	{name: "migrate", args: "[--print]", summary: "create or upgrade the ClickHouse database and tables (--print: only print the DDL)", flags: migrateFlags},
 	{name: "topics", args: "[--check]", summary: "create and check every Kafka topic of the catalogue (--check: only check)", flags: topicsFlags},
 	{name: "probe", args: "[--webhook URL --stream S --body JSON] [--ready URL]...", summary: "sign and post one webhook expecting 202, and read /readyz URLs expecting 200 (the chart's helm test)", noConfig: true, flags: probeFlags},

@@ -88,6 +88,7 @@ func tokenFlags(fs *flag.FlagSet) runner {
 	user := fs.String("user", "", "the user the token names (sub); for assign streams, a member of the conversations to read")
 	streams := fs.String("streams", "*", "the streams it may read, comma-separated, or * for all")
 	ttl := fs.Duration("ttl", time.Hour, "how long it is valid")
+	device := fs.String("device", "", "the device it is issued to (the device claim): what the user sends through the bridge is this device's; empty, each request names its device with the X-Driftguard-Device header")
 	return func(_ context.Context, env *environment) error {
 		switch {
 		case *user == "":
@@ -97,7 +98,7 @@ func tokenFlags(fs *flag.FlagSet) runner {
 		case env.cfg.Bridge.Secret == "":
 			return realtime.ErrNoSecret
 		}
-		tok, err := realtime.Sign([]byte(env.cfg.Bridge.Secret), *user, config.SplitList(*streams), time.Now().Add(*ttl))
+		tok, err := realtime.SignDevice([]byte(env.cfg.Bridge.Secret), *user, *device, config.SplitList(*streams), time.Now().Add(*ttl))
 		if err != nil {
 			return err
 		}

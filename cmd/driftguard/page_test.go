@@ -321,7 +321,7 @@ func waitClients(t *testing.T, ctx context.Context, base, what string) {
 }
 
 // waitReady waits for a component's /readyz to answer 200.
-func waitReady(t *testing.T, ctx context.Context, what, base string) {
+func waitReady(t testing.TB, ctx context.Context, what, base string) {
 	t.Helper()
 	testenv.WaitFor(t, ctx, what+" ready", func() bool {
 		resp, err := http.Get(base + "/readyz")

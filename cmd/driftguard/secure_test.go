@@ -302,7 +302,7 @@ func startIngest(t *testing.T, ctx context.Context, cfg *config.Config, ops *tel
 	return "http://" + ln.Addr().String()
 }
 
-func listen(t *testing.T) net.Listener {
+func listen(t testing.TB) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

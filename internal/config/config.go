@@ -245,6 +245,14 @@ type Bridge struct {
 	// in one conversation is produced and shown; more within the interval
 	// are coalesced (answered 202, not produced). Default 1.
 	TypingRate float64 `yaml:"typing_rate"`
+
+	// SendWait is how long a client's send or receipt through the bridge
+	// waits for the processor's decision before it is answered 202
+	// pending (bridge_send.go). Default 5s.
+	SendWait time.Duration `yaml:"send_wait"`
+	// SendRate limits clients' sends per user and per conversation; off
+	// by default.
+	SendRate SendRate `yaml:"send_rate"`
 }
 
 // Telemetry configures the operational endpoints of the non-HTTP components.
@@ -415,6 +423,7 @@ func (c *Config) applyDefaults() {
 	orDefault(&c.Bridge.ChatWindow, 1000)
 	orDefault(&c.Bridge.TypingTTL, 5*time.Second)
 	orDefault(&c.Bridge.TypingRate, 1)
+	c.Bridge.applySendDefaults()
 	if c.DataDir == "" {
 		c.DataDir = defaultDataDir()
 	}
@@ -596,6 +605,7 @@ func (c *Config) Validate() error {
 	if !(c.Bridge.TypingRate > 0 && c.Bridge.TypingRate <= 100) {
 		add("bridge.typing_rate", "must be above 0 and at most 100 typing signals a second per user and conversation, got %g", c.Bridge.TypingRate)
 	}
+	c.Bridge.validateSend(add)
 	for i, origin := range c.Bridge.AllowedOrigins {
 		if origin != "*" && !strings.HasPrefix(origin, "http://") && !strings.HasPrefix(origin, "https://") {
 			add(fmt.Sprintf("bridge.allowed_origins[%d]", i), "%q is not an origin (scheme://host[:port]) or *", origin)
@@ -704,6 +714,10 @@ bridge:
   heartbeat: 15s
   chat_window: 1000              # recent messages per conversation
   chat_history: 0s               # how far back chat catch-up reads at start; 0s: from the log start
+  send_wait: 5s                  # a client's send waits this long for its decision, then 202 pending
+  send_rate:                     # sends through the bridge, 429 over: rate a second (0: off), burst
+    per_user: {rate: 0, burst: 0}
+    per_conversation: {rate: 0, burst: 0}
 telemetry:
   addr: 127.0.0.1:9464           # /metrics, /healthz, /readyz of ingest, process and sink
   log_level: info

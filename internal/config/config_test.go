@@ -471,6 +471,12 @@ func TestLoadRejectsInvalidFileNamingTheConfigPath(t *testing.T) {
 			want: []string{"in streams.chat.assign.typing.type: is required with assign.typing.user"},
 		},
 		{
+			name: "send wait out of range, send rates negative",
+			yaml: "bridge: {send_wait: 10ms, send_rate: {per_user: {rate: -1}, per_conversation: {rate: 5, burst: -2}}}",
+			want: []string{"in bridge.send_wait: must be between 100ms and 1m, got 10ms", "in bridge.send_rate.per_user.rate: must be 0 (off)",
+				"in bridge.send_rate.per_conversation.burst: must be at least 1, got -2"},
+		},
+		{
 			name: "receipts without their pointers",
 			yaml: "streams: {chat: {assign: {receipts: {user: \"\", sequence: \"\"}}}}",
 			want: []string{"in streams.chat.assign.receipts.user: missing JSON pointer", "in streams.chat.assign.receipts.sequence: missing JSON pointer"},

@@ -13,7 +13,7 @@ import (
 // Extract and Lookup use. Two pointers where one is inside the other's
 // value are an error.
 func Build(fields map[string]any) ([]byte, error) {
-	root := map[string]any{}
+	root := object{}
 	for pointer, value := range fields {
 		if !strings.HasPrefix(pointer, "/") {
 			return nil, fmt.Errorf("%q is not a JSON pointer", pointer)
@@ -29,12 +29,15 @@ func Build(fields map[string]any) ([]byte, error) {
 				obj[token] = value
 				break
 			}
-			next, ok := obj[token].(map[string]any)
+			// Only the objects made on the way are gone into: a value
+			// given, even an object, is another field's, whichever of the
+			// two pointers comes first.
+			next, ok := obj[token].(object)
 			if !ok {
 				if _, taken := obj[token]; taken {
 					return nil, fmt.Errorf("%q is inside another field's value", pointer)
 				}
-				next = map[string]any{}
+				next = object{}
 				obj[token] = next
 			}
 			obj = next
@@ -42,3 +45,6 @@ func Build(fields map[string]any) ([]byte, error) {
 	}
 	return json.Marshal(root)
 }
+
+// object is a JSON object Build makes on the way to a pointer's value.
+type object map[string]any

@@ -43,6 +43,8 @@ func TestBuildIsReadBackByLookup(t *testing.T) {
 func TestBuildRefusesOverlappingPointers(t *testing.T) {
 	for _, fields := range []map[string]any{
 		{"/a": "x", "/a/b": "y"},
+		{"/a": map[string]any{"c": 1}, "/a/b": "y"},
+		{"/a/b": "y", "/a": map[string]any{}},
 		{"no-slash": "x"},
 	} {
 		if body, err := Build(fields); err == nil {

@@ -119,6 +119,8 @@ func byName(component string, cfg *config.Config) []ACL {
 			topic(n.State, "READ")
 			if s.Policy == config.PolicyAssign {
 				topic(n.Outcomes, "READ")
+				// Clients' sends and receipts.
+				topic(n.In, "WRITE")
 			}
 			if s.Policy == config.PolicyAssign && s.Assign.Typing.Type != "" {
 				// Typing: produced for a member's POST, read from its end.

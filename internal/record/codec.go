@@ -31,6 +31,9 @@ func AppendOutcome(b []byte, o *Outcome) []byte {
 	if o.MessageID != "" {
 		b = appendStringField(b, ',', "message_id", o.MessageID)
 	}
+	if o.AcceptedAtMs != 0 {
+		b = appendIntField(b, "accepted_at_ms", o.AcceptedAtMs)
+	}
 	b = appendIntField(b, "occurred_at_ms", o.OccurredAtMs)
 	b = appendIntField(b, "received_at_ms", o.ReceivedAtMs)
 	b = appendIntField(b, "processed_at_ms", o.ProcessedAtMs)

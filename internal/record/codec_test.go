@@ -15,7 +15,7 @@ import (
 //	go test -run '^$' -fuzz '^FuzzDecodeOutcome$' -fuzztime 200000x ./internal/record
 func FuzzDecodeOutcome(f *testing.F) {
 	full, _ := json.Marshal(Outcome{Stream: "presence", Key: "alice", EventID: "alice-843", EventType: "presence.changed",
-		Version: 843, Outcome: "stale", Reason: "version 842 <= 843", Gap: -1, BufferDepth: 2, MessageID: "m1",
+		Version: 843, Outcome: "stale", Reason: "version 842 <= 843", Gap: -1, BufferDepth: 2, MessageID: "m1", AcceptedAtMs: 1_699_999_999_000,
 		OccurredAtMs: 1_700_000_000_000, ReceivedAtMs: -5, ProcessedAtMs: 1, InputPartition: 4, InputOffset: 7,
 		DecisionID: "presence/4/7/0", Payload: json.RawMessage(`{"a":[1,2.5,"x\"y",{"b":null}],"c":true}`)})
 	for _, seed := range []string{

@@ -39,6 +39,11 @@ type Outcome struct {
 	// MessageID is the message a send was assigned (assign), also on the
 	// duplicate of a retried send.
 	MessageID string `json:"message_id,omitempty"`
+	// AcceptedAtMs is, on the duplicate of a retried send, when the send
+	// that took the sequence was received (its applied outcome's
+	// received_at), so that the retry answers with the original result;
+	// 0 (omitted) on every other outcome.
+	AcceptedAtMs int64 `json:"accepted_at_ms,omitempty"`
 	// The three clocks plus the decision time, unix ms.
 	OccurredAtMs  int64 `json:"occurred_at_ms"`
 	ReceivedAtMs  int64 `json:"received_at_ms"`

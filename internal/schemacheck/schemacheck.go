@@ -11,6 +11,9 @@
 // maximum and their exclusive forms). A schema that uses any other keyword
 // anywhere gets no checker, and is validated by the library alone. Its
 // verdicts are tested against the library's on generated documents.
+//
+// Stream (stream.go) validates a stream's events with both, the same way
+// for every writer of `<stream>.in`: the ingest edge and the bridge.
 package schemacheck
 
 import (

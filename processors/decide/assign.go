@@ -174,13 +174,14 @@ func (p assign) decide(e *Entity, ev Event) Effects {
 	role := p.roles[ev.Type]
 	if role == config.RoleSend {
 		// A retried send, under its old event id or a new one, gets back
-		// the sequence and message id it was first given.
+		// the sequence, message id and acceptance time it was first given.
 		p.forgetOld(c, ev.ReceivedAtMs)
 		client, legacy := sentKey(ev, false), sentKey(ev, true)
 		if i := slices.IndexFunc(c.Sent, func(m SentMessage) bool { return m.Client == client || m.Legacy && m.Client == legacy }); i >= 0 {
 			e.firstSight(&e.Row, ev, dedupOf(p.stream))
 			effects := one(ev, record.Duplicate, "", c.Sent[i].Seq)
 			effects.Decisions[0].MessageID = p.stream.Assign.MessageIDOf(ev.Key, c.Sent[i].Seq)
+			effects.Decisions[0].AcceptedAtMs = c.Sent[i].AtMs
 			return effects
 		}
 	}

@@ -82,6 +82,25 @@ func TestAssignDecisions(t *testing.T) {
 	}
 }
 
+// A retried send, under a new event id as the bridge gives each attempt,
+// is answered with what the first attempt was given: its sequence, its
+// message id and when it was accepted; no other outcome carries that time.
+func TestAssignRetryCarriesTheOriginalResult(t *testing.T) {
+	p := For(testenv.Shipped(t, "chat"))
+	var e Entity
+	p.Decide(&e, member(t, p, "m", "member.added", "alice"))
+	first := p.Decide(&e, send(t, p, "try-1", "alice", "phone", "c1", 1000)).Decisions[0]
+	p.Decide(&e, send(t, p, "other", "alice", "phone", "c2", 1500))
+	retry := p.Decide(&e, send(t, p, "try-2", "alice", "phone", "c1", 2000)).Decisions[0]
+	if first.Outcome != record.Applied || first.AcceptedAtMs != 0 {
+		t.Fatalf("first attempt: %+v", first)
+	}
+	if retry.Outcome != record.Duplicate || retry.Version != first.Version || retry.MessageID != first.MessageID || retry.AcceptedAtMs != 1000 {
+		t.Fatalf("retry: %s seq %d %q accepted at %d; want duplicate seq %d %q accepted at 1000",
+			retry.Outcome, retry.Version, retry.MessageID, retry.AcceptedAtMs, first.Version, first.MessageID)
+	}
+}
+
 func TestAssignIdempotencyWindowAndBound(t *testing.T) {
 	s := testenv.Shipped(t, "chat")
 	s.Limits.IdempotencyWindow = time.Hour

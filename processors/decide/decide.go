@@ -58,6 +58,9 @@ type Decision struct {
 	BufferDepth int
 	// MessageID is the message a send was assigned (assign).
 	MessageID string
+	// AcceptedAtMs is, for a retried send, when the send that was
+	// assigned the sequence was received (assign).
+	AcceptedAtMs int64
 	// DeadLetter, when set, is the reason to copy the event to the DLQ.
 	DeadLetter record.Reason
 }

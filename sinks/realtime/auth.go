@@ -2,12 +2,15 @@ package realtime
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/driftguard/driftguard/internal/problem"
 )
 
 // claims are what a bridge token carries (design §6): the user, when it
@@ -20,10 +23,10 @@ type claims struct {
 }
 
 // deviceOf is the request's device: the token's device claim when it has
-// one, else the X-Driftguard-Device header; ok is false for a header that
-// names another device than the claim (403 device_mismatch).
+// one, else the DeviceHeader; ok is false for a header that names another
+// device than the claim (403 device_mismatch).
 func deviceOf(q *request) (device string, ok bool) {
-	header := q.r.Header.Get("X-Driftguard-Device")
+	header := q.r.Header.Get(DeviceHeader)
 	if q.user.Device != "" {
 		return q.user.Device, header == "" || header == q.user.Device
 	}
@@ -94,8 +97,42 @@ func (v *verifier) verify(r *http.Request) (*claims, error) {
 // Sign returns a token for user to read streams until exp, signed with
 // key: for `driftguard dev`'s demo link and for tests.
 func Sign(key []byte, user string, streams []string, exp time.Time) (string, error) {
+	return SignDevice(key, user, "", streams, exp)
+}
+
+// SignDevice is Sign for a token issued to one device of the user: what
+// the user writes through the bridge (sends, receipts) is that device's.
+func SignDevice(key []byte, user, device string, streams []string, exp time.Time) (string, error) {
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims{
 		RegisteredClaims: jwt.RegisteredClaims{Subject: user, ExpiresAt: jwt.NewNumericDate(exp)},
 		Streams:          streams,
+		Device:           device,
 	}).SignedString(key)
+}
+
+// DeviceHeader names the request's device when its token has no device
+// claim.
+const DeviceHeader = "X-Driftguard-Device"
+
+// maxDeviceBytes bounds a device id, as the shipped schemas do.
+const maxDeviceBytes = 256
+
+// requireDevice is the device a write acts for (deviceOf), which it must
+// name: a header that names another device than the token's claim is 403
+// device_mismatch, none at all 400 device_required; ok is false once it
+// has answered.
+func requireDevice(q *request) (device string, ok bool) {
+	device, ok = deviceOf(q)
+	switch {
+	case !ok:
+		problem.Write(q.w, http.StatusForbidden, "device_mismatch", "the "+DeviceHeader+" header names another device than the token's device claim", nil)
+		return "", false
+	case device == "":
+		problem.Write(q.w, http.StatusBadRequest, "device_required", "name the device: a device claim in the token, or the "+DeviceHeader+" header", nil)
+		return "", false
+	case len(device) > maxDeviceBytes:
+		problem.Write(q.w, http.StatusBadRequest, "device_required", fmt.Sprintf("the %s header is over %d bytes", DeviceHeader, maxDeviceBytes), nil)
+		return "", false
+	}
+	return device, true
 }

@@ -51,6 +51,8 @@ type chat struct {
 	// wake is closed, and replaced, whenever messages arrive.
 	wake     chan struct{}
 	caughtUp atomic.Bool
+	// decisions are the clients' writes waiting for their outcome.
+	decisions *decisions
 }
 
 // conversation is what the bridge holds of one conversation: the index of
@@ -64,7 +66,7 @@ type conversation struct {
 
 func newChat(s *config.Stream, window, bound int) *chat {
 	return &chat{cfg: s, roles: s.Assign.Roles(), window: window, bound: bound,
-		conversations: map[string]*conversation{}, starts: map[int32]int64{}, wake: make(chan struct{})}
+		conversations: map[string]*conversation{}, starts: map[int32]int64{}, wake: make(chan struct{}), decisions: newDecisions()}
 }
 
 // at is the i-th oldest message of the window.
@@ -420,6 +422,7 @@ func (b *Bridge) readOutcomes(ctx context.Context, c *chat, topic string) error 
 			next[r.Partition] = r.Offset + 1
 			if outcomeOf(r, &o) {
 				c.add(&o, r.Partition, r.Offset)
+				c.decisions.deliver(&o)
 			}
 		}
 	}

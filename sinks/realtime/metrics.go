@@ -15,6 +15,10 @@ type metrics struct {
 	overLimit *prometheus.GaugeVec
 	forbidden *prometheus.CounterVec
 	history   *prometheus.CounterVec
+
+	// Clients' writes (send.go).
+	sendAck     *prometheus.HistogramVec
+	sendLimited *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -58,7 +62,33 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.clients, m.sent, m.resets, m.gone, m.snapshot, m.catchUp, m.entities, m.dropped, m.overLimit, m.forbidden, m.history)
 	}
+	m.writeMetrics(reg)
 	return m
+}
+
+// writeMetrics are those of clients' writes: how long a send waits for
+// its acknowledgement, by what it became, and the sends refused by
+// bridge.send_rate.
+func (m *metrics) writeMetrics(reg prometheus.Registerer) {
+	m.sendAck = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "driftguard_bridge_send_ack_seconds",
+		Help:    "Time from a client's send to the bridge's answer, by outcome: applied (201), duplicate (200, a retry), rejected, pending (202, no decision within bridge.send_wait), error (503, not produced).",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+	}, []string{"stream", "outcome"})
+	m.sendLimited = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "driftguard_bridge_sends_limited_total", Help: "Sends answered 429 by bridge.send_rate (per user or per conversation).",
+	}, []string{"stream"})
+	if reg != nil {
+		reg.MustRegister(m.sendAck, m.sendLimited)
+	}
+}
+
+// serveWrites makes an assign stream's write series exist from the start.
+func (m *metrics) serveWrites(stream string) {
+	m.sendLimited.WithLabelValues(stream)
+	for _, outcome := range []string{"applied", "duplicate", "rejected", "pending", "error"} {
+		m.sendAck.WithLabelValues(stream, outcome)
+	}
 }
 
 // serve makes a stream's series exist at 0 from the start, so dashboards

@@ -31,6 +31,9 @@ type stream struct {
 	chat *chat
 	// typing shows an assign stream's typing signals; nil without one.
 	typing *typingStream
+	// writer writes clients' sends and receipts to an assign stream; nil
+	// otherwise.
+	writer *writer
 	// failure is why reading the stream last failed, for /readyz.
 	failure atomic.Pointer[error]
 	// droppedLogAt is when entities dropped over bridge.max_entities were

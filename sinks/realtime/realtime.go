@@ -7,6 +7,8 @@
 // in `<stream>.ephemeral`) and keeps nothing Kafka cannot rebuild, so
 // any number of bridges serve behind a load balancer and a cursor from one
 // is good on another (design §6).
+// Chat clients write through it too (write.go): their sends and receipts
+// go to `<stream>.in` and are answered with the processor's decision.
 package realtime
 
 import (
@@ -68,6 +70,11 @@ type Bridge struct {
 	// write (typing.go); typingMetrics count them.
 	typingProducer *kgo.Client
 	typingMetrics  *typingMetrics
+	// producer writes clients' sends and receipts (write.go), set by Run
+	// before it serves.
+	producer       *kgo.Client
+	linger         time.Duration
+	produceTimeout time.Duration
 }
 
 // ErrNoSecret is returned by New without bridge.secret.
@@ -84,7 +91,7 @@ func New(opts Options) (*Bridge, error) {
 		return nil, err
 	}
 	b := &Bridge{cfg: cfg.Bridge, kc: kc, need: kafka.Needs(kafka.ComponentBridge, cfg), log: telemetry.OrDiscard(opts.Logger),
-		ops: opts.Ops, ln: opts.Listener, now: opts.Now, streams: map[string]*stream{}}
+		ops: opts.Ops, ln: opts.Listener, now: opts.Now, streams: map[string]*stream{}, linger: cfg.Kafka.Linger, produceTimeout: cfg.Kafka.ProduceTimeout}
 	if b.ops == nil {
 		b.ops = telemetry.NewOps()
 	}
@@ -104,6 +111,10 @@ func New(opts Options) (*Bridge, error) {
 				b.metrics.history.WithLabelValues(s.Name).Add(float64(len(want)))
 				return b.fetchSends(ctx, st.outcomes, p, want, each)
 			}
+			if st.writer, err = newWriter(s, t, st.chat.decisions, cfg.Bridge.SendRate, b.now); err != nil {
+				return nil, err
+			}
+			b.metrics.serveWrites(s.Name)
 		}
 		st.typing = b.newTyping(s, t.Ephemeral)
 		b.streams[s.Name] = st
@@ -155,6 +166,12 @@ func (b *Bridge) Run(ctx context.Context) error {
 		}
 		defer b.typingProducer.Close()
 	}
+	// Clients' writes have a producer of their own, so that their records
+	// linger and batch as ingest's do.
+	if b.producer, err = kafka.NewClient(b.kc, append(producerOptions(b.linger), kafka.ClientMetrics(b.ops.Registry, "bridge-producer")...)...); err != nil {
+		return err
+	}
+	defer b.producer.Close()
 	b.ops.AddReadiness("bridge", b.ready)
 	ln := b.ln
 	if ln == nil {
@@ -234,6 +251,9 @@ func (b *Bridge) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/streams/{stream}/events", b.authorized(b.events))
 	mux.HandleFunc("GET /v1/streams/{stream}/sync", b.authorized(b.sync))
 	mux.HandleFunc("POST /v1/streams/{stream}/entities/{key}/typing", b.authorized(b.postTyping))
+	// Clients' writes (send.go, receipts.go).
+	mux.HandleFunc("POST /v1/streams/{stream}/entities/{key}/messages", b.authorized(b.send))
+	mux.HandleFunc("POST /v1/streams/{stream}/entities/{key}/receipts", b.authorized(b.receipt))
 	mux.HandleFunc("OPTIONS /v1/streams/", b.preflight)
 	b.ops.Register(mux)
 	registerPage(mux)
@@ -303,7 +323,7 @@ func (b *Bridge) preflight(w http.ResponseWriter, r *http.Request) {
 	b.cors(w, r)
 	if w.Header().Get("Access-Control-Allow-Origin") != "" {
 		w.Header().Set("Access-Control-Allow-Methods", "GET, POST")
-		w.Header().Set("Access-Control-Allow-Headers", "Authorization, Last-Event-ID, Content-Type, X-Driftguard-Device")
+		w.Header().Set("Access-Control-Allow-Headers", "Authorization, Last-Event-ID, Content-Type, "+DeviceHeader)
 		w.Header().Set("Access-Control-Max-Age", "600")
 	}
 	w.WriteHeader(http.StatusNoContent)

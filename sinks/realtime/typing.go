@@ -25,6 +25,7 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/problem"
 	"github.com/driftguard/driftguard/internal/record"
 )
@@ -183,9 +184,8 @@ func (b *Bridge) produceTyping(ctx context.Context, ts *typingStream, key, user 
 	}
 	ctx, cancel := context.WithTimeout(ctx, typingProduceWait)
 	defer cancel()
-	rec := &kgo.Record{Topic: ts.topic, Key: []byte(key), Value: body,
-		Headers: record.Headers(s.Name, id, typ, record.SchemeBridge, now)}
-	return b.typingProducer.ProduceSync(ctx, rec).FirstErr()
+	rec := kafka.NewInput(ts.topic, []byte(s.Name), []byte(record.SchemeBridge), body, kafka.InputFields{Key: key, EventID: id, Type: typ}, now)
+	return b.typingProducer.ProduceSync(ctx, &rec.Record).FirstErr()
 }
 
 // newEventID is a random event id for an event the bridge produces.

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/record"
 )
 
@@ -135,7 +136,7 @@ func (ts *typingStream) decode(r *kgo.Record) (key, user string, atMs int64, ok 
 		return "", "", 0, false
 	}
 	defer doc.Release()
-	typ := string(record.Header(r, record.HeaderType))
+	typ := string(kafka.Header(r, record.HeaderType))
 	if typ == "" {
 		typ, _ = doc.EventType(ts.stream)
 	}
@@ -148,7 +149,7 @@ func (ts *typingStream) decode(r *kgo.Record) (key, user string, atMs int64, ok 
 	}
 	user, _ = doc.OptionalString(typing.User)
 	atMs = r.Timestamp.UnixMilli()
-	if v, err := strconv.ParseInt(string(record.Header(r, record.HeaderReceivedAt)), 10, 64); err == nil {
+	if v, err := strconv.ParseInt(string(kafka.Header(r, record.HeaderReceivedAt)), 10, 64); err == nil {
 		atMs = v
 	}
 	return key, user, atMs, key != "" && user != ""

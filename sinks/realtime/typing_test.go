@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
@@ -105,9 +105,9 @@ func (e *bridgeEnv) typedAsIngest(stream, conv, user string, receivedAt time.Tim
 	e.t.Helper()
 	id := fmt.Sprintf("ingest-%s-%d", user, receivedAt.UnixNano())
 	body := fmt.Sprintf(`{"event_id":%q,"type":"typing","conversation_id":%q,"user_id":%q}`, id, conv, user)
-	rec := &kgo.Record{Topic: naming.Prefixes{}.For(stream).Ephemeral, Key: []byte(conv), Value: []byte(body),
-		Headers: record.Headers(stream, id, "typing", "standard-webhooks", receivedAt)}
-	if err := e.cl.ProduceSync(e.ctx, rec).FirstErr(); err != nil {
+	rec := kafka.NewInput(naming.Prefixes{}.For(stream).Ephemeral, []byte(stream), []byte("standard-webhooks"), []byte(body),
+		kafka.InputFields{Key: conv, EventID: id, Type: "typing"}, receivedAt)
+	if err := e.cl.ProduceSync(e.ctx, &rec.Record).FirstErr(); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -232,14 +232,14 @@ func TestTypingReachesMembersUntilItExpires(t *testing.T) {
 	topics := naming.Prefixes{}.For(stream)
 	for _, topic := range []string{topics.In, topics.Outcomes, topics.State, topics.Table, topics.DLQ} {
 		for _, r := range testenv.ReadTopic(t, brokers, topic) {
-			if string(record.Header(r, record.HeaderType)) == "typing" || bytes.Contains(r.Value, []byte(`"typing"`)) {
+			if string(kafka.Header(r, record.HeaderType)) == "typing" || bytes.Contains(r.Value, []byte(`"typing"`)) {
 				t.Errorf("%s holds a typing record: %s", topic, r.Value)
 			}
 		}
 	}
 	var byBridge []string
 	for _, r := range testenv.ReadTopic(t, brokers, topics.Ephemeral) {
-		if string(record.Header(r, record.HeaderScheme)) == record.SchemeBridge {
+		if string(kafka.Header(r, record.HeaderScheme)) == record.SchemeBridge {
 			byBridge = append(byBridge, string(r.Value))
 		}
 	}
