@@ -230,6 +230,26 @@ type Bridge struct {
 	// Heartbeat is the longest a client's connection stays silent: a
 	// comment line keeps proxies from closing it. Default 15s.
 	Heartbeat time.Duration `yaml:"heartbeat"`
+
+	// Admission of SSE streams (bridge_admission.go): what a reconnect
+	// storm may take of the bridge at once.
+	//
+	// MaxConnections caps the SSE streams open on the bridge; one more is
+	// 503 with a jittered Retry-After. Default 20000.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerUser caps the SSE streams one token's user holds;
+	// one more is 429. Default 64.
+	MaxConnectionsPerUser int `yaml:"max_connections_per_user"`
+	// AcceptRate is how many new SSE streams a second the bridge takes, a
+	// token bucket of AcceptBurst; beyond it, 503 with a Retry-After that
+	// spreads the refused over the seconds to come. Default 1000.
+	AcceptRate float64 `yaml:"accept_rate"`
+	// AcceptBurst is the bucket's size. Default: AcceptRate, rounded up.
+	AcceptBurst int `yaml:"accept_burst"`
+	// CatchupReaders is how many Kafka readers per stream serve the
+	// clients that resume from cursors older than the log, each shared by
+	// every client waiting when it starts. Default 2.
+	CatchupReaders int `yaml:"catchup_readers"`
 	// ChatWindow is how many recent messages each conversation of an
 	// assign stream keeps for catch-up. Default 1000.
 	ChatWindow int `yaml:"chat_window"`
@@ -415,6 +435,7 @@ func (c *Config) applyDefaults() {
 	orDefault(&c.Bridge.ChatWindow, 1000)
 	orDefault(&c.Bridge.TypingTTL, 5*time.Second)
 	orDefault(&c.Bridge.TypingRate, 1)
+	c.Bridge.admissionDefaults()
 	if c.DataDir == "" {
 		c.DataDir = defaultDataDir()
 	}
@@ -584,6 +605,7 @@ func (c *Config) Validate() error {
 			add("bridge."+name, "must be at least 1, got %d", v)
 		}
 	}
+	errs = append(errs, c.Bridge.validateAdmission()...)
 	if c.Bridge.ChatHistory < 0 {
 		add("bridge.chat_history", "must be 0 (read the outcomes from their log start) or positive, got %s", c.Bridge.ChatHistory)
 	}

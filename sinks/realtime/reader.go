@@ -31,6 +31,9 @@ type stream struct {
 	chat *chat
 	// typing shows an assign stream's typing signals; nil without one.
 	typing *typingStream
+	// catchUps serve the clients resuming from cursors older than the
+	// log (catchup.go).
+	catchUps *catchUps
 	// failure is why reading the stream last failed, for /readyz.
 	failure atomic.Pointer[error]
 	// droppedLogAt is when entities dropped over bridge.max_entities were
@@ -210,7 +213,10 @@ func (b *Bridge) readRange(ctx context.Context, topic string, from, to map[int32
 	if len(start) == 0 {
 		return nil
 	}
-	cl, err := b.reader("bridge-"+topic+"-catchup", nil, topic, start, 100*time.Millisecond)
+	// Fetches are bounded: a catch-up reader's memory is part of the
+	// bound of a reconnect storm (catchup.go).
+	cl, err := b.reader("bridge-"+topic+"-catchup", nil, topic, start, 100*time.Millisecond,
+		kgo.FetchMaxBytes(catchUpFetchBytes), kgo.FetchMaxPartitionBytes(catchUpFetchBytes), kgo.MaxConcurrentFetches(1))
 	if err != nil {
 		return err
 	}

@@ -68,6 +68,8 @@ type Bridge struct {
 	// write (typing.go); typingMetrics count them.
 	typingProducer *kgo.Client
 	typingMetrics  *typingMetrics
+	// admission caps the SSE streams and their accept rate (admission.go).
+	admission *admission
 }
 
 // ErrNoSecret is returned by New without bridge.secret.
@@ -94,6 +96,7 @@ func New(opts Options) (*Bridge, error) {
 	b.metrics = newMetrics(b.ops.Registry)
 	b.typingMetrics = newTypingMetrics(b.ops.Registry)
 	b.auth = newVerifier([]byte(cfg.Bridge.Secret), b.now)
+	b.admission = newAdmission(cfg.Bridge)
 	names := cfg.Kafka.Naming()
 	for _, s := range cfg.StreamList() {
 		t := names.For(s.Name)
@@ -106,6 +109,7 @@ func New(opts Options) (*Bridge, error) {
 			}
 		}
 		st.typing = b.newTyping(s, t.Ephemeral)
+		st.catchUps = newCatchUps(b, st)
 		b.streams[s.Name] = st
 		b.metrics.serve(s.Name)
 	}
