@@ -28,12 +28,13 @@ import (
 // it has been sent every change up to its position, and joins the next
 // sweep from there, so one slow client holds up no one for long, and
 // holds at most the batch it is writing.
-const (
+var (
 	sweepAhead = 16
 	sweepWait  = time.Second
-	// A batch ends at batchChanges changes or sweepBatchBytes of state.
-	sweepBatchBytes = 64 << 10
 )
+
+// A batch ends at batchChanges changes or sweepBatchBytes of state.
+const sweepBatchBytes = 64 << 10
 
 // catchUps are the catch-up readers of one stream and the clients
 // waiting for one.
@@ -42,6 +43,7 @@ type catchUps struct {
 	st      *stream
 	readers int
 	gauges  struct{ readers, waiting prometheus.Gauge }
+	sweeps  prometheus.Observer
 
 	mu      sync.Mutex
 	running int
@@ -52,6 +54,7 @@ func newCatchUps(b *Bridge, st *stream) *catchUps {
 	p := &catchUps{b: b, st: st, readers: b.cfg.CatchupReaders}
 	p.gauges.readers = b.metrics.admission.catchupReaders.WithLabelValues(st.cfg.Name)
 	p.gauges.waiting = b.metrics.admission.catchupWaiting.WithLabelValues(st.cfg.Name)
+	p.sweeps = b.metrics.admission.sweepClients.WithLabelValues(st.cfg.Name)
 	return p
 }
 
@@ -131,9 +134,9 @@ func (p *catchUps) startSweep() *sweep {
 	}
 	s.mu.RUnlock()
 	ctx, cancel := context.WithCancel(context.Background())
-	sw := &sweep{s: s, to: to, from: map[int32]int64{}, ctx: ctx, cancel: cancel,
+	sw := &sweep{s: s, to: to, from: map[int32]int64{}, ctx: ctx, cancel: cancel, ring: make([]*sweepBatch, sweepAhead), wait: sweepWait,
 		members: map[*sweepMember]bool{}, changed: make(chan struct{}), progressed: make(chan struct{}, 1)}
-	rest := p.waiting[:0]
+	rest, taken := p.waiting[:0], []*catchUpWaiter{}
 	for _, w := range p.waiting {
 		if w.s != s {
 			rest = append(rest, w)
@@ -144,12 +147,20 @@ func (p *catchUps) startSweep() *sweep {
 				sw.from[int32(part)] = o
 			}
 		}
-		m := &sweepMember{sw: sw}
-		sw.members[m] = true
-		w.got <- m
+		taken = append(taken, w)
 	}
 	clear(p.waiting[len(rest):])
 	p.waiting = rest
+	p.sweeps.Observe(float64(len(taken)))
+	members := make([]*sweepMember, len(taken))
+	for i := range taken {
+		members[i] = &sweepMember{sw: sw}
+		sw.members[members[i]] = true
+	}
+	// Every member is in before any of them starts.
+	for i, w := range taken {
+		w.got <- members[i]
+	}
 	return sw
 }
 
@@ -162,9 +173,10 @@ type sweep struct {
 	cancel   context.CancelFunc
 
 	mu sync.Mutex
-	// ring holds the last sweepAhead batches: batch i is ring[i%sweepAhead]
-	// while i >= produced-sweepAhead.
-	ring     [sweepAhead]*sweepBatch
+	// ring holds the last sweepAhead batches: batch i is ring[i%len(ring)]
+	// while i >= produced-len(ring).
+	ring     []*sweepBatch
+	wait     time.Duration
 	produced int
 	done     bool
 	err      error
@@ -227,10 +239,10 @@ func (sw *sweep) publish(batch *sweepBatch) error {
 			sw.mu.Unlock()
 			return errNoMembers
 		}
-		oldest, blocked := sw.produced-sweepAhead, false
+		oldest, blocked := sw.produced-len(sw.ring), false
 		for m, attached := range sw.members {
 			if attached && m.next <= oldest {
-				if time.Since(waitSince) < sweepWait {
+				if time.Since(waitSince) < sw.wait {
 					blocked = true
 					break
 				}
@@ -238,7 +250,7 @@ func (sw *sweep) publish(batch *sweepBatch) error {
 			}
 		}
 		if !blocked {
-			sw.ring[sw.produced%sweepAhead] = batch
+			sw.ring[sw.produced%len(sw.ring)] = batch
 			sw.produced++
 			close(sw.changed)
 			sw.changed = make(chan struct{})
@@ -248,7 +260,7 @@ func (sw *sweep) publish(batch *sweepBatch) error {
 		sw.mu.Unlock()
 		select {
 		case <-sw.progressed:
-		case <-time.After(sweepWait):
+		case <-time.After(sw.wait):
 		case <-sw.ctx.Done():
 			return sw.ctx.Err()
 		}
@@ -266,7 +278,7 @@ func (m *sweepMember) take() (batch *sweepBatch, wake <-chan struct{}, finished,
 		return nil, nil, true, false, nil
 	}
 	if m.next < sw.produced {
-		batch = sw.ring[m.next%sweepAhead]
+		batch = sw.ring[m.next%len(sw.ring)]
 		m.next++
 		select {
 		case sw.progressed <- struct{}{}:

@@ -262,6 +262,17 @@ func (c *client) run(ctx context.Context) error {
 	c.withinLag = time.Since(c.clock)
 	for {
 		batch, head, next, wake, behind, left := c.take()
+		if left && !c.live {
+			// Not live yet (or following one key, with a position of its
+			// own): the log moved past the client's position while it
+			// caught up, as it does right after a catch-up from the
+			// topic, which ends where the log begins. The rest comes
+			// from the topic again, rather than a new snapshot.
+			if err := c.catchUpFromKafka(ctx); err != nil {
+				return err
+			}
+			continue
+		}
 		if left || c.tooFarBehind(behind, time.Since(c.clock)) {
 			return c.reset(fmt.Sprintf("the client is %d changes behind the stream; take a new snapshot", behind))
 		}

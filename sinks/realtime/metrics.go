@@ -150,6 +150,7 @@ type admissionMetrics struct {
 	refused        *prometheus.CounterVec
 	catchupReaders *prometheus.GaugeVec
 	catchupWaiting *prometheus.GaugeVec
+	sweepClients   *prometheus.HistogramVec
 }
 
 func newAdmissionMetrics(reg prometheus.Registerer) *admissionMetrics {
@@ -170,9 +171,13 @@ func newAdmissionMetrics(reg prometheus.Registerer) *admissionMetrics {
 		catchupWaiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "driftguard_bridge_catchup_waiting", Help: "Clients waiting for a catch-up reader to take them.",
 		}, []string{"stream"}),
+		sweepClients: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "driftguard_bridge_catchup_sweep_clients", Help: "Clients each catch-up read of the state topic served (its count is the reads, its sum the catch-ups).",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 8),
+		}, []string{"stream"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.reconnects, m.liveSeconds, m.refused, m.catchupReaders, m.catchupWaiting)
+		reg.MustRegister(m.reconnects, m.liveSeconds, m.refused, m.catchupReaders, m.catchupWaiting, m.sweepClients)
 	}
 	return m
 }
@@ -187,4 +192,5 @@ func (m *admissionMetrics) serve(stream string) {
 	m.liveSeconds.WithLabelValues(stream)
 	m.catchupReaders.WithLabelValues(stream)
 	m.catchupWaiting.WithLabelValues(stream)
+	m.sweepClients.WithLabelValues(stream)
 }
