@@ -724,6 +724,11 @@ bridge:
   window: 10000                  # recent changes per state partition kept in memory
   client_lag: 10000              # changes a client may fall behind before it is reset
   heartbeat: 15s
+  max_connections: 20000         # SSE streams open at once; one more is 503 with Retry-After
+  max_connections_per_user: 64   # SSE streams of one user; one more is 429
+  accept_rate: 1000              # new SSE streams a second; beyond them 503 with a spread Retry-After
+  accept_burst: 1000             # the accept rate's bucket; default: one second's worth
+  catchup_readers: 2             # Kafka readers per stream shared by resumes older than the window
   chat_window: 1000              # recent messages per conversation
   chat_history: 0s               # how far back chat catch-up reads at start; 0s: from the log start
 telemetry:

@@ -98,17 +98,18 @@ func (r *refusal) write(w http.ResponseWriter) {
 
 // enter admits a stream of user at now, or says why not; an admitted
 // stream is matched by leave(user). The caps are looked at first, so that
-// a refusal at a cap does not spend the bucket.
+// a refusal at a cap does not spend the bucket; the user's first, so that
+// a client over its own share hears so (429) even when the bridge is full.
 func (a *admission) enter(user string, now time.Time) *refusal {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
-	case a.total.full(""):
-		return &refusal{http.StatusServiceUnavailable, refusedFull,
-			fmt.Sprintf("the bridge holds bridge.max_connections (%d) streams; try again later, or another bridge", a.total.max), a.spread(capRetrySpread)}
 	case a.perUser.full(user):
 		return &refusal{http.StatusTooManyRequests, refusedUser,
 			fmt.Sprintf("the user holds bridge.max_connections_per_user (%d) streams on this bridge; close one first", a.perUser.max), a.spread(capRetrySpread)}
+	case a.total.full(""):
+		return &refusal{http.StatusServiceUnavailable, refusedFull,
+			fmt.Sprintf("the bridge holds bridge.max_connections (%d) streams; try again later, or another bridge", a.total.max), a.spread(capRetrySpread)}
 	case !a.bucket.AllowN(now, 1):
 		return &refusal{http.StatusServiceUnavailable, refusedBusy,
 			fmt.Sprintf("the bridge takes %g new streams a second (bridge.accept_rate) and more are arriving; come back after Retry-After", a.perSec), a.comeBack(now)}
