@@ -122,7 +122,7 @@ func TestBridgeReconnectStorm(t *testing.T) {
 	}
 	defer func() { stopClients(); wg.Wait() }()
 	testenv.WaitFor(t, ctx, "every client connected to the first bridge", func() bool {
-		return bridgeMetric(base, "driftguard_bridge_clients", stream) == float64(clients)
+		return bridgeMetric(t, base, series("driftguard_bridge_clients", stream)) == float64(clients)
 	})
 	t.Logf("every client connected")
 	time.Sleep(time.Second)
@@ -154,8 +154,8 @@ func TestBridgeReconnectStorm(t *testing.T) {
 	waitLive, stopWaiting := context.WithTimeout(ctx, 2*time.Minute)
 	defer stopWaiting()
 	if !testenv.Poll(waitLive, func() bool {
-		return bridgeMetric(base, "driftguard_bridge_reconnect_live_seconds", stream) >= float64(clients) &&
-			bridgeMetric(base, "driftguard_bridge_clients", stream) == float64(clients)
+		return bridgeMetric(t, base, series("driftguard_bridge_reconnect_live_seconds_count", stream)) >= float64(clients) &&
+			bridgeMetric(t, base, series("driftguard_bridge_clients", stream)) == float64(clients)
 	}) {
 		m := scrapeBridge(t, base)
 		refused, starting, down, snapshots := attempts(cs)
@@ -170,9 +170,9 @@ func TestBridgeReconnectStorm(t *testing.T) {
 		}
 		t.Logf("clients by phase: %v", phases)
 		t.Fatalf("not every client live on the restarted bridge after 2 min: %v connected, %v live, reconnects %v, catch-up readers %v, waiting %v; clients: %d refused, %d starting, %d down, %d snapshots",
-			bridgeMetric(base, "driftguard_bridge_clients", stream), bridgeMetric(base, "driftguard_bridge_reconnect_live_seconds", stream),
-			m["driftguard_bridge_reconnects_total"].GetMetric(), bridgeMetric(base, "driftguard_bridge_catchup_readers", stream),
-			bridgeMetric(base, "driftguard_bridge_catchup_waiting", stream), refused, starting, down, snapshots)
+			bridgeMetric(t, base, series("driftguard_bridge_clients", stream)), bridgeMetric(t, base, series("driftguard_bridge_reconnect_live_seconds_count", stream)),
+			m["driftguard_bridge_reconnects_total"].GetMetric(), bridgeMetric(t, base, series("driftguard_bridge_catchup_readers", stream)),
+			bridgeMetric(t, base, series("driftguard_bridge_catchup_waiting", stream)), refused, starting, down, snapshots)
 	}
 	allLive := time.Now()
 	t.Logf("all live after %s", allLive.Sub(killedAt))
@@ -625,28 +625,8 @@ func scrapeBridge(t *testing.T, base string) map[string]*dto.MetricFamily {
 	return m
 }
 
-// bridgeMetric is the value of the bridge's gauge name for stream, or its
-// histogram's count; -1 when it cannot be read.
-func bridgeMetric(base, name, stream string) float64 {
-	body, err := readMetrics(base + "/metrics")
-	if err != nil {
-		return -1
-	}
-	m, err := parseMetrics(body)
-	if err != nil || m[name] == nil {
-		return -1
-	}
-	for _, s := range m[name].Metric {
-		if labelOf(s, "stream") != stream {
-			continue
-		}
-		if s.Histogram != nil {
-			return float64(s.Histogram.GetSampleCount())
-		}
-		return s.GetGauge().GetValue()
-	}
-	return -1
-}
+// series names the series of metric name for stream, as /metrics shows it.
+func series(name, stream string) string { return fmt.Sprintf("%s{stream=%q}", name, stream) }
 
 // histogram is the count and sum of a histogram family's series together.
 func histogram(f *dto.MetricFamily) (count, sum float64) {
