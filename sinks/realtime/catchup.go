@@ -27,7 +27,8 @@ import (
 // longer than sweepWait, is let go by the sweep (not by the connection):
 // it has been sent every change up to its position, and joins the next
 // sweep from there, so one slow client holds up no one for long, and
-// holds at most the batch it is writing.
+// holds at most the batch it is writing. (Variables only so that a test
+// can make them small.)
 var (
 	sweepAhead = 16
 	sweepWait  = time.Second
