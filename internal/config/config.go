@@ -230,6 +230,26 @@ type Bridge struct {
 	// Heartbeat is the longest a client's connection stays silent: a
 	// comment line keeps proxies from closing it. Default 15s.
 	Heartbeat time.Duration `yaml:"heartbeat"`
+
+	// Admission of SSE streams (bridge_admission.go): what a reconnect
+	// storm may take of the bridge at once.
+	//
+	// MaxConnections caps the SSE streams open on the bridge; one more is
+	// 503 with a jittered Retry-After. Default 20000.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerUser caps the SSE streams one token's user holds;
+	// one more is 429. Default 64.
+	MaxConnectionsPerUser int `yaml:"max_connections_per_user"`
+	// AcceptRate is how many new SSE streams a second the bridge takes, a
+	// token bucket of AcceptBurst; beyond it, 503 with a Retry-After that
+	// spreads the refused over the seconds to come. Default 1000.
+	AcceptRate float64 `yaml:"accept_rate"`
+	// AcceptBurst is the bucket's size. Default: AcceptRate, rounded up.
+	AcceptBurst int `yaml:"accept_burst"`
+	// CatchupReaders is how many Kafka readers per stream serve the
+	// clients that resume from cursors older than the log, each shared by
+	// every client waiting when it starts. Default 2.
+	CatchupReaders int `yaml:"catchup_readers"`
 	// ChatWindow is how many recent messages each conversation of an
 	// assign stream keeps for catch-up. Default 1000.
 	ChatWindow int `yaml:"chat_window"`
@@ -424,6 +444,7 @@ func (c *Config) applyDefaults() {
 	orDefault(&c.Bridge.TypingTTL, 5*time.Second)
 	orDefault(&c.Bridge.TypingRate, 1)
 	c.Bridge.applySendDefaults()
+	c.Bridge.admissionDefaults()
 	if c.DataDir == "" {
 		c.DataDir = defaultDataDir()
 	}
@@ -593,6 +614,7 @@ func (c *Config) Validate() error {
 			add("bridge."+name, "must be at least 1, got %d", v)
 		}
 	}
+	errs = append(errs, c.Bridge.validateAdmission()...)
 	if c.Bridge.ChatHistory < 0 {
 		add("bridge.chat_history", "must be 0 (read the outcomes from their log start) or positive, got %s", c.Bridge.ChatHistory)
 	}
@@ -712,6 +734,11 @@ bridge:
   window: 10000                  # recent changes per state partition kept in memory
   client_lag: 10000              # changes a client may fall behind before it is reset
   heartbeat: 15s
+  max_connections: 20000         # SSE streams open at once; one more is 503 with Retry-After
+  max_connections_per_user: 64   # SSE streams of one user; one more is 429
+  accept_rate: 1000              # new SSE streams a second; beyond them 503 with a spread Retry-After
+  accept_burst: 1000             # the accept rate's bucket; default: one second's worth
+  catchup_readers: 2             # Kafka readers per stream shared by resumes older than the window
   chat_window: 1000              # recent messages per conversation
   chat_history: 0s               # how far back chat catch-up reads at start; 0s: from the log start
   send_wait: 5s                  # a client's send waits this long for its decision, then 202 pending

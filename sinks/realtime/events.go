@@ -55,9 +55,19 @@ func (b *Bridge) events(q *request) {
 		problem.Write(q.w, http.StatusBadRequest, "cursor_required", "events resume from a cursor: take a snapshot first, then ask for its cursor's events", nil)
 		return
 	}
+	// Admission (admission.go): every events request is a reconnect,
+	// counted by outcome.
+	rec := &reconnect{m: b.metrics.admission, stream: q.stream.cfg.Name, arrived: time.Now()}
+	if !b.admit(q, rec) {
+		return
+	}
+	defer b.admission.leave(q.user.Subject)
 	s := q.stream.store.Load()
-	pos, ok := b.resumeFrom(q, s, raw, cursorVersion, "the cursor", retakeSnapshot)
+	answered := *q
+	answered.w = &statusWriter{ResponseWriter: q.w}
+	pos, ok := b.resumeFrom(&answered, s, raw, cursorVersion, "the cursor", retakeSnapshot)
 	if !ok {
+		rec.end(reconnectOutcome(answered.w.(*statusWriter).status))
 		return
 	}
 	key := q.r.URL.Query().Get("key")
@@ -74,7 +84,7 @@ func (b *Bridge) events(q *request) {
 	q.w.WriteHeader(http.StatusOK)
 	name := q.stream.cfg.Name
 	c := &client{b: b, q: q, s: s, pos: pos, key: key, rc: http.NewResponseController(q.w),
-		sentTotal: b.metrics.sent.WithLabelValues(name), clock: time.Now()}
+		sentTotal: b.metrics.sent.WithLabelValues(name), clock: time.Now(), rec: rec}
 	if c.flush() != nil {
 		return
 	}
@@ -225,6 +235,8 @@ type client struct {
 	// typing brings the typing signals the client may see (typing_read.go);
 	// nil on a stream without typing.
 	typing chan *typingSignal
+	// rec counts how the client's reconnect ended (admission.go).
+	rec *reconnect
 }
 
 // tooFarBehind reports whether the client, behind changes from the head
@@ -250,6 +262,17 @@ func (c *client) run(ctx context.Context) error {
 	c.withinLag = time.Since(c.clock)
 	for {
 		batch, head, next, wake, behind, left := c.take()
+		if left && !c.live {
+			// Not live yet (or following one key, with a position of its
+			// own): the log moved past the client's position while it
+			// caught up, as it does right after a catch-up from the
+			// topic, which ends where the log begins. The rest comes
+			// from the topic again, rather than a new snapshot.
+			if err := c.catchUpFromKafka(ctx); err != nil {
+				return err
+			}
+			continue
+		}
 		if left || c.tooFarBehind(behind, time.Since(c.clock)) {
 			return c.reset(fmt.Sprintf("the client is %d changes behind the stream; take a new snapshot", behind))
 		}
@@ -275,6 +298,7 @@ func (c *client) run(ctx context.Context) error {
 		if c.seq < head {
 			continue
 		}
+		c.rec.end(outcomeResumed) // caught up: live from here
 		if !c.live && c.key == "" {
 			// Every change the log holds after the cursor has been sent;
 			// records it passed over were superseded.
@@ -460,48 +484,10 @@ func (c *client) extendDeadline(at time.Duration) {
 // its connection: memory per client stays bounded.
 func (c *client) reset(reason string) error {
 	c.b.metrics.resets.WithLabelValues(c.q.stream.cfg.Name).Inc()
+	c.rec.end(outcomeReset)
 	_ = c.writeRun(time.Since(c.clock))
 	_ = c.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	_, _ = fmt.Fprintf(c.q.w, "event: reset\ndata: {\"reason\":%q}\n\n", reason)
 	_ = c.rc.Flush()
 	return errors.New(reason)
-}
-
-// catchUpFromKafka sends, from the state topic itself, the changes after
-// the cursor that the log no longer holds, until the log holds the rest;
-// the log's place to start is then its tail.
-func (c *client) catchUpFromKafka(ctx context.Context) error {
-	nowMs := c.b.now().UnixMilli()
-	for {
-		s := c.s
-		s.mu.RLock()
-		from, to := map[int32]int64{}, map[int32]int64{}
-		for p, o := range c.pos.Offsets {
-			if o < s.floor[p] {
-				from[int32(p)], to[int32(p)] = o, s.floor[p]
-			}
-		}
-		c.seq = s.tail()
-		s.mu.RUnlock()
-		if len(from) == 0 {
-			return nil
-		}
-		err := c.b.readRange(ctx, c.q.stream.topic, from, to, func(p int32, r stateRecord) error {
-			ch := &change{partition: p, offset: r.offset, ent: newEntity(p, r, s.assign)}
-			ok, err := c.send(ch, nowMs, time.Since(c.clock))
-			if err == nil && !ok {
-				err = errors.New("the client left the conversation")
-			}
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		for p, o := range to {
-			c.pos.Offsets[p] = max(c.pos.Offsets[p], o)
-		}
-		if err := c.flush(); err != nil {
-			return err
-		}
-	}
 }

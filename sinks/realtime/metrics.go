@@ -19,6 +19,7 @@ type metrics struct {
 	// Clients' writes (send.go).
 	sendAck     *prometheus.HistogramVec
 	sendLimited *prometheus.CounterVec
+	admission *admissionMetrics
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -59,6 +60,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "driftguard_bridge_chat_history_reads_total", Help: "Messages older than bridge.chat_window read back from the stream's outcomes for chat catch-up.",
 		}, []string{"stream"}),
 	}
+	m.admission = newAdmissionMetrics(reg)
 	if reg != nil {
 		reg.MustRegister(m.clients, m.sent, m.resets, m.gone, m.snapshot, m.catchUp, m.entities, m.dropped, m.overLimit, m.forbidden, m.history)
 	}
@@ -104,6 +106,7 @@ func (m *metrics) serve(stream string) {
 	m.dropped.WithLabelValues(stream)
 	m.overLimit.WithLabelValues(stream)
 	m.history.WithLabelValues(stream)
+	m.admission.serve(stream)
 	for _, status := range []string{"401", "403"} {
 		m.forbidden.WithLabelValues(stream, status)
 	}
@@ -166,4 +169,57 @@ func (m *typingMetrics) serve(stream string) {
 	for _, r := range typingDropReasons {
 		m.dropped.WithLabelValues(stream, r)
 	}
+}
+
+// admissionMetrics are those of admission and catch-up (admission.go,
+// catchup.go).
+type admissionMetrics struct {
+	reconnects     *prometheus.CounterVec
+	liveSeconds    *prometheus.HistogramVec
+	refused        *prometheus.CounterVec
+	catchupReaders *prometheus.GaugeVec
+	catchupWaiting *prometheus.GaugeVec
+	sweepClients   *prometheus.HistogramVec
+}
+
+func newAdmissionMetrics(reg prometheus.Registerer) *admissionMetrics {
+	m := &admissionMetrics{
+		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "driftguard_bridge_reconnects_total", Help: "Events requests (each resumes from a cursor) by outcome: resumed (caught up and live), gone (410), reset (event: reset before live), refused (503 or 429, to try again later).",
+		}, []string{"stream", "outcome"}),
+		liveSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "driftguard_bridge_reconnect_live_seconds", Help: "Time from an events request's arrival to the moment it had caught up and was live.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 13),
+		}, []string{"stream"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "driftguard_bridge_admission_refused_total", Help: "SSE streams refused by reason: busy (over bridge.accept_rate), full (at bridge.max_connections), too_many_connections (at bridge.max_connections_per_user).",
+		}, []string{"stream", "reason"}),
+		catchupReaders: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "driftguard_bridge_catchup_readers", Help: "Kafka readers serving clients that resume from cursors older than the log (at most bridge.catchup_readers a stream).",
+		}, []string{"stream"}),
+		catchupWaiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "driftguard_bridge_catchup_waiting", Help: "Clients waiting for a catch-up reader to take them.",
+		}, []string{"stream"}),
+		sweepClients: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "driftguard_bridge_catchup_sweep_clients", Help: "Clients each catch-up read of the state topic served (its count is the reads, its sum the catch-ups).",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 8),
+		}, []string{"stream"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.reconnects, m.liveSeconds, m.refused, m.catchupReaders, m.catchupWaiting, m.sweepClients)
+	}
+	return m
+}
+
+func (m *admissionMetrics) serve(stream string) {
+	for _, o := range []string{outcomeResumed, outcomeGone, outcomeReset, outcomeRefused} {
+		m.reconnects.WithLabelValues(stream, o)
+	}
+	for _, r := range []string{refusedBusy, refusedFull, refusedUser} {
+		m.refused.WithLabelValues(stream, r)
+	}
+	m.liveSeconds.WithLabelValues(stream)
+	m.catchupReaders.WithLabelValues(stream)
+	m.catchupWaiting.WithLabelValues(stream)
+	m.sweepClients.WithLabelValues(stream)
 }

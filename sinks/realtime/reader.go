@@ -34,6 +34,9 @@ type stream struct {
 	// writer writes clients' sends and receipts to an assign stream; nil
 	// otherwise.
 	writer *writer
+	// catchUps serve the clients resuming from cursors older than the
+	// log (catchup.go).
+	catchUps *catchUps
 	// failure is why reading the stream last failed, for /readyz.
 	failure atomic.Pointer[error]
 	// droppedLogAt is when entities dropped over bridge.max_entities were
@@ -213,7 +216,10 @@ func (b *Bridge) readRange(ctx context.Context, topic string, from, to map[int32
 	if len(start) == 0 {
 		return nil
 	}
-	cl, err := b.reader("bridge-"+topic+"-catchup", nil, topic, start, 100*time.Millisecond)
+	// Fetches are bounded: a catch-up reader's memory is part of the
+	// bound of a reconnect storm (catchup.go).
+	cl, err := b.reader("bridge-"+topic+"-catchup", nil, topic, start, 100*time.Millisecond,
+		kgo.FetchMaxBytes(catchUpFetchBytes), kgo.FetchMaxPartitionBytes(catchUpFetchBytes), kgo.MaxConcurrentFetches(1))
 	if err != nil {
 		return err
 	}

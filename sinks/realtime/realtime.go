@@ -75,6 +75,8 @@ type Bridge struct {
 	producer       *kgo.Client
 	linger         time.Duration
 	produceTimeout time.Duration
+	// admission caps the SSE streams and their accept rate (admission.go).
+	admission *admission
 }
 
 // ErrNoSecret is returned by New without bridge.secret.
@@ -101,6 +103,7 @@ func New(opts Options) (*Bridge, error) {
 	b.metrics = newMetrics(b.ops.Registry)
 	b.typingMetrics = newTypingMetrics(b.ops.Registry)
 	b.auth = newVerifier([]byte(cfg.Bridge.Secret), b.now)
+	b.admission = newAdmission(cfg.Bridge)
 	names := cfg.Kafka.Naming()
 	for _, s := range cfg.StreamList() {
 		t := names.For(s.Name)
@@ -117,6 +120,7 @@ func New(opts Options) (*Bridge, error) {
 			b.metrics.serveWrites(s.Name)
 		}
 		st.typing = b.newTyping(s, t.Ephemeral)
+		st.catchUps = newCatchUps(b, st)
 		b.streams[s.Name] = st
 		b.metrics.serve(s.Name)
 	}
