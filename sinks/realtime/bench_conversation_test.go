@@ -173,4 +173,3 @@ func (kb *keyedBroadcaster) listening() int64 {
 	}
 	return n
 }
-
