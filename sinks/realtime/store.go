@@ -24,6 +24,9 @@ type entity struct {
 	// access is an assign stream's entity's (a conversation's) membership:
 	// who may read it, and which of its messages; nil on other streams.
 	access *access
+	// seq is the sequence number of the change that stored it in the
+	// store's log (keyEvictedSince).
+	seq uint64
 }
 
 // change is one state record the bridge applied, in the order it applied
@@ -31,7 +34,10 @@ type entity struct {
 type change struct {
 	partition int32
 	offset    int64
-	ent       *entity
+	// seq is the change's sequence number in the store's log; 0 for a
+	// change read from Kafka for one client's catch-up.
+	seq uint64
+	ent *entity
 	// before is the membership of the entity the change replaced, on an
 	// assign stream; nil for a new key. A sync tells from the first change
 	// after a client's token what the client held then (sync.go); only the
@@ -117,6 +123,8 @@ type store struct {
 	// more than the entities' own membership holds.
 	assign        bool
 	conversations map[string]map[string]struct{}
+	// keys indexes the log by key, for the clients following one.
+	keys keyLog
 }
 
 func newStore(epoch [16]byte, partitions, logSize, maxEntities int, assign bool) *store {
@@ -125,7 +133,7 @@ func newStore(epoch [16]byte, partitions, logSize, maxEntities int, assign bool)
 		entities: btree.NewG(32, func(a, b *entity) bool { return a.key < b.key }),
 		log:      make([]*change, 0, min(logSize, 1024)), logSize: logSize,
 		wake: make(chan struct{}), retired: make(chan struct{}), maxEntities: maxEntities, assign: assign,
-		conversations: map[string]map[string]struct{}{},
+		conversations: map[string]map[string]struct{}{}, keys: newKeyLog(),
 	}
 }
 
@@ -163,8 +171,9 @@ func (s *store) apply(partition int32, recs []stateRecord) (dropped int) {
 			continue
 		}
 		e := newEntity(partition, r, s.assign)
+		e.seq = s.head
 		s.entities.ReplaceOrInsert(e)
-		c := &change{partition: partition, offset: r.offset, ent: e,
+		c := &change{partition: partition, offset: r.offset, seq: s.head, ent: e,
 			after: Cursor{Epoch: s.epoch, Offsets: s.next}.String(), block: block}
 		if s.assign {
 			if had {
@@ -174,7 +183,9 @@ func (s *store) apply(partition int32, recs []stateRecord) (dropped int) {
 		}
 		block.changes = append(block.changes, c)
 		s.append(c)
+		s.keys.added(c, old) // old is nil for a new key
 	}
+	s.keys.wakeAll(block.changes)
 	close(s.wake)
 	s.wake = make(chan struct{})
 	return dropped
@@ -188,6 +199,7 @@ func (s *store) append(c *change) {
 		i := s.head % uint64(s.logSize)
 		evicted := s.log[i]
 		s.floor[evicted.partition] = evicted.offset + 1
+		s.keys.evicted(evicted)
 		s.log[i] = c
 	}
 	s.head++
