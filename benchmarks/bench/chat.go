@@ -34,6 +34,7 @@ func runChat(ctx context.Context, args []string) error {
 	out := fs.String("out", "results", "folder for the results (relative to benchmarks/)")
 	work := fs.String("work", "", "work folder (default: a new temp folder, removed unless --keep or a smoke run fails)")
 	keep := fs.Bool("keep", false, "keep the work folder")
+	binary := fs.String("driftguard", "", "a driftguard binary to run instead of one built from this checkout (another revision's, to compare)")
 	smoke := fs.Bool("smoke", false, "3 conversations × 3 members, 20 msg/s for 3 s, via ingest, 50 idle connections; results in the work folder; exit 1 on any failed check")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -58,15 +59,18 @@ func runChat(ctx context.Context, args []string) error {
 	}
 	failed := false
 	defer func() { cleanup(failed) }()
-	if err := ws.build(ctx, ws.Root, "./cmd/driftguard", "driftguard"); err != nil {
+	if *binary != "" {
+		ws.Bin["driftguard"] = *binary
+	} else if err := ws.build(ctx, ws.Root, "./cmd/driftguard", "driftguard"); err != nil {
 		return err
 	}
 	most := *idle
 	for _, l := range plan {
 		most = max(most, l.Conversations*l.Members)
 	}
-	// Each connection takes a descriptor in this process.
-	if err := raiseOpenFiles(2*most + 1024); err != nil {
+	// Each connection takes a descriptor in this process (its other end
+	// is the bridge's).
+	if err := raiseOpenFiles(most + 1024); err != nil {
 		return err
 	}
 	res := &chatResults{Date: time.Now().UTC().Format("2006-01-02"), Command: "go run ./bench chat " + strings.Join(args, " "),

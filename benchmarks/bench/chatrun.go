@@ -169,6 +169,7 @@ func (r *chatRun) measure(ctx context.Context) (*chatResult, error) {
 	var sends sync.WaitGroup
 	var before procstat.Sample
 	var sizesBefore map[string]int64
+	var bridgeSystem time.Duration
 	var windowStart time.Time
 	queues := make([]chan func(), l.Conversations)
 	if l.Via == viaIngest {
@@ -193,6 +194,7 @@ func (r *chatRun) measure(ctx context.Context) (*chatResult, error) {
 		}
 		if i == warm {
 			windowStart, before, sizesBefore = time.Now(), procstat.Take(procs), r.topicSizes(ctx)
+			bridgeSystem, _ = procstat.SystemCPU(r.st.bridge.pid())
 		}
 		c, k := i%l.Conversations, i/l.Conversations+1
 		r.mu.Lock()
@@ -232,6 +234,9 @@ func (r *chatRun) measure(ctx context.Context) (*chatResult, error) {
 	}
 	drained := r.waitDelivered(ctx, 2*time.Minute)
 	after, sizesAfter := procstat.Take(procs), r.topicSizes(ctx)
+	if sys, err := procstat.SystemCPU(r.st.bridge.pid()); err == nil {
+		res.BridgeSystemSeconds = (sys - bridgeSystem).Seconds()
+	}
 	res.WindowSeconds = time.Since(windowStart).Seconds()
 	res.Drained = drained
 	res.CPUSeconds = map[string]float64{}
