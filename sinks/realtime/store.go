@@ -170,7 +170,11 @@ func (s *store) apply(partition int32, recs []stateRecord) (dropped int) {
 			dropped++
 			continue
 		}
-		e := newEntity(partition, r, s.assign)
+		var prev *access
+		if had {
+			prev = old.access
+		}
+		e, sameMembers := newEntityAfter(partition, r, s.assign, prev)
 		e.seq = s.head
 		s.entities.ReplaceOrInsert(e)
 		c := &change{partition: partition, offset: r.offset, seq: s.head, ent: e,
@@ -179,7 +183,9 @@ func (s *store) apply(partition int32, recs []stateRecord) (dropped int) {
 			if had {
 				c.before = old.access
 			}
-			s.index(c.before, e)
+			if !sameMembers {
+				s.index(c.before, e)
+			}
 		}
 		block.changes = append(block.changes, c)
 		s.append(c)
@@ -259,13 +265,21 @@ func (s *store) holdsFrom(offsets []int64) bool {
 
 // newEntity is the entity of a state record of partition.
 func newEntity(partition int32, r stateRecord, assign bool) *entity {
-	e := &entity{key: r.st.Key, version: r.st.Version, state: json.RawMessage(r.state),
+	e, _ := newEntityAfter(partition, r, assign, nil)
+	return e
+}
+
+// newEntityAfter is newEntity for a key whose membership was prev (nil
+// for none): sameMembers reports that the state's membership is prev's,
+// whose parsed form it then shares (accessAfter).
+func newEntityAfter(partition int32, r stateRecord, assign bool, prev *access) (e *entity, sameMembers bool) {
+	e = &entity{key: r.st.Key, version: r.st.Version, state: json.RawMessage(r.state),
 		updatedAt: r.st.UpdatedAtMs, expiresAt: r.st.ExpiresAtMs, partition: partition}
 	if assign {
-		a := accessOf(e.state)
-		e.access = &a
+		a, same := accessAfter(prev, e.state)
+		e.access, sameMembers = &a, same
 	}
-	return e
+	return e, sameMembers
 }
 
 // stateRecord is one record of the state topic, decoded.
