@@ -50,6 +50,11 @@ type chatResult struct {
 	// delivery.
 	BridgeSystemSeconds     float64 `json:"bridge_system_cpu_seconds"`
 	BridgeSystemPerDelivery float64 `json:"bridge_system_cpu_us_per_delivery"`
+	// BridgeIdleCPU is the bridge's CPU seconds a second with every member
+	// connected and nothing sent; BridgeAboveIdlePerDelivery the bridge's
+	// CPU µs per delivery less that over the window: what deliveries add.
+	BridgeIdleCPU              float64 `json:"bridge_idle_cpu_per_second"`
+	BridgeAboveIdlePerDelivery float64 `json:"bridge_above_idle_cpu_us_per_delivery"`
 	// TopicBytes is how much each chat topic's log grew over the window;
 	// BytesPerMessage the same per measured message.
 	TopicBytes      map[string]int64   `json:"topic_bytes"`
@@ -115,6 +120,7 @@ func (r *chatRun) tally(res *chatResult) {
 		}
 		res.BridgePerDelivery = res.CPUSeconds["bridge"] * 1e6 / float64(res.Deliveries)
 		res.BridgeSystemPerDelivery = res.BridgeSystemSeconds * 1e6 / float64(res.Deliveries)
+		res.BridgeAboveIdlePerDelivery = (res.CPUSeconds["bridge"] - res.BridgeIdleCPU*res.WindowSeconds) * 1e6 / float64(res.Deliveries)
 		res.BytesPerMessage = map[string]float64{}
 		for t, n := range res.TopicBytes {
 			res.BytesPerMessage[t] = float64(n) / float64(res.Messages)
@@ -175,14 +181,14 @@ func (res *chatResults) markdown() string {
 		"Latency is from the durable accept (ingest's 202, or the bridge's 201) to each member's SSE state covering the message. "+
 		"CPU is over the window from its first message until every member held its last; the broker's is its JVM's; "+
 		"`bench` is this tool: the senders and every member's connection.\n\n", res.Command, res.Revision, res.Machine)
-	b.WriteString("| load | via | deliveries | verdict | p50 / p99 / max ms | CPU s: ingest, process, bridge, broker, bench (window s) | process µs/msg | bridge µs/delivery (kernel) | broker µs/msg |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| load | via | deliveries | verdict | p50 / p99 / max ms | CPU s: ingest, process, bridge, broker, bench (window s) | process µs/msg | bridge µs/delivery (kernel; above idle) | broker µs/msg |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range res.Loads {
 		l := r.Load
-		fmt.Fprintf(&b, "| %d × %d, %.0f msg/s, %.0f s | %s | %d | %s | %.0f / %.0f / %.0f | %.1f, %.1f, %.1f, %.1f, %.1f (%.0f) | %.0f | %.1f (%.1f) | %.0f |\n",
+		fmt.Fprintf(&b, "| %d × %d, %.0f msg/s, %.0f s | %s | %d | %s | %.0f / %.0f / %.0f | %.1f, %.1f, %.1f, %.1f, %.1f (%.0f) | %.0f | %.1f (%.1f; %.1f) | %.0f |\n",
 			l.Conversations, l.Members, l.Rate, l.Seconds, l.Via, r.Deliveries, r.Verdict,
 			r.Latency.P50, r.Latency.P99, r.Latency.Max,
 			r.CPUSeconds["ingest"], r.CPUSeconds["process"], r.CPUSeconds["bridge"], r.CPUSeconds["broker"], r.CPUSeconds["bench"], r.WindowSeconds,
-			r.PerMessage["process"], r.BridgePerDelivery, r.BridgeSystemPerDelivery, r.PerMessage["broker"])
+			r.PerMessage["process"], r.BridgePerDelivery, r.BridgeSystemPerDelivery, r.BridgeAboveIdlePerDelivery, r.PerMessage["broker"])
 	}
 	b.WriteString("\nBytes per message of each topic's log growth over the window:\n\n| load | via | " + t.In + " | " + t.Table + " | " + t.State + " | " + t.Outcomes + " |\n|---|---|---|---|---|---|\n")
 	for _, r := range res.Loads {

@@ -34,6 +34,10 @@ func convName(c int) string    { return fmt.Sprintf("conv-%d", c) }
 func userName(c, m int) string { return fmt.Sprintf("u%d-%d", c, m) }
 func clientID(c, k int) string { return fmt.Sprintf("cm-%d-%d", c, k) }
 
+// bridgeIdleSample is how long the bridge's CPU is read with its clients
+// connected and nothing sent.
+const bridgeIdleSample = 5 * time.Second
+
 // setupConcurrency bounds the requests of the set-up (members added,
 // snapshots, connections) in flight at once.
 const setupConcurrency = 32
@@ -76,11 +80,17 @@ func (ws *Workspace) runChatLoad(ctx context.Context, load chatLoad) (*chatResul
 	if err := r.connect(followCtx, &following); err != nil {
 		return nil, err
 	}
+	// The bridge's CPU with every member connected and nothing sent:
+	// heartbeats, and reading every stream's topics.
+	idleBefore, _ := procstat.CPU(st.bridge.pid())
+	time.Sleep(bridgeIdleSample)
+	idleAfter, _ := procstat.CPU(st.bridge.pid())
 	ws.Log.Info("chat: sending")
 	res, err := r.measure(ctx)
 	if err != nil {
 		return nil, err
 	}
+	res.BridgeIdleCPU = (idleAfter - idleBefore).Seconds() / bridgeIdleSample.Seconds()
 	stopFollowing()
 	following.Wait()
 	r.tally(res)
