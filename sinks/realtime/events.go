@@ -74,7 +74,7 @@ func (b *Bridge) events(q *request) {
 	q.w.WriteHeader(http.StatusOK)
 	name := q.stream.cfg.Name
 	c := &client{b: b, q: q, s: s, pos: pos, key: key, rc: http.NewResponseController(q.w),
-		sentTotal: b.metrics.sent.WithLabelValues(name), clock: time.Now()}
+		sentTotal: b.metrics.sent.WithLabelValues(name), delivery: b.metrics.delivery.WithLabelValues(name), clock: time.Now()}
 	if c.flush() != nil {
 		return
 	}
@@ -202,8 +202,10 @@ type client struct {
 	buf  []byte
 	sent int
 	// sentTotal is the stream's series of messages sent, looked up once:
-	// a lookup per message costs more than the message's write.
+	// a lookup per message costs more than the message's write; delivery
+	// its delivery latency's.
 	sentTotal prometheus.Counter
+	delivery  prometheus.Observer
 	// clock is when the client started; the times below are durations
 	// since, read from the monotonic clock alone (time.Since) once per
 	// message and shared by the lag check and the write deadline: clock
@@ -379,6 +381,11 @@ func (c *client) send(ch *change, nowMs int64, at time.Duration) (ok bool, err e
 	delete(c.told, ch.ent.key)
 	expired := isExpired(ch.ent, nowMs)
 	shown := c.q.shown(ch.ent)
+	if c.live {
+		// The state's updated_at_ms is when its event was accepted; the
+		// batch's clock reading (nowMs) stands for the write's.
+		c.delivery.Observe(float64(nowMs-ch.ent.updatedAt) / 1e3)
+	}
 	switch {
 	case c.live && !expired && shown == ch.ent:
 		return true, c.queue(ch, at)

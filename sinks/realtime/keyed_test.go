@@ -93,3 +93,48 @@ func containsVersion(data string, v int64) bool {
 	var ent entityJSON
 	return json.Unmarshal([]byte(data), &ent) == nil && ent.Version == v
 }
+
+// TestDeliveryLatencyCountsLiveWritesOnly: each change written to a live
+// client counts once in driftguard_bridge_delivery_seconds, per client;
+// the changes a resuming client is replayed do not.
+func TestDeliveryLatencyCountsLiveWritesOnly(t *testing.T) {
+	e := newBridgeEnv(t, testenv.Fake(t), presenceAs("presence", nil), "presence")
+	tok := e.token("ann", "presence")
+	cursor, _ := e.snapshot("presence", tok, 10)
+	ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
+	defer cancel()
+	whole, _ := e.open(ctx, "presence", tok, cursor, "")
+	keyed, _ := e.open(ctx, "presence", tok, cursor, "k1")
+	defer whole.close()
+	defer keyed.close()
+	for v := int64(1); v <= 3; v++ {
+		e.publish("presence", "k1", v, benchState)
+		e.publish("presence", "k2", v, benchState)
+	}
+	for range 6 {
+		whole.next(t, 20*time.Second)
+	}
+	for range 3 {
+		keyed.next(t, 20*time.Second)
+	}
+	// 6 writes to one client, 3 to the other.
+	if n := gathered(t, e, "driftguard_bridge_delivery_seconds"); n != 9 {
+		t.Fatalf("%v deliveries counted, want 9", n)
+	}
+	// A client resuming from the first cursor is replayed the 6 changes,
+	// then is live: only what comes after counts.
+	again, _ := e.open(ctx, "presence", tok, cursor, "")
+	defer again.close()
+	for range 6 {
+		again.next(t, 20*time.Second)
+	}
+	e.publish("presence", "k2", 4, benchState)
+	for _, s := range []*sse{whole, again} {
+		if ev, _ := s.next(t, 20*time.Second); !containsVersion(ev.data, 4) {
+			t.Fatalf("after the replay: %+v", ev)
+		}
+	}
+	if n := gathered(t, e, "driftguard_bridge_delivery_seconds"); n != 11 {
+		t.Fatalf("%v deliveries counted after a replay of 6 and one live change to two clients, want 11", n)
+	}
+}

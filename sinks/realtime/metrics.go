@@ -15,6 +15,9 @@ type metrics struct {
 	overLimit *prometheus.GaugeVec
 	forbidden *prometheus.CounterVec
 	history   *prometheus.CounterVec
+
+	// delivery is from a change's durable accept to its SSE write.
+	delivery *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -55,8 +58,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "driftguard_bridge_chat_history_reads_total", Help: "Messages older than bridge.chat_window read back from the stream's outcomes for chat catch-up.",
 		}, []string{"stream"}),
 	}
+	// Delivery latency (the seed's target: p99 under a second).
+	m.delivery = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "driftguard_bridge_delivery_seconds",
+		Help: "From a change's durable accept (its event's dg-received-at, the state's updated_at_ms) to the SSE write of it to a live client, per client; changes replayed to a client catching up are not counted.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, []string{"stream"})
 	if reg != nil {
 		reg.MustRegister(m.clients, m.sent, m.resets, m.gone, m.snapshot, m.catchUp, m.entities, m.dropped, m.overLimit, m.forbidden, m.history)
+		reg.MustRegister(m.delivery)
 	}
 	return m
 }
@@ -74,6 +84,7 @@ func (m *metrics) serve(stream string) {
 	m.dropped.WithLabelValues(stream)
 	m.overLimit.WithLabelValues(stream)
 	m.history.WithLabelValues(stream)
+	m.delivery.WithLabelValues(stream)
 	for _, status := range []string{"401", "403"} {
 		m.forbidden.WithLabelValues(stream, status)
 	}
