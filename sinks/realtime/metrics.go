@@ -60,8 +60,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	// Delivery latency (the seed's target: p99 under a second).
 	m.delivery = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "driftguard_bridge_delivery_seconds",
-		Help: "From a change's durable accept (its event's dg-received-at, the state's updated_at_ms) to the SSE write of it to a live client, per client; changes replayed to a client catching up are not counted.",
+		Name:    "driftguard_bridge_delivery_seconds",
+		Help:    "From a change's durable accept (its event's dg-received-at, the state's updated_at_ms) to the SSE write of it to a live client, per client; changes replayed to a client catching up are not counted.",
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 	}, []string{"stream"})
 	if reg != nil {
