@@ -4,6 +4,9 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // metrics of the bridge, by stream.
 type metrics struct {
+	// delivery is from a change's durable accept to its SSE write.
+	delivery *prometheus.HistogramVec
+
 	clients   *prometheus.GaugeVec
 	sent      *prometheus.CounterVec
 	resets    *prometheus.CounterVec
@@ -15,13 +18,11 @@ type metrics struct {
 	overLimit *prometheus.GaugeVec
 	forbidden *prometheus.CounterVec
 	history   *prometheus.CounterVec
-
-	// delivery is from a change's durable accept to its SSE write.
-	delivery *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
+		delivery: newDeliveryHistogram(reg),
 		clients: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "driftguard_bridge_clients", Help: "Clients connected to a stream's events.",
 		}, []string{"stream"}),
@@ -58,15 +59,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "driftguard_bridge_chat_history_reads_total", Help: "Messages older than bridge.chat_window read back from the stream's outcomes for chat catch-up.",
 		}, []string{"stream"}),
 	}
-	// Delivery latency (the seed's target: p99 under a second).
-	m.delivery = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "driftguard_bridge_delivery_seconds",
-		Help:    "From a change's durable accept (its event's dg-received-at, the state's updated_at_ms) to the SSE write of it to a live client, per client; changes replayed to a client catching up are not counted.",
-		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-	}, []string{"stream"})
 	if reg != nil {
 		reg.MustRegister(m.clients, m.sent, m.resets, m.gone, m.snapshot, m.catchUp, m.entities, m.dropped, m.overLimit, m.forbidden, m.history)
-		reg.MustRegister(m.delivery)
 	}
 	return m
 }
@@ -74,6 +68,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 // serve makes a stream's series exist at 0 from the start, so dashboards
 // and alerts see the stream before its first client, reset or refusal.
 func (m *metrics) serve(stream string) {
+	m.delivery.WithLabelValues(stream)
 	m.clients.WithLabelValues(stream)
 	m.sent.WithLabelValues(stream)
 	m.resets.WithLabelValues(stream)
@@ -84,8 +79,80 @@ func (m *metrics) serve(stream string) {
 	m.dropped.WithLabelValues(stream)
 	m.overLimit.WithLabelValues(stream)
 	m.history.WithLabelValues(stream)
-	m.delivery.WithLabelValues(stream)
 	for _, status := range []string{"401", "403"} {
 		m.forbidden.WithLabelValues(stream, status)
 	}
+}
+
+// typingMetrics are the typing signals' (typing.go), by stream.
+type typingMetrics struct {
+	// posts are the members' POSTs by outcome: produced, coalesced (within
+	// bridge.typing_rate of the last one), refused (not a member), failed
+	// (the produce did not complete).
+	posts *prometheus.CounterVec
+	// read are the signals read from <stream>.ephemeral by outcome: shown
+	// (handed to the clients that may see it), stale (read after its
+	// expiry), not_member, coalesced, undecodable.
+	read *prometheus.CounterVec
+	// sent are the typing events written to clients; dropped those a
+	// client did not get, by reason: queue_full (a client behind on its
+	// writes), expired (its expiry passed before the write).
+	sent    *prometheus.CounterVec
+	dropped *prometheus.CounterVec
+}
+
+// Outcomes and reasons of the typing metrics.
+var (
+	typingPostOutcomes = []string{"produced", "coalesced", "refused", "failed"}
+	typingReadOutcomes = []string{"shown", "stale", "not_member", "coalesced", "undecodable"}
+	typingDropReasons  = []string{"queue_full", "expired"}
+)
+
+func newTypingMetrics(reg prometheus.Registerer) *typingMetrics {
+	m := &typingMetrics{
+		posts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "driftguard_bridge_typing_posts_total", Help: "Typing POSTs by outcome: produced to <stream>.ephemeral, coalesced (within bridge.typing_rate), refused (not a member), failed (not acked in time).",
+		}, []string{"stream", "outcome"}),
+		read: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "driftguard_bridge_typing_read_total", Help: "Typing signals read from <stream>.ephemeral by outcome: shown, stale (past their expiry when read), not_member, coalesced, undecodable.",
+		}, []string{"stream", "outcome"}),
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "driftguard_bridge_typing_sent_total", Help: "SSE typing events written to clients.",
+		}, []string{"stream"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "driftguard_bridge_typing_dropped_total", Help: "Typing events a client did not get, by reason: queue_full (the client was behind on its writes; typing is dropped, never a reason to reset), expired (past its expiry before the write).",
+		}, []string{"stream", "reason"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.posts, m.read, m.sent, m.dropped)
+	}
+	return m
+}
+
+// serve makes a typing stream's series exist at 0 from the start.
+func (m *typingMetrics) serve(stream string) {
+	for _, o := range typingPostOutcomes {
+		m.posts.WithLabelValues(stream, o)
+	}
+	for _, o := range typingReadOutcomes {
+		m.read.WithLabelValues(stream, o)
+	}
+	m.sent.WithLabelValues(stream)
+	for _, r := range typingDropReasons {
+		m.dropped.WithLabelValues(stream, r)
+	}
+}
+
+// newDeliveryHistogram is the bridge's delivery latency, the seed's
+// target (p99 under a second), registered on reg unless nil.
+func newDeliveryHistogram(reg prometheus.Registerer) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "driftguard_bridge_delivery_seconds",
+		Help:    "From a change's durable accept (its event's dg-received-at, the state's updated_at_ms) to the SSE write of it to a live client, per client; changes replayed to a client catching up are not counted.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, []string{"stream"})
+	if reg != nil {
+		reg.MustRegister(h)
+	}
+	return h
 }
