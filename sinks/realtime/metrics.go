@@ -20,6 +20,20 @@ type metrics struct {
 	history   *prometheus.CounterVec
 }
 
+// newDeliveryHistogram is the bridge's delivery latency, the seed's
+// target (p99 under a second), registered on reg unless nil.
+func newDeliveryHistogram(reg prometheus.Registerer) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "driftguard_bridge_delivery_seconds",
+		Help:    "From a change's durable accept (its event's dg-received-at, the state's updated_at_ms) to the SSE write of it to a live client, per client; changes replayed to a client catching up are not counted.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, []string{"stream"})
+	if reg != nil {
+		reg.MustRegister(h)
+	}
+	return h
+}
+
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		delivery: newDeliveryHistogram(reg),
@@ -82,77 +96,4 @@ func (m *metrics) serve(stream string) {
 	for _, status := range []string{"401", "403"} {
 		m.forbidden.WithLabelValues(stream, status)
 	}
-}
-
-// typingMetrics are the typing signals' (typing.go), by stream.
-type typingMetrics struct {
-	// posts are the members' POSTs by outcome: produced, coalesced (within
-	// bridge.typing_rate of the last one), refused (not a member), failed
-	// (the produce did not complete).
-	posts *prometheus.CounterVec
-	// read are the signals read from <stream>.ephemeral by outcome: shown
-	// (handed to the clients that may see it), stale (read after its
-	// expiry), not_member, coalesced, undecodable.
-	read *prometheus.CounterVec
-	// sent are the typing events written to clients; dropped those a
-	// client did not get, by reason: queue_full (a client behind on its
-	// writes), expired (its expiry passed before the write).
-	sent    *prometheus.CounterVec
-	dropped *prometheus.CounterVec
-}
-
-// Outcomes and reasons of the typing metrics.
-var (
-	typingPostOutcomes = []string{"produced", "coalesced", "refused", "failed"}
-	typingReadOutcomes = []string{"shown", "stale", "not_member", "coalesced", "undecodable"}
-	typingDropReasons  = []string{"queue_full", "expired"}
-)
-
-func newTypingMetrics(reg prometheus.Registerer) *typingMetrics {
-	m := &typingMetrics{
-		posts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "driftguard_bridge_typing_posts_total", Help: "Typing POSTs by outcome: produced to <stream>.ephemeral, coalesced (within bridge.typing_rate), refused (not a member), failed (not acked in time).",
-		}, []string{"stream", "outcome"}),
-		read: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "driftguard_bridge_typing_read_total", Help: "Typing signals read from <stream>.ephemeral by outcome: shown, stale (past their expiry when read), not_member, coalesced, undecodable.",
-		}, []string{"stream", "outcome"}),
-		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "driftguard_bridge_typing_sent_total", Help: "SSE typing events written to clients.",
-		}, []string{"stream"}),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "driftguard_bridge_typing_dropped_total", Help: "Typing events a client did not get, by reason: queue_full (the client was behind on its writes; typing is dropped, never a reason to reset), expired (past its expiry before the write).",
-		}, []string{"stream", "reason"}),
-	}
-	if reg != nil {
-		reg.MustRegister(m.posts, m.read, m.sent, m.dropped)
-	}
-	return m
-}
-
-// serve makes a typing stream's series exist at 0 from the start.
-func (m *typingMetrics) serve(stream string) {
-	for _, o := range typingPostOutcomes {
-		m.posts.WithLabelValues(stream, o)
-	}
-	for _, o := range typingReadOutcomes {
-		m.read.WithLabelValues(stream, o)
-	}
-	m.sent.WithLabelValues(stream)
-	for _, r := range typingDropReasons {
-		m.dropped.WithLabelValues(stream, r)
-	}
-}
-
-// newDeliveryHistogram is the bridge's delivery latency, the seed's
-// target (p99 under a second), registered on reg unless nil.
-func newDeliveryHistogram(reg prometheus.Registerer) *prometheus.HistogramVec {
-	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "driftguard_bridge_delivery_seconds",
-		Help:    "From a change's durable accept (its event's dg-received-at, the state's updated_at_ms) to the SSE write of it to a live client, per client; changes replayed to a client catching up are not counted.",
-		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-	}, []string{"stream"})
-	if reg != nil {
-		reg.MustRegister(h)
-	}
-	return h
 }
