@@ -75,6 +75,9 @@ func runChat(ctx context.Context, args []string) error {
 	}
 	res := &chatResults{Date: time.Now().UTC().Format("2006-01-02"), Command: "go run ./bench chat " + strings.Join(args, " "),
 		Revision: revision(ws.Root), Machine: machine()}
+	if *binary != "" {
+		res.Notes = append(res.Notes, fmt.Sprintf("driftguard: %s, not built from this checkout.", *binary))
+	}
 	for _, l := range plan {
 		r, err := ws.runChatLoad(ctx, l)
 		if err != nil {

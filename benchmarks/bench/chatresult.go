@@ -33,6 +33,9 @@ type chatResult struct {
 	// Latency is from the durable accept (ingest's 202, the send's 201)
 	// to each member's SSE state covering the message, in ms.
 	Latency model.Percentiles `json:"latency_ms"`
+	// FromSend is from when the sender sent the message (its first
+	// attempt) to each member's state covering it, in ms.
+	FromSend model.Percentiles `json:"from_send_ms"`
 	// Drained is whether every member held every message within the
 	// wait after the window.
 	Drained bool `json:"drained"`
@@ -83,7 +86,7 @@ func (r *chatRun) tally(res *chatResult) {
 		}
 	}
 	res.Deliveries = res.Messages * l.Members
-	var latencies []float64
+	var latencies, fromSend []float64
 	for _, f := range r.followers {
 		res.Doubled += f.doubled
 		res.Backwards += f.backwards
@@ -104,6 +107,7 @@ func (r *chatRun) tally(res *chatResult) {
 				res.Missing++
 				continue
 			}
+			fromSend = append(fromSend, float64(f.recv[a.seq]-a.sent.UnixNano())/float64(time.Millisecond))
 			ms := float64(f.recv[a.seq]-a.at.UnixNano()) / float64(time.Millisecond)
 			if ms < 0 {
 				res.BeforeAck++
@@ -113,6 +117,7 @@ func (r *chatRun) tally(res *chatResult) {
 		}
 	}
 	res.Latency = percentiles(latencies)
+	res.FromSend = percentiles(fromSend)
 	res.PerMessage = map[string]float64{}
 	if res.Messages > 0 {
 		for name, s := range res.CPUSeconds {
@@ -189,6 +194,11 @@ func (res *chatResults) markdown() string {
 			r.Latency.P50, r.Latency.P99, r.Latency.Max,
 			r.CPUSeconds["ingest"], r.CPUSeconds["process"], r.CPUSeconds["bridge"], r.CPUSeconds["broker"], r.CPUSeconds["bench"], r.WindowSeconds,
 			r.PerMessage["process"], r.BridgePerDelivery, r.BridgeSystemPerDelivery, r.BridgeAboveIdlePerDelivery, r.PerMessage["broker"])
+	}
+	b.WriteString("\nFrom the send (its first attempt) to each member's state, and the deliveries that came before the sender had its answer (counted as 0 ms above):\n\n| load | via | p50 / p99 / max ms | before the answer |\n|---|---|---|---|\n")
+	for _, r := range res.Loads {
+		fmt.Fprintf(&b, "| %d × %d, %.0f msg/s | %s | %.0f / %.0f / %.0f | %d |\n", r.Load.Conversations, r.Load.Members, r.Load.Rate, r.Load.Via,
+			r.FromSend.P50, r.FromSend.P99, r.FromSend.Max, r.BeforeAck)
 	}
 	b.WriteString("\nBytes per message of each topic's log growth over the window:\n\n| load | via | " + t.In + " | " + t.Table + " | " + t.State + " | " + t.Outcomes + " |\n|---|---|---|---|---|---|\n")
 	for _, r := range res.Loads {

@@ -272,12 +272,13 @@ func (r *chatRun) sendOne(ctx context.Context, c, k int) (ack, error) {
 	m := (k - 1) % r.load.Members
 	text := fmt.Sprintf("message %d of %s, about the length people type: forty to eighty bytes", k, convName(c))
 	if r.load.Via == viaBridge {
-		return r.send.sendMessage(ctx, r.followers[c*r.load.Members+m].token, convName(c), clientID(c, k), text)
+		return r.send.sendMessage(ctx, r.followers[c*r.load.Members+m].token, userName(c, m)+"-phone", convName(c), clientID(c, k), text)
 	}
+	sent := time.Now()
 	at, err := r.send.webhook(ctx, workload.ChatBody{EventID: fmt.Sprintf("send-%d-%d", c, k), Type: "message.send",
 		ConversationID: convName(c), SenderID: userName(c, m), SenderDeviceID: userName(c, m) + "-phone",
 		ClientMessageID: clientID(c, k), Body: text})
-	return ack{seq: int64(k), at: at}, err
+	return ack{seq: int64(k), at: at, sent: sent}, err
 }
 
 // waitDelivered waits until every follower holds its conversation's last

@@ -28,6 +28,8 @@ const (
 type ack struct {
 	seq int64
 	at  time.Time
+	// sent is when the sender first sent it.
+	sent time.Time
 }
 
 // chatSender sends chat events through ingest or the bridge.
@@ -77,11 +79,12 @@ func (s *chatSender) webhook(ctx context.Context, body workload.ChatBody) (time.
 	return at, err
 }
 
-// sendMessage is a member's send through the bridge: the conversation_seq
+// sendMessage is a member's send through the bridge, from device: the conversation_seq
 // of a 201 (applied) or 200 (a retry of one applied); a 202 (the decision
 // not in yet) is asked again with the same client message id.
-func (s *chatSender) sendMessage(ctx context.Context, token, conv, clientMessageID, text string) (ack, error) {
+func (s *chatSender) sendMessage(ctx context.Context, token, device, conv, clientMessageID, text string) (ack, error) {
 	b, _ := json.Marshal(map[string]string{"client_message_id": clientMessageID, "body": text})
+	sent := time.Now()
 	for {
 		status, answer, at, err := s.try(ctx, func() (*http.Request, error) {
 			req, err := http.NewRequestWithContext(ctx, http.MethodPost,
@@ -89,6 +92,8 @@ func (s *chatSender) sendMessage(ctx context.Context, token, conv, clientMessage
 			if err == nil {
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("Authorization", "Bearer "+token)
+				// A send names its device: the token's claim, or this header.
+				req.Header.Set("X-Driftguard-Device", device)
 			}
 			return req, err
 		})
@@ -103,7 +108,7 @@ func (s *chatSender) sendMessage(ctx context.Context, token, conv, clientMessage
 			if err := json.Unmarshal(answer, &r); err != nil || r.Seq <= 0 {
 				return ack{}, fmt.Errorf("the bridge's %d to a send has no conversation_seq: %s", status, answer)
 			}
-			return ack{seq: r.Seq, at: at}, nil
+			return ack{seq: r.Seq, at: at, sent: sent}, nil
 		case http.StatusAccepted:
 			// Pending: the same client message id again is answered with
 			// the original result once decided.
