@@ -1,12 +1,15 @@
 package realtime
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/driftguard/driftguard/internal/record"
 )
 
 // TestAccessAfterAgreesWithAFreshParse: for random pairs of conversation
@@ -47,6 +50,41 @@ func TestAccessAfterAgreesWithAFreshParse(t *testing.T) {
 		}
 		if wantSame := string(prev.rawMembers) == string(want.rawMembers) && string(prev.rawMembership) == string(want.rawMembership); same != wantSame {
 			t.Fatalf("shared %v, want %v", same, wantSame)
+		}
+	})
+}
+
+// TestFrameEntityAgreesWithEncodingJSON: for random keys and states, as a
+// state record decodes them, the Entity appendEntity writes reads back as
+// json.Marshal's does, and the frame is one data line whatever the state's
+// whitespace.
+func TestFrameEntityAgreesWithEncodingJSON(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		doc := map[string]any{"text": rapid.String().Draw(t, "text"), "n": rapid.Int64().Draw(t, "n"),
+			"list": rapid.SliceOfN(rapid.StringMatching(`[a-z<>&]{0,4}`), 0, 3).Draw(t, "list")}
+		raw, _ := json.Marshal(doc)
+		if rapid.Bool().Draw(t, "indented") {
+			raw, _ = json.MarshalIndent(doc, "", "\r\n  ")
+		}
+		st := record.State{Stream: "s", Key: rapid.String().Draw(t, "key"), Version: rapid.Int64().Draw(t, "version"),
+			State: raw, UpdatedAtMs: rapid.Int64().Draw(t, "updated"), ExpiresAtMs: rapid.Int64().Draw(t, "expires")}
+		var r stateRecord
+		var err error
+		if r.state, err = record.DecodeState(record.AppendState(nil, &st), &r.st); err != nil {
+			t.Fatal(err)
+		}
+		e := newEntity(0, r, false)
+		expired := rapid.Bool().Draw(t, "expired")
+		frame := appendFrame(nil, "cursor", e, expired)
+		data, ok := bytes.CutPrefix(frame, []byte("id: cursor\nevent: state\ndata: "))
+		data, ok2 := bytes.CutSuffix(data, []byte("\n\n"))
+		if !ok || !ok2 || bytes.ContainsAny(data, "\r\n") {
+			t.Fatalf("not one data line: %q", frame)
+		}
+		want, _ := json.Marshal(e.jsonExpired(expired))
+		var got, wanted any
+		if json.Unmarshal(data, &got) != nil || json.Unmarshal(want, &wanted) != nil || !reflect.DeepEqual(got, wanted) {
+			t.Fatalf("entity %s, encoding/json %s", data, want)
 		}
 	})
 }
