@@ -3,6 +3,7 @@
 //
 //	go run ./bench                # the measurement: benchmarks/results/<date>.md, .json, plots
 //	go run ./bench --smoke        # small counts, results in the work folder; exits 1 if any check fails
+//	go run ./bench chat           # chat clients through the bridge (chat.go)
 //
 // A round runs each contender in turn, in an order that rotates from round
 // to round: the contender's servers and processes are started fresh,
@@ -61,6 +62,9 @@ type options struct {
 }
 
 func run(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "chat" {
+		return runChat(ctx, args[1:])
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var o options
 	fs.IntVar(&o.rounds, "rounds", 3, "interleaved rounds")

@@ -204,7 +204,9 @@ func newChat(g base) *chat {
 	return c
 }
 
-type chatBody struct {
+// ChatBody is a chat webhook's body, every type's fields (the chat
+// benchmark sends them too).
+type ChatBody struct {
 	EventID         string `json:"event_id"`
 	Type            string `json:"type"`
 	ConversationID  string `json:"conversation_id"`
@@ -217,7 +219,7 @@ type chatBody struct {
 	ConversationSeq int64  `json:"conversation_seq,omitempty"`
 }
 
-func (c *chat) event(conv int, body chatBody) Item {
+func (c *chat) event(conv int, body ChatBody) Item {
 	body.EventID = c.ids.id("chat")
 	body.ConversationID = c.ids.key("conv", conv)
 	return item("chat", body.EventID, body.ConversationID, body.Type, body)
@@ -227,7 +229,7 @@ func (c *chat) setup() []Item {
 	var out []Item
 	for conv, members := range c.members {
 		for _, m := range members {
-			out = append(out, c.event(conv, chatBody{Type: "member.added", UserID: m}))
+			out = append(out, c.event(conv, ChatBody{Type: "member.added", UserID: m}))
 		}
 	}
 	return out
@@ -238,7 +240,7 @@ func (c *chat) next() (Item, int) {
 	sender := c.members[conv][c.rng.IntN(chatMembers)]
 	c.clients++
 	c.sent[conv]++
-	return c.event(conv, chatBody{Type: "message.send", SenderID: sender, SenderDeviceID: sender + "-phone",
+	return c.event(conv, ChatBody{Type: "message.send", SenderID: sender, SenderDeviceID: sender + "-phone",
 		ClientMessageID: fmt.Sprintf("cm-%d", c.clients), Body: "hello " + sender}), 0
 }
 
@@ -260,9 +262,9 @@ func (c *chat) final() []Item {
 				} else {
 					cur.Delivered = to
 				}
-				out = append(out, c.event(conv, chatBody{Type: typ, UserID: m, DeviceID: m + "-phone", ConversationSeq: to}))
+				out = append(out, c.event(conv, ChatBody{Type: typ, UserID: m, DeviceID: m + "-phone", ConversationSeq: to}))
 				if to > 1 {
-					out = append(out, c.event(conv, chatBody{Type: typ, UserID: m, DeviceID: m + "-phone",
+					out = append(out, c.event(conv, ChatBody{Type: typ, UserID: m, DeviceID: m + "-phone",
 						ConversationSeq: 1 + c.rng.Int64N(to-1)}))
 				}
 			}

@@ -21,6 +21,8 @@ type stat struct {
 	state                byte
 	ppid                 int
 	self, reapedChildren time.Duration
+	// system is the part of self spent in the kernel.
+	system time.Duration
 }
 
 func readStat(pid int) (stat, error) {
@@ -46,7 +48,8 @@ func readStat(pid int) (stat, error) {
 			return stat{}, fmt.Errorf("/proc/%d/stat: field %d: %w", pid, f+3, err)
 		}
 	}
-	return stat{state: fields[0][0], ppid: int(n[0]), self: time.Duration(n[1]+n[2]) * clockTick, reapedChildren: time.Duration(n[3]+n[4]) * clockTick}, nil
+	return stat{state: fields[0][0], ppid: int(n[0]), self: time.Duration(n[1]+n[2]) * clockTick,
+		system: time.Duration(n[2]) * clockTick, reapedChildren: time.Duration(n[3]+n[4]) * clockTick}, nil
 }
 
 // CPU returns the user plus system time pid has used, its threads
@@ -54,6 +57,13 @@ func readStat(pid int) (stat, error) {
 func CPU(pid int) (time.Duration, error) {
 	st, err := readStat(pid)
 	return st.self, err
+}
+
+// SystemCPU returns the part of CPU(pid) spent in the kernel (stime):
+// for a server of many connections, mostly its sends and receives.
+func SystemCPU(pid int) (time.Duration, error) {
+	st, err := readStat(pid)
+	return st.system, err
 }
 
 // TreeCPU returns the CPU time of pid and every process below it: those

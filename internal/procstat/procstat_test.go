@@ -79,3 +79,28 @@ func TestTreeCountsChildren(t *testing.T) {
 		t.Errorf("the tree grew by %v, its reaped child alone used %v", after-before, child)
 	}
 }
+
+// The kernel's share agrees with getrusage's system time: a process that
+// spends its time in syscalls shows it there, within the clock ticks.
+func TestSystemCPU(t *testing.T) {
+	pid := os.Getpid()
+	sys := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ru.Stime.Nano())
+	}
+	before, err := SystemCPU(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for start := sys(); sys()-start < 300*time.Millisecond; {
+		_ = syscall.Getppid() // a syscall: the time is the kernel's
+	}
+	after, _ := SystemCPU(pid)
+	total, _ := CPU(pid)
+	if d := after - before; d < 250*time.Millisecond || d > 600*time.Millisecond || after > total {
+		t.Errorf("system CPU grew %v after 300 ms in syscalls (total %v, system %v)", d, total, after)
+	}
+}

@@ -1,6 +1,7 @@
 package realtime
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
 
@@ -31,18 +32,39 @@ type access struct {
 	lastSeq    int64
 	members    []string
 	membership map[string][]interval
+	// rawMembers and rawMembership are the state's members and
+	// membership as written, for accessAfter.
+	rawMembers, rawMembership json.RawMessage
 }
 
 // accessOf reads the membership of an assign stream's public state.
 func accessOf(state json.RawMessage) access {
+	a, _ := accessAfter(nil, state)
+	return a
+}
+
+// accessAfter is accessOf(state) for a conversation whose membership was
+// prev (nil for none): when the state's members and membership are
+// prev's byte for byte, as after a message or a receipt, the parsed ones
+// are shared, not parsed again (a membership of 20 users is a map of 20
+// slices, built per state record it was, for every message), and same
+// is true.
+func accessAfter(prev *access, state json.RawMessage) (a access, same bool) {
 	var s struct {
-		LastSeq    int64                 `json:"last_seq"`
-		Members    []string              `json:"members"`
-		Membership map[string][]interval `json:"membership"`
+		LastSeq    int64           `json:"last_seq"`
+		Members    json.RawMessage `json:"members"`
+		Membership json.RawMessage `json:"membership"`
 	}
 	_ = json.Unmarshal(state, &s)
-	slices.Sort(s.Members)
-	return access{lastSeq: s.LastSeq, members: s.Members, membership: s.Membership}
+	a = access{lastSeq: s.LastSeq, rawMembers: s.Members, rawMembership: s.Membership}
+	if prev != nil && bytes.Equal(s.Members, prev.rawMembers) && bytes.Equal(s.Membership, prev.rawMembership) {
+		a.members, a.membership, a.rawMembers, a.rawMembership = prev.members, prev.membership, prev.rawMembers, prev.rawMembership
+		return a, true
+	}
+	_ = json.Unmarshal(s.Members, &a.members)
+	_ = json.Unmarshal(s.Membership, &a.membership)
+	slices.Sort(a.members)
+	return a, false
 }
 
 // users are the current and former members, sorted, each once.

@@ -245,6 +245,11 @@ type sseClients struct {
 // is empty) and reads each one until ctx ends or the benchmark does;
 // first is the messages the first round expects, as expect would.
 func connectSSE(b *testing.B, ctx context.Context, url, tok string, n, first int) *sseClients {
+	return connectEachSSE(b, ctx, func(int) (string, string) { return url, tok }, n, first)
+}
+
+// connectEachSSE is connectSSE with connection i's url and token from at.
+func connectEachSSE(b *testing.B, ctx context.Context, at func(i int) (url, tok string), n, first int) *sseClients {
 	cs := &sseClients{n: n}
 	cs.expect(first)
 	ctx, cancel := context.WithCancel(ctx)
@@ -259,9 +264,10 @@ func connectSSE(b *testing.B, ctx context.Context, url, tok string, n, first int
 	// A few connect at a time, so the listen backlog never overflows.
 	connecting := make(chan struct{}, 64)
 	var opened sync.WaitGroup
-	for range n {
+	for i := range n {
 		connecting <- struct{}{}
 		opened.Add(1)
+		url, tok := at(i)
 		wg.Go(func() {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 			if tok != "" {

@@ -84,7 +84,7 @@ func (b *Bridge) events(q *request) {
 	q.w.WriteHeader(http.StatusOK)
 	name := q.stream.cfg.Name
 	c := &client{b: b, q: q, s: s, pos: pos, key: key, rc: http.NewResponseController(q.w),
-		sentTotal: b.metrics.sent.WithLabelValues(name), clock: time.Now(), rec: rec}
+		sentTotal: b.metrics.sent.WithLabelValues(name), delivery: b.metrics.delivery.WithLabelValues(name), clock: time.Now(), rec: rec}
 	if c.flush() != nil {
 		return
 	}
@@ -213,8 +213,10 @@ type client struct {
 	buf  []byte
 	sent int
 	// sentTotal is the stream's series of messages sent, looked up once:
-	// a lookup per message costs more than the message's write.
+	// a lookup per message costs more than the message's write; delivery
+	// its delivery latency's.
 	sentTotal prometheus.Counter
+	delivery  prometheus.Observer
 	// clock is when the client started; the times below are durations
 	// since, read from the monotonic clock alone (time.Since) once per
 	// message and shared by the lag check and the write deadline: clock
@@ -261,13 +263,12 @@ func (c *client) run(ctx context.Context) error {
 	defer heartbeat.Stop()
 	c.withinLag = time.Since(c.clock)
 	for {
-		batch, head, next, wake, behind, left := c.take()
+		batch, upto, head, next, wake, behind, left := c.take()
 		if left && !c.live {
-			// Not live yet (or following one key, with a position of its
-			// own): the log moved past the client's position while it
-			// caught up, as it does right after a catch-up from the
-			// topic, which ends where the log begins. The rest comes
-			// from the topic again, rather than a new snapshot.
+			// Not live yet: the log moved past the client's position
+			// while it caught up, as it does right after a catch-up
+			// from the topic, which ends where the log begins. The rest
+			// comes from the topic again, rather than a new snapshot.
 			if err := c.catchUpFromKafka(ctx); err != nil {
 				return err
 			}
@@ -277,11 +278,11 @@ func (c *client) run(ctx context.Context) error {
 			return c.reset(fmt.Sprintf("the client is %d changes behind the stream; take a new snapshot", behind))
 		}
 		nowMs := c.b.now().UnixMilli()
-		for i, ch := range batch {
+		for _, ch := range batch {
 			// A slow reader's writes block: how far behind it is, is
 			// looked at before each.
 			at := time.Since(c.clock)
-			if behind := c.s.headNow.Load() - (c.seq + uint64(i)); c.tooFarBehind(behind, at) {
+			if behind := c.s.headNow.Load() - ch.seq; c.tooFarBehind(behind, at) {
 				return c.reset(fmt.Sprintf("the client is %d changes behind the stream; take a new snapshot", behind))
 			}
 			ok, err := c.send(ch, nowMs, at)
@@ -289,7 +290,7 @@ func (c *client) run(ctx context.Context) error {
 				return err
 			}
 		}
-		c.seq += uint64(len(batch))
+		c.seq = upto
 		if len(batch) > 0 {
 			if err := c.flush(); err != nil {
 				return err
@@ -299,9 +300,13 @@ func (c *client) run(ctx context.Context) error {
 			continue
 		}
 		c.rec.end(outcomeResumed) // caught up: live from here
-		if !c.live && c.key == "" {
-			// Every change the log holds after the cursor has been sent;
-			// records it passed over were superseded.
+		if !c.live {
+			// Every change the log holds after the cursor has been sent
+			// (of its key, for a client following one); records it
+			// passed over were superseded. From here on each message's
+			// id is the stream's position after its change, the same
+			// bytes for every live client: for one following a key too,
+			// since every change of that key before it has been sent.
 			c.pos.Offsets, c.live = next, true
 			c.b.metrics.catchUp.WithLabelValues(c.q.stream.cfg.Name).Observe(float64(c.sent))
 		}
@@ -326,11 +331,13 @@ func (c *client) run(ctx context.Context) error {
 	}
 }
 
-// take returns the next changes for the client from the log, the log's
-// head and position, the channel closed on the next change, how far
-// behind the head the client is, and whether the log has dropped changes
-// the client has not been sent (it is then reset).
-func (c *client) take() (batch []*change, head uint64, next []int64, wake <-chan struct{}, behind uint64, left bool) {
+// take returns the next changes for the client from the log, the
+// sequence number the client has looked through once it has sent them,
+// the log's head and position, the channel closed on the next change (of
+// its key, for a client following one), how far behind the head the
+// client is, and whether the log has dropped changes the client has not
+// been sent (it is then reset).
+func (c *client) take() (batch []*change, upto, head uint64, next []int64, wake <-chan struct{}, behind uint64, left bool) {
 	s := c.s
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -338,19 +345,34 @@ func (c *client) take() (batch []*change, head uint64, next []int64, wake <-chan
 	if tail := s.tail(); c.seq < tail {
 		// The log dropped changes the client had not come to. A live
 		// client needed them; one still catching up may not have (they
-		// were before its cursor), and then starts from the tail.
-		if c.live || c.missed() {
-			return nil, head, nil, wake, head - c.seq, true
+		// were before its cursor), and then starts from the tail. A
+		// client following a key needed only that key's.
+		switch {
+		case c.key != "" && !s.keyEvictedSince(c.key, c.seq):
+		case c.live || c.missed():
+			return nil, c.seq, head, nil, wake, head - c.seq, true
 		}
 		c.seq = tail
 	}
-	for seq := c.seq; seq < head && len(batch) < batchChanges; seq++ {
-		batch = append(batch, s.at(seq))
+	if c.key != "" {
+		// Only the key's changes, from the log's index by key; the
+		// others are passed over without being looked at.
+		wake = s.keys.wake(c.key)
+		batch = s.keyChangesFrom(c.key, c.seq, batchChanges)
+		upto = head
+		if len(batch) == batchChanges {
+			upto = batch[len(batch)-1].seq + 1
+		}
+	} else {
+		for seq := c.seq; seq < head && len(batch) < batchChanges; seq++ {
+			batch = append(batch, s.at(seq))
+		}
+		upto = c.seq + uint64(len(batch))
 	}
-	if c.seq+uint64(len(batch)) == head {
-		next = slices.Clone(s.next)
+	if upto == head && !c.live {
+		next = slices.Clone(s.next) // only going live needs it
 	}
-	return batch, head, next, wake, head - c.seq, false
+	return batch, upto, head, next, wake, head - c.seq, false
 }
 
 // missed reports whether the log no longer holds a change at or after the
@@ -390,6 +412,11 @@ func (c *client) send(ch *change, nowMs int64, at time.Duration) (ok bool, err e
 	delete(c.told, ch.ent.key)
 	expired := isExpired(ch.ent, nowMs)
 	shown := c.q.shown(ch.ent)
+	if c.live {
+		// The state's updated_at_ms is when its event was accepted; the
+		// batch's clock reading (nowMs) stands for the write's.
+		c.delivery.Observe(float64(nowMs-ch.ent.updatedAt) / 1e3)
+	}
 	switch {
 	case c.live && !expired && shown == ch.ent:
 		return true, c.queue(ch, at)

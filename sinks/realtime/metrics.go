@@ -4,6 +4,9 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // metrics of the bridge, by stream.
 type metrics struct {
+	// delivery is from a change's durable accept to its SSE write.
+	delivery *prometheus.HistogramVec
+
 	clients   *prometheus.GaugeVec
 	sent      *prometheus.CounterVec
 	resets    *prometheus.CounterVec
@@ -22,8 +25,23 @@ type metrics struct {
 	admission *admissionMetrics
 }
 
+// newDeliveryHistogram is the bridge's delivery latency, the seed's
+// target (p99 under a second), registered on reg unless nil.
+func newDeliveryHistogram(reg prometheus.Registerer) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "driftguard_bridge_delivery_seconds",
+		Help:    "From a change's durable accept (its event's dg-received-at, the state's updated_at_ms) to the SSE write of it to a live client, per client; changes replayed to a client catching up are not counted.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, []string{"stream"})
+	if reg != nil {
+		reg.MustRegister(h)
+	}
+	return h
+}
+
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
+		delivery: newDeliveryHistogram(reg),
 		clients: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "driftguard_bridge_clients", Help: "Clients connected to a stream's events.",
 		}, []string{"stream"}),
@@ -96,6 +114,7 @@ func (m *metrics) serveWrites(stream string) {
 // serve makes a stream's series exist at 0 from the start, so dashboards
 // and alerts see the stream before its first client, reset or refusal.
 func (m *metrics) serve(stream string) {
+	m.delivery.WithLabelValues(stream)
 	m.clients.WithLabelValues(stream)
 	m.sent.WithLabelValues(stream)
 	m.resets.WithLabelValues(stream)

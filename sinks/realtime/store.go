@@ -1,8 +1,10 @@
 package realtime
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -24,6 +26,9 @@ type entity struct {
 	// access is an assign stream's entity's (a conversation's) membership:
 	// who may read it, and which of its messages; nil on other streams.
 	access *access
+	// seq is the sequence number of the change that stored it in the
+	// store's log (keyEvictedSince).
+	seq uint64
 }
 
 // change is one state record the bridge applied, in the order it applied
@@ -31,7 +36,10 @@ type entity struct {
 type change struct {
 	partition int32
 	offset    int64
-	ent       *entity
+	// seq is the change's sequence number in the store's log; 0 for a
+	// change read from Kafka for one client's catch-up.
+	seq uint64
+	ent *entity
 	// before is the membership of the entity the change replaced, on an
 	// assign stream; nil for a new key. A sync tells from the first change
 	// after a client's token what the client held then (sync.go); only the
@@ -117,6 +125,8 @@ type store struct {
 	// more than the entities' own membership holds.
 	assign        bool
 	conversations map[string]map[string]struct{}
+	// keys indexes the log by key, for the clients following one.
+	keys keyLog
 }
 
 func newStore(epoch [16]byte, partitions, logSize, maxEntities int, assign bool) *store {
@@ -125,7 +135,7 @@ func newStore(epoch [16]byte, partitions, logSize, maxEntities int, assign bool)
 		entities: btree.NewG(32, func(a, b *entity) bool { return a.key < b.key }),
 		log:      make([]*change, 0, min(logSize, 1024)), logSize: logSize,
 		wake: make(chan struct{}), retired: make(chan struct{}), maxEntities: maxEntities, assign: assign,
-		conversations: map[string]map[string]struct{}{},
+		conversations: map[string]map[string]struct{}{}, keys: newKeyLog(),
 	}
 }
 
@@ -162,19 +172,28 @@ func (s *store) apply(partition int32, recs []stateRecord) (dropped int) {
 			dropped++
 			continue
 		}
-		e := newEntity(partition, r, s.assign)
+		var prev *access
+		if had {
+			prev = old.access
+		}
+		e, sameMembers := newEntityAfter(partition, r, s.assign, prev)
+		e.seq = s.head
 		s.entities.ReplaceOrInsert(e)
-		c := &change{partition: partition, offset: r.offset, ent: e,
+		c := &change{partition: partition, offset: r.offset, seq: s.head, ent: e,
 			after: Cursor{Epoch: s.epoch, Offsets: s.next}.String(), block: block}
 		if s.assign {
 			if had {
 				c.before = old.access
 			}
-			s.index(c.before, e)
+			if !sameMembers {
+				s.index(c.before, e)
+			}
 		}
 		block.changes = append(block.changes, c)
 		s.append(c)
+		s.keys.added(c, old) // old is nil for a new key
 	}
+	s.keys.wakeAll(block.changes)
 	close(s.wake)
 	s.wake = make(chan struct{})
 	return dropped
@@ -188,6 +207,7 @@ func (s *store) append(c *change) {
 		i := s.head % uint64(s.logSize)
 		evicted := s.log[i]
 		s.floor[evicted.partition] = evicted.offset + 1
+		s.keys.evicted(evicted)
 		s.log[i] = c
 	}
 	s.head++
@@ -247,13 +267,21 @@ func (s *store) holdsFrom(offsets []int64) bool {
 
 // newEntity is the entity of a state record of partition.
 func newEntity(partition int32, r stateRecord, assign bool) *entity {
-	e := &entity{key: r.st.Key, version: r.st.Version, state: json.RawMessage(r.state),
+	e, _ := newEntityAfter(partition, r, assign, nil)
+	return e
+}
+
+// newEntityAfter is newEntity for a key whose membership was prev (nil
+// for none): sameMembers reports that the state's membership is prev's,
+// whose parsed form it then shares (accessAfter).
+func newEntityAfter(partition int32, r stateRecord, assign bool, prev *access) (e *entity, sameMembers bool) {
+	e = &entity{key: r.st.Key, version: r.st.Version, state: json.RawMessage(r.state),
 		updatedAt: r.st.UpdatedAtMs, expiresAt: r.st.ExpiresAtMs, partition: partition}
 	if assign {
-		a := accessOf(e.state)
-		e.access = &a
+		a, same := accessAfter(prev, e.state)
+		e.access, sameMembers = &a, same
 	}
-	return e
+	return e, sameMembers
 }
 
 // stateRecord is one record of the state topic, decoded.
@@ -297,7 +325,36 @@ func appendFrame(b []byte, id string, e *entity, expired bool) []byte {
 	b = append(b, "id: "...)
 	b = append(b, id...)
 	b = append(b, "\nevent: state\ndata: "...)
-	data, _ := json.Marshal(e.jsonExpired(expired))
-	b = append(b, data...)
+	b = appendEntity(b, e, expired)
 	return append(b, "\n\n"...)
+}
+
+// appendEntity appends the Entity's JSON. It is written by hand rather
+// than by json.Marshal, which validates and compacts the state, a scan of
+// the whole state per change that was a seventh of the bridge's CPU under
+// chat: the state was validated when its record was decoded
+// (record.DecodeState), so only a state with a line break, which would
+// end the SSE data line, still goes through compaction.
+func appendEntity(b []byte, e *entity, expired bool) []byte {
+	if bytes.ContainsAny(e.state, "\r\n") {
+		data, _ := json.Marshal(e.jsonExpired(expired))
+		return append(b, data...)
+	}
+	b = append(b, `{"key":`...)
+	b = record.AppendJSONString(b, e.key, true)
+	b = append(b, `,"version":`...)
+	b = strconv.AppendInt(b, e.version, 10)
+	b = append(b, `,"state":`...)
+	if len(e.state) == 0 {
+		b = append(b, "null"...) // as json.Marshal writes an empty RawMessage
+	} else {
+		b = append(b, e.state...)
+	}
+	b = append(b, `,"updated_at_ms":`...)
+	b = strconv.AppendInt(b, e.updatedAt, 10)
+	b = append(b, `,"expires_at_ms":`...)
+	b = strconv.AppendInt(b, e.expiresAt, 10)
+	b = append(b, `,"expired":`...)
+	b = strconv.AppendBool(b, expired)
+	return append(b, '}')
 }
