@@ -22,7 +22,7 @@ type metrics struct {
 	// Clients' writes (send.go).
 	sendAck     *prometheus.HistogramVec
 	sendLimited *prometheus.CounterVec
-	admission *admissionMetrics
+	admission   *admissionMetrics
 }
 
 // newDeliveryHistogram is the bridge's delivery latency, the seed's
