@@ -53,6 +53,13 @@ type chatResult struct {
 	// delivery.
 	BridgeSystemSeconds     float64 `json:"bridge_system_cpu_seconds"`
 	BridgeSystemPerDelivery float64 `json:"bridge_system_cpu_us_per_delivery"`
+	// BrokerJITSeconds is the part of the broker's CPU its JVM spent
+	// compiling (its compiler and code cache sweeper threads): each load
+	// runs on a fresh broker, whose JVM is still compiling its hot paths,
+	// which a broker running for days no longer does. BrokerJITPerMessage
+	// per message; the broker's work is the rest.
+	BrokerJITSeconds    float64 `json:"broker_jit_cpu_seconds"`
+	BrokerJITPerMessage float64 `json:"broker_jit_cpu_us_per_message"`
 	// BridgeIdleCPU is the bridge's CPU seconds a second with every member
 	// connected and nothing sent; BridgeAboveIdlePerDelivery the bridge's
 	// CPU µs per delivery less that over the window: what deliveries add.
@@ -125,6 +132,7 @@ func (r *chatRun) tally(res *chatResult) {
 		}
 		res.BridgePerDelivery = res.CPUSeconds["bridge"] * 1e6 / float64(res.Deliveries)
 		res.BridgeSystemPerDelivery = res.BridgeSystemSeconds * 1e6 / float64(res.Deliveries)
+		res.BrokerJITPerMessage = res.BrokerJITSeconds * 1e6 / float64(res.Messages)
 		res.BridgeAboveIdlePerDelivery = (res.CPUSeconds["bridge"] - res.BridgeIdleCPU*res.WindowSeconds) * 1e6 / float64(res.Deliveries)
 		res.BytesPerMessage = map[string]float64{}
 		for t, n := range res.TopicBytes {
@@ -186,14 +194,14 @@ func (res *chatResults) markdown() string {
 		"Latency is from the durable accept (ingest's 202, or the bridge's 201) to each member's SSE state covering the message. "+
 		"CPU is over the window from its first message until every member held its last; the broker's is its JVM's; "+
 		"`bench` is this tool: the senders and every member's connection.\n\n", res.Command, res.Revision, res.Machine)
-	b.WriteString("| load | via | deliveries | verdict | p50 / p99 / max ms | CPU s: ingest, process, bridge, broker, bench (window s) | process µs/msg | bridge µs/delivery (kernel; above idle) | broker µs/msg |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| load | via | deliveries | verdict | p50 / p99 / max ms | CPU s: ingest, process, bridge, broker, bench (window s) | process µs/msg | bridge µs/delivery (kernel; above idle) | broker µs/msg (compiling) |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range res.Loads {
 		l := r.Load
-		fmt.Fprintf(&b, "| %d × %d, %.0f msg/s, %.0f s | %s | %d | %s | %.0f / %.0f / %.0f | %.1f, %.1f, %.1f, %.1f, %.1f (%.0f) | %.0f | %.1f (%.1f; %.1f) | %.0f |\n",
+		fmt.Fprintf(&b, "| %d × %d, %.0f msg/s, %.0f s | %s | %d | %s | %.0f / %.0f / %.0f | %.1f, %.1f, %.1f, %.1f, %.1f (%.0f) | %.0f | %.1f (%.1f; %.1f) | %.0f (%.0f) |\n",
 			l.Conversations, l.Members, l.Rate, l.Seconds, l.Via, r.Deliveries, r.Verdict,
 			r.Latency.P50, r.Latency.P99, r.Latency.Max,
 			r.CPUSeconds["ingest"], r.CPUSeconds["process"], r.CPUSeconds["bridge"], r.CPUSeconds["broker"], r.CPUSeconds["bench"], r.WindowSeconds,
-			r.PerMessage["process"], r.BridgePerDelivery, r.BridgeSystemPerDelivery, r.BridgeAboveIdlePerDelivery, r.PerMessage["broker"])
+			r.PerMessage["process"], r.BridgePerDelivery, r.BridgeSystemPerDelivery, r.BridgeAboveIdlePerDelivery, r.PerMessage["broker"], r.BrokerJITPerMessage)
 	}
 	b.WriteString("\nFrom the send (its first attempt) to each member's state, and the deliveries that came before the sender had its answer (counted as 0 ms above):\n\n| load | via | p50 / p99 / max ms | before the answer |\n|---|---|---|---|\n")
 	for _, r := range res.Loads {

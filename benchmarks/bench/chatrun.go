@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -179,7 +180,7 @@ func (r *chatRun) measure(ctx context.Context) (*chatResult, error) {
 	var sends sync.WaitGroup
 	var before procstat.Sample
 	var sizesBefore map[string]int64
-	var bridgeSystem time.Duration
+	var bridgeSystem, brokerJIT time.Duration
 	var windowStart time.Time
 	queues := make([]chan func(), l.Conversations)
 	if l.Via == viaIngest {
@@ -205,6 +206,7 @@ func (r *chatRun) measure(ctx context.Context) (*chatResult, error) {
 		if i == warm {
 			windowStart, before, sizesBefore = time.Now(), procstat.Take(procs), r.topicSizes(ctx)
 			bridgeSystem, _ = procstat.SystemCPU(r.st.bridge.pid())
+			brokerJIT, _ = procstat.ThreadCPU(procs["broker"], jvmCompiling)
 		}
 		c, k := i%l.Conversations, i/l.Conversations+1
 		r.mu.Lock()
@@ -247,6 +249,9 @@ func (r *chatRun) measure(ctx context.Context) (*chatResult, error) {
 	if sys, err := procstat.SystemCPU(r.st.bridge.pid()); err == nil {
 		res.BridgeSystemSeconds = (sys - bridgeSystem).Seconds()
 	}
+	if jit, err := procstat.ThreadCPU(procs["broker"], jvmCompiling); err == nil {
+		res.BrokerJITSeconds = (jit - brokerJIT).Seconds()
+	}
 	res.WindowSeconds = time.Since(windowStart).Seconds()
 	res.Drained = drained
 	res.CPUSeconds = map[string]float64{}
@@ -264,6 +269,13 @@ func (r *chatRun) measure(ctx context.Context) (*chatResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// jvmCompiling matches the names HotSpot gives its just-in-time compiler
+// threads ("C1 CompilerThread0", "C2 CompilerThre…", cut at 15 bytes) and
+// its code cache sweeper.
+func jvmCompiling(name string) bool {
+	return strings.HasPrefix(name, "C1 Compiler") || strings.HasPrefix(name, "C2 Compiler") || strings.HasPrefix(name, "Sweeper")
 }
 
 // sendOne sends conversation c's k-th message from one of its members

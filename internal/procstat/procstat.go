@@ -26,7 +26,12 @@ type stat struct {
 }
 
 func readStat(pid int) (stat, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return readStatFile(fmt.Sprintf("/proc/%d/stat", pid))
+}
+
+// readStatFile reads a process's or a thread's stat file.
+func readStatFile(path string) (stat, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return stat{}, err
 	}
@@ -34,18 +39,18 @@ func readStat(pid int) (stat, error) {
 	// count fields after its closing one.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return stat{}, fmt.Errorf("/proc/%d/stat: no command name", pid)
+		return stat{}, fmt.Errorf("%s: no command name", path)
 	}
 	fields := strings.Fields(string(b[i+1:]))
 	// fields[0] is field 3 (state): ppid is field 4, utime, stime,
 	// cutime and cstime fields 14 to 17.
 	if len(fields) < 15 {
-		return stat{}, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields)+2)
+		return stat{}, fmt.Errorf("%s: %d fields", path, len(fields)+2)
 	}
 	var n [5]int64
 	for i, f := range []int{1, 11, 12, 13, 14} {
 		if n[i], err = strconv.ParseInt(fields[f], 10, 64); err != nil {
-			return stat{}, fmt.Errorf("/proc/%d/stat: field %d: %w", pid, f+3, err)
+			return stat{}, fmt.Errorf("%s: field %d: %w", path, f+3, err)
 		}
 	}
 	return stat{state: fields[0][0], ppid: int(n[0]), self: time.Duration(n[1]+n[2]) * clockTick,
@@ -57,6 +62,29 @@ func readStat(pid int) (stat, error) {
 func CPU(pid int) (time.Duration, error) {
 	st, err := readStat(pid)
 	return st.self, err
+}
+
+// ThreadCPU returns the user plus system time of pid's threads whose name
+// (/proc/<pid>/task/<tid>/comm, at most 15 bytes) match accepts: a JVM
+// names its compiler threads, so a benchmark can tell a broker's
+// just-in-time compilation from its work.
+func ThreadCPU(pid int, match func(name string) bool) (time.Duration, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	var total time.Duration
+	for _, t := range tasks {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/comm", pid, t.Name()))
+		if err != nil || !match(strings.TrimSpace(string(comm))) {
+			continue // a thread that ended since the listing is not counted
+		}
+		st, err := readStatFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name()))
+		if err == nil {
+			total += st.self
+		}
+	}
+	return total, nil
 }
 
 // SystemCPU returns the part of CPU(pid) spent in the kernel (stime):

@@ -1,8 +1,10 @@
 package procstat
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"syscall"
 	"testing"
@@ -102,5 +104,43 @@ func TestSystemCPU(t *testing.T) {
 	total, _ := CPU(pid)
 	if d := after - before; d < 250*time.Millisecond || d > 600*time.Millisecond || after > total {
 		t.Errorf("system CPU grew %v after 300 ms in syscalls (total %v, system %v)", d, total, after)
+	}
+}
+
+// A thread's CPU is counted under its name, and only its: a thread named
+// here spins for 300 ms of its own CPU time.
+func TestThreadCPU(t *testing.T) {
+	pid := os.Getpid()
+	spun := make(chan time.Duration)
+	go func() {
+		runtime.LockOSThread() // the thread ends with the goroutine
+		tid := syscall.Gettid()
+		if err := os.WriteFile(fmt.Sprintf("/proc/self/task/%d/comm", tid), []byte("dg-spin"), 0o600); err != nil {
+			t.Error(err)
+			spun <- 0
+			return
+		}
+		thread := func() time.Duration {
+			st, err := readStatFile(fmt.Sprintf("/proc/%d/task/%d/stat", pid, tid))
+			if err != nil {
+				t.Error(err)
+			}
+			return st.self
+		}
+		for start := thread(); thread()-start < 300*time.Millisecond; {
+		}
+		n, err := ThreadCPU(pid, func(name string) bool { return name == "dg-spin" })
+		if err != nil {
+			t.Error(err)
+		}
+		spun <- n
+	}()
+	n := <-spun
+	total, _ := CPU(pid)
+	if n < 300*time.Millisecond || n > total {
+		t.Errorf("the named thread's CPU is %v after 300 ms of spinning (process %v)", n, total)
+	}
+	if none, _ := ThreadCPU(pid, func(string) bool { return false }); none != 0 {
+		t.Errorf("no thread matched, yet %v", none)
 	}
 }
