@@ -38,15 +38,18 @@ func TestRecordBytesAreWhatKafkaHolds(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = kadm.NewClient(admin).DeleteTopic(ctx, topic) })
 
-	uncompressed := kgo.ProducerBatchCompression(kgo.NoCompression())
+	// A topic just created may be unknown to the broker's metadata for a
+	// moment on a busy machine: the producers wait for it (the test's
+	// context bounds them) rather than fail the first record.
+	uncompressed := []kgo.Opt{kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.UnknownTopicRetries(-1)}
 	// The broker's own check: the producer sends batches of any size.
-	toBroker, err := kafka.NewClient(kafka.Conn{Brokers: brokers}, uncompressed, kgo.ProducerBatchMaxBytes(10*limit))
+	toBroker, err := kafka.NewClient(kafka.Conn{Brokers: brokers}, append(uncompressed, kgo.ProducerBatchMaxBytes(10*limit))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer toBroker.Close()
 	// The producer's check, with the limit the edge gives it.
-	limited, err := kafka.NewClient(kafka.Conn{Brokers: brokers}, uncompressed, kgo.ProducerBatchMaxBytes(record.ProducerBatchLimit(limit)))
+	limited, err := kafka.NewClient(kafka.Conn{Brokers: brokers}, append(uncompressed, kgo.ProducerBatchMaxBytes(record.ProducerBatchLimit(limit)))...)
 	if err != nil {
 		t.Fatal(err)
 	}

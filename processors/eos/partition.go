@@ -200,27 +200,26 @@ func (p *Processor) assigned(ctx context.Context, cl *kgo.Client, assigned map[s
 			p.drop(id)
 		}
 	}
-	// Side by side: each partition has its storage and changelog reader of
-	// its own, and a restart restores every partition the instance held.
-	restored := make([]*partition, len(ids))
+	for _, id := range ids {
+		part, err := p.open(id)
+		if err != nil {
+			p.failed = sessionLost(fmt.Errorf("group %s: opening table partition %d: %w", p.group, id, err))
+			return
+		}
+		p.parts[id] = part // closed with the others when the session ends
+	}
+	// Side by side: a restart restores every partition the instance held.
 	var g errgroup.Group
-	for i, id := range ids {
+	for _, id := range ids {
+		part := p.parts[id]
 		g.Go(func() error {
-			part, err := p.restore(ctx, id, ends)
-			restored[i] = part // nil, or open and to be closed even when failed
-			if err != nil {
-				return fmt.Errorf("restoring table partition %d: %w", id, err)
+			if err := p.restore(ctx, part, ends); err != nil {
+				return fmt.Errorf("restoring table partition %d: %w", part.id, err)
 			}
 			return nil
 		})
 	}
-	err := g.Wait()
-	for i, part := range restored {
-		if part != nil {
-			p.parts[ids[i]] = part // closed with the others when the session ends
-		}
-	}
-	if err != nil {
+	if err := g.Wait(); err != nil {
 		p.failed = sessionLost(fmt.Errorf("group %s: %w", p.group, err))
 		return
 	}

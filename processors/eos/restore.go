@@ -12,9 +12,10 @@ import (
 // records is decided: from where its storage stands, so a restart reads
 // only what was written since the storage's last flush.
 
-// restore opens partition id's table storage and reads its changelog to
-// its last stable offset in ends.
-func (p *Processor) restore(ctx context.Context, id int32, ends kadm.ListedOffsets) (*partition, error) {
+// open opens partition id's table storage, not yet restored. Storages are
+// opened one after the other: a storage.Builder need not be safe to call
+// concurrently.
+func (p *Processor) open(id int32) (*partition, error) {
 	table := "-"
 	if p.plan.table != nil {
 		table = p.plan.table.name
@@ -23,20 +24,24 @@ func (p *Processor) restore(ctx context.Context, id int32, ends kadm.ListedOffse
 	if err != nil {
 		return nil, err
 	}
-	part, err := openPartition(id, st, p.opts.ValueCacheBytes)
-	if err != nil {
-		return nil, err
-	}
+	return openPartition(id, st, p.opts.ValueCacheBytes)
+}
+
+// restore reads part's changelog to its last stable offset in ends. The
+// partitions of one assignment are restored side by side, each with its
+// own storage and reader.
+func (p *Processor) restore(ctx context.Context, part *partition, ends kadm.ListedOffsets) error {
 	if p.plan.table == nil {
 		part.state = running
-		return part, nil
+		return nil
 	}
-	end, ok := ends.Lookup(table, id)
+	table := p.plan.table.name
+	end, ok := ends.Lookup(table, part.id)
 	if !ok || end.Err != nil {
-		return nil, fmt.Errorf("no last stable offset of %s/%d: %v", table, id, end.Err)
+		return fmt.Errorf("no last stable offset of %s/%d: %v", table, part.id, end.Err)
 	}
-	reader := func(from int64) (*kgo.Client, error) { return kgo.NewClient(p.ChangelogReaderOptions(id, from)...) }
-	return part, part.restore(ctx, reader, end.Offset)
+	reader := func(from int64) (*kgo.Client, error) { return kgo.NewClient(p.ChangelogReaderOptions(part.id, from)...) }
+	return part.restore(ctx, reader, end.Offset)
 }
 
 // ChangelogReaderOptions are the franz-go options of the client that
