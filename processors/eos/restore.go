@@ -40,7 +40,9 @@ func (p *Processor) restore(ctx context.Context, part *partition, ends kadm.List
 	if !ok || end.Err != nil {
 		return fmt.Errorf("no last stable offset of %s/%d: %v", table, part.id, end.Err)
 	}
-	reader := func(from int64) (*kgo.Client, error) { return kgo.NewClient(p.ChangelogReaderOptions(part.id, from)...) }
+	reader := func(from int64) (*kgo.Client, error) {
+		return kgo.NewClient(p.ChangelogReaderOptions(part.id, from)...)
+	}
 	return part.restore(ctx, reader, end.Offset)
 }
 
