@@ -58,7 +58,9 @@ func (b *buckets) take(key string) (ok bool, wait time.Duration) {
 	}
 	k.refill(now, b.rate, b.burst)
 	if k.tokens < 1 {
-		return false, time.Duration((1 - k.tokens) / b.rate * float64(time.Second))
+		// Rounded up: a bucket a hair short of a token (floating point)
+		// must not name a wait of 0.
+		return false, max(1, time.Duration(math.Ceil((1-k.tokens)/b.rate*float64(time.Second))))
 	}
 	k.tokens--
 	return true, 0
