@@ -70,9 +70,26 @@ func snapshotCursor(ctx context.Context, client *http.Client, base, token string
 // connected is called once the bridge has answered.
 func (f *follower) follow(ctx context.Context, tr *http.Transport, base, conv, cursor string, connected func(error)) {
 	u := fmt.Sprintf("%s/v1/streams/chat/events?key=%s&cursor=%s", base, url.QueryEscape(conv), url.QueryEscape(cursor))
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	req.Header.Set("Authorization", "Bearer "+f.token)
-	resp, err := tr.RoundTrip(req)
+	var resp *http.Response
+	var err error
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		req.Header.Set("Authorization", "Bearer "+f.token)
+		resp, err = tr.RoundTrip(req)
+		if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+			break
+		}
+		// Admission: thousands of members connect at once, beyond the
+		// bridge's accept rate; as a client does, come back when told.
+		wait, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		resp.Body.Close()
+		select {
+		case <-ctx.Done():
+			connected(ctx.Err())
+			return
+		case <-time.After(time.Duration(max(1, wait)) * time.Second):
+		}
+	}
 	if err == nil && resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
