@@ -89,16 +89,21 @@ func encodeEntity(v *tableValue, format byte) ([]byte, error) {
 		b = appendString(b, d.Value)
 		b = appendIDs(b, d.Recent, d.UpdatedAtMs, seen)
 	}
-	parts := []any{e.Buffer, e.Chat, e.Quarantine}
-	for i, part := range parts {
-		if i == 1 && format >= entityFormat5 {
+	// The buffer, the conversation (binary from format 5) and the
+	// quarantine.
+	b, err := appendJSON(b, e.Buffer)
+	if err == nil {
+		if format >= entityFormat5 {
 			b = appendConversation(b, e.Chat)
-			continue
+		} else {
+			b, err = appendJSON(b, e.Chat)
 		}
-		var err error
-		if b, err = appendJSON(b, part); err != nil {
-			return nil, fmt.Errorf("entity codec: %w", err)
-		}
+	}
+	if err == nil {
+		b, err = appendJSON(b, e.Quarantine)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("entity codec: %w", err)
 	}
 	if format == entityFormat2 || format == entityFormat3 {
 		// An empty redelivery memory, as those formats carried it.

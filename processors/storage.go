@@ -33,8 +33,7 @@ import (
 // The layout (one directory per topic and partition, goka's offset key) is
 // goka's.
 type tableStorage struct {
-	db   *leveldb.DB
-	path string
+	db *leveldb.DB
 
 	mu      sync.Mutex
 	pending map[string][]byte // a nil value is a pending delete
@@ -76,7 +75,7 @@ func tableStorageBuilder(dir string) storage.Builder {
 		if err != nil {
 			return nil, fmt.Errorf("opening table storage: %w", err)
 		}
-		return &tableStorage{db: db, path: path, pending: map[string][]byte{}, flushedAt: time.Now(), maxKeys: pendingKeys, maxBytes: pendingBytes}, nil
+		return &tableStorage{db: db, pending: map[string][]byte{}, flushedAt: time.Now(), maxKeys: pendingKeys, maxBytes: pendingBytes}, nil
 	}
 }
 
