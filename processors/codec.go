@@ -63,6 +63,8 @@ func (entityCodec) Encode(value any) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("entity codec: got %T", value)
 	}
+	// Whole, in one value: the runtime writes with EncodeParts, and this
+	// is what goka's view and tools that write a value read back alone.
 	return encodeEntity(v, entityFormat5)
 }
 
@@ -94,7 +96,7 @@ func encodeEntity(v *tableValue, format byte) ([]byte, error) {
 	b, err := appendJSON(b, e.Buffer)
 	if err == nil {
 		if format >= entityFormat5 {
-			b = appendConversation(b, e.Chat)
+			b = appendConversation(b, e.Chat, format)
 		} else {
 			b, err = appendJSON(b, e.Chat)
 		}
@@ -139,7 +141,10 @@ func (entityCodec) Decode(data []byte) (any, error) {
 		e.DateSeenUnknown()
 		return &v, nil
 	}
-	if len(data) == 0 || data[0] < entityFormat1 || data[0] > entityFormat5 {
+	if len(data) > 0 && data[0] == sendsPartFormat {
+		return nil, errTablePart
+	}
+	if len(data) == 0 || data[0] < entityFormat1 || data[0] > entityFormat6 {
 		return nil, fmt.Errorf("entity codec: unknown format %q", data[:min(len(data), 1)])
 	}
 	r := reader{data: data[1:], seen: data[0] >= entityFormat3}
@@ -163,7 +168,7 @@ func (entityCodec) Decode(data []byte) (any, error) {
 	}
 	r.json(&e.Buffer)
 	if data[0] >= entityFormat5 {
-		e.Chat = r.conversation()
+		e.Chat = r.conversation(data[0], &v.sends)
 	} else {
 		r.json(&e.Chat)
 	}

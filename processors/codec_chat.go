@@ -26,7 +26,7 @@ import (
 //	without their sender, as earlier releases remembered them)
 const entityFormat5 byte = 5
 
-func appendConversation(b []byte, c *decide.Conversation) []byte {
+func appendConversation(b []byte, c *decide.Conversation, format byte) []byte {
 	if c == nil {
 		return append(b, 0)
 	}
@@ -54,13 +54,25 @@ func appendConversation(b []byte, c *decide.Conversation) []byte {
 			b = binary.AppendVarint(appendString(b, dev), cur.Devices[dev].Delivered)
 		}
 	}
-	b = binary.AppendUvarint(b, uint64(len(c.Sent)))
-	for _, m := range c.Sent {
+	if format >= entityFormat6 {
+		held := heldSends(c.Sent)
+		return binary.AppendVarint(binary.AppendVarint(b, held.first), held.last)
+	}
+	return appendSends(b, c.Sent)
+}
+
+// appendSends appends remembered sends: their count, that many
+// little-endian 64-bit client hashes, then varints: each send's sequence
+// and received_at minus the one before, the first's from 0, then how many
+// of the first sends are keyed without their sender.
+func appendSends(b []byte, sent []decide.SentMessage) []byte {
+	b = binary.AppendUvarint(b, uint64(len(sent)))
+	for _, m := range sent {
 		b = binary.LittleEndian.AppendUint64(b, m.Client)
 	}
 	var seq, at int64
 	legacy := 0
-	for i, m := range c.Sent {
+	for i, m := range sent {
 		b = binary.AppendVarint(binary.AppendVarint(b, m.Seq-seq), m.AtMs-at)
 		seq, at = m.Seq, m.AtMs
 		if m.Legacy && legacy == i {
@@ -92,8 +104,9 @@ func conversationSize(c *decide.Conversation) int {
 	return n
 }
 
-// conversation reads what appendConversation wrote.
-func (r *reader) conversation() *decide.Conversation {
+// conversation reads what appendConversation wrote; from format 6 on,
+// the range of sends its parts hold goes to held.
+func (r *reader) conversation(format byte, held *sendRange) *decide.Conversation {
 	if len(r.data) == 0 {
 		r.fail("conversation")
 		return nil
@@ -136,7 +149,11 @@ func (r *reader) conversation() *decide.Conversation {
 			c.Cursors[user] = cur
 		}
 	}
-	c.Sent = r.sent()
+	if format >= entityFormat6 {
+		*held = sendRange{first: r.varint(), last: r.varint()}
+	} else {
+		c.Sent = r.sent()
+	}
 	if r.err != nil {
 		return nil
 	}
@@ -145,24 +162,40 @@ func (r *reader) conversation() *decide.Conversation {
 
 // sent reads a conversation's remembered sends.
 func (r *reader) sent() []decide.SentMessage {
+	// Room for the send the next decision adds, so it does not copy them.
+	return r.appendSent(make([]decide.SentMessage, 0, r.peekCount()+1))
+}
+
+// peekCount is the count at the reader's position, left unread.
+func (r *reader) peekCount() int {
+	n, w := binary.Uvarint(r.data)
+	if w <= 0 || n > uint64(len(r.data)) {
+		return 0
+	}
+	return int(n)
+}
+
+// appendSent reads remembered sends onto sent.
+func (r *reader) appendSent(sent []decide.SentMessage) []decide.SentMessage {
 	n := r.count()
 	if n == 0 {
 		r.varint() // how many are legacy: none
-		return nil
+		return sent
 	}
 	if n > len(r.data)/8 {
 		r.fail("sends")
 		return nil
 	}
-	// Room for the send the next decision adds, so it does not copy them.
-	sent := make([]decide.SentMessage, n, n+1)
-	for i := range sent {
-		sent[i].Client = binary.LittleEndian.Uint64(r.data[8*i:])
+	base := len(sent)
+	sent = slices.Grow(sent, n)[:base+n]
+	read := sent[base:]
+	for i := range read {
+		read[i] = decide.SentMessage{Client: binary.LittleEndian.Uint64(r.data[8*i:])}
 	}
 	// A local slice: this loop is the hot part of decoding a full memory.
 	data := r.data[8*n:]
 	var seq, at int64
-	for i := range sent {
+	for i := range read {
 		ds, n1 := binary.Varint(data)
 		if n1 <= 0 {
 			r.fail("sends")
@@ -174,7 +207,7 @@ func (r *reader) sent() []decide.SentMessage {
 			return nil
 		}
 		seq, at = seq+ds, at+da
-		sent[i].Seq, sent[i].AtMs = seq, at
+		read[i].Seq, read[i].AtMs = seq, at
 		data = data[n1+n2:]
 	}
 	r.data = data
@@ -184,7 +217,7 @@ func (r *reader) sent() []decide.SentMessage {
 		return nil
 	}
 	for i := range int(legacy) {
-		sent[i].Legacy = true
+		read[i].Legacy = true
 	}
 	return sent
 }

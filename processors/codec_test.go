@@ -249,7 +249,7 @@ func TestEntityCodecReadsSendsOfEarlierReleases(t *testing.T) {
 	}
 	// Retried, the send gets its sequence and message id back.
 	h := newHandler(testenv.Shipped(t, "chat"), Options{Logger: testenv.Logger(t)})
-	c := &oneKeyTransaction{key: "k", stored: data, headers: goka.Headers{}, decodeEach: true}
+	c := &oneKeyTransaction{key: "k", stored: partedStore{"k": data}, headers: goka.Headers{}, decodeEach: true}
 	c.decide(t, h, []byte(`{"event_id":"retry","type":"message.send","conversation_id":"k","sender_id":"ann","sender_device_id":"phone","client_message_id":"c1","body":"hi"}`))
 	var o record.Outcome
 	if _, err := record.DecodeOutcome(c.outcome, &o); err != nil {

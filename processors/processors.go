@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lovoo/goka"
@@ -27,6 +28,7 @@ import (
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/processors/decide"
+	"github.com/driftguard/driftguard/processors/eos"
 )
 
 // Options configure a stream's processor. Zero values mean defaults.
@@ -118,6 +120,13 @@ func (h *handler) process(ctx decisionContext, msg any) {
 	ev, err := h.decode(ctx, body)
 	if err != nil {
 		h.deadLetter(ctx, body, record.ReasonUndecodable, err)
+		return
+	}
+	if strings.Contains(ev.Key, eos.PartSeparator) {
+		// Such a key's value would be stored where another key keeps a
+		// part of its own (a conversation's sends): ingest refuses it, and
+		// so does this, for records from elsewhere.
+		h.deadLetter(ctx, body, record.ReasonUndecodable, errors.New("the key contains U+0000"))
 		return
 	}
 	if ev.Key != ctx.Key() {

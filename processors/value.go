@@ -8,4 +8,11 @@ import "github.com/driftguard/driftguard/processors/decide"
 // redeliveries; it is read and passed over (entityCodec).
 type tableValue struct {
 	decide.Entity
+	// stored: the value was read from the table or written to it, so its
+	// parts are stored as sends says (entityCodec's EncodeParts writes
+	// only what changed since); a new value has nothing stored.
+	stored bool
+	// sends is the range of the conversation's sends its stored parts
+	// hold (format 6), or that its value names when decoded alone.
+	sends sendRange
 }

@@ -130,6 +130,13 @@ func Options(base *sarama.Config) []goka.ViewOption {
 	}
 }
 
+// IsPart reports whether a key of `<stream>-table` is a part of another
+// key's value (a conversation's remembered sends, kept beside it so that
+// a message does not rewrite them all) rather than an entity: TableCodec
+// refuses to decode one as an Entity, and an Entity read from the view
+// has no remembered sends.
+func IsPart(key []byte) bool { return processors.IsTablePart(key) }
+
 // IsMark reports whether a record of `<stream>-table` or `<stream>.state`
 // with this key and value is a view mark, which holds no entity: a reader
 // of those topics other than goka's view passes it over.

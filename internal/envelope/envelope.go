@@ -64,6 +64,11 @@ func (d *Document) ExtractTyped(s *config.Stream, eventType, fallbackID string) 
 	if f.Key, err = d.stringAt(s.KeyPointer(f.Type)); err != nil {
 		return f, err
 	}
+	if strings.ContainsRune(f.Key, 0) {
+		// The processors keep parts of a key's value under the key, U+0000
+		// and a name: a key with it could reach another key's parts.
+		return f, &FieldError{Pointer: s.KeyPointer(f.Type), Problem: "must not contain U+0000"}
+	}
 	if s.EventID != "" {
 		f.EventID, err = d.stringAt(s.EventID)
 		if isMissing(err) && fallbackID != "" {

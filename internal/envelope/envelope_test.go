@@ -108,6 +108,8 @@ func TestExtractPresence(t *testing.T) {
 		`{"event_id":"e","user_id":"u","sequence_number":"1"}`:               "/sequence_number",
 		`{"event_id":"e","user_id":{},"sequence_number":1}`:                  "/user_id",
 		`{"event_id":"e","user_id":"u","sequence_number":1,"timestamp":"x"}`: "/timestamp",
+		// U+0000 in a key could reach the parts of another key's value.
+		`{"event_id":"e","user_id":"u\u0000s","sequence_number":1}`: "/user_id",
 	} {
 		doc, err := Parse([]byte(body))
 		if err != nil {

@@ -175,9 +175,11 @@ func (p assign) decide(e *Entity, ev Event) Effects {
 	if role == config.RoleSend {
 		// A retried send, under its old event id or a new one, gets back
 		// the sequence, message id and acceptance time it was first given.
-		p.forgetOld(c, ev.ReceivedAtMs)
+		cutoff := p.forgetOld(c, ev.ReceivedAtMs)
 		client, legacy := sentKey(ev, false), sentKey(ev, true)
-		if i := slices.IndexFunc(c.Sent, func(m SentMessage) bool { return m.Client == client || m.Legacy && m.Client == legacy }); i >= 0 {
+		if i := slices.IndexFunc(c.Sent, func(m SentMessage) bool {
+			return m.AtMs >= cutoff && (m.Client == client || m.Legacy && m.Client == legacy)
+		}); i >= 0 {
 			e.firstSight(&e.Row, ev, dedupOf(p.stream))
 			effects := one(ev, record.Duplicate, "", c.Sent[i].Seq)
 			effects.Decisions[0].MessageID = p.stream.Assign.MessageIDOf(ev.Key, c.Sent[i].Seq)
@@ -245,11 +247,21 @@ func (p assign) send(e *Entity, c *Conversation, ev Event) Effects {
 	return effects
 }
 
-// forgetOld drops client keys older than the idempotency window, measured
-// on the events' own received_at so a replay decides the same way.
-func (p assign) forgetOld(c *Conversation, nowMs int64) {
+// forgetOld drops the client keys older than the idempotency window from
+// the memory's start, measured on the events' own received_at so a
+// replay decides the same way, and returns the window's start: a send
+// older than it and still held, behind a newer one (ingest's clocks are
+// not in sequence order to the millisecond), matches no retry. The memory
+// only ever grows at its end and shrinks at its start, which lets the
+// table keep it in parts written once (the processors' codec).
+func (p assign) forgetOld(c *Conversation, nowMs int64) int64 {
 	cutoff := nowMs - p.stream.Limits.IdempotencyWindow.Milliseconds()
-	c.Sent = slices.DeleteFunc(c.Sent, func(m SentMessage) bool { return m.AtMs < cutoff })
+	i := 0
+	for i < len(c.Sent) && c.Sent[i].AtMs < cutoff {
+		i++
+	}
+	c.Sent = c.Sent[i:]
+	return cutoff
 }
 
 // join makes user a member from the message after lastSeq on.

@@ -60,7 +60,7 @@ func (c *gokaContext) Offset() int64 {
 // without one.
 func (c *gokaContext) Value() any {
 	c.needTable("Value")
-	v, err := c.part.value(c.key, c.tx.p.plan.table.codec)
+	v, err := c.part.value(c.key)
 	if err != nil {
 		c.Fail(fmt.Errorf("reading the table value of %q: %w", c.key, err))
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -45,8 +46,14 @@ type partition struct {
 	// (nil: deleted); each key's last is written once, when it ends.
 	pending map[string]any
 	// encoded are the pending values as written to the changelog, kept
-	// for the storage until the transaction commits.
+	// for the storage until the transaction commits: with a PartedCodec,
+	// each value's head and the parts it changed, under their own keys.
 	encoded map[string][]byte
+	// sizes are the stored sizes of the pending values set (not deleted),
+	// by key: the value cache's measure.
+	sizes map[string]int
+	// codec is the table's codec, nil without a table.
+	codec goka.Codec
 	// changelogEnd is the offset after the latest changelog record of the
 	// running transaction, 0 for none; written by produce callbacks.
 	changelogEnd atomic.Int64
@@ -57,23 +64,27 @@ type partition struct {
 	cache *valueCache
 }
 
-func openPartition(id int32, st storage.Storage, cacheBytes int) (*partition, error) {
+func openPartition(id int32, st storage.Storage, codec goka.Codec, cacheBytes int) (*partition, error) {
 	if err := st.Open(); err != nil {
 		return nil, err
 	}
 	return &partition{id: id, state: restoring, store: st, pending: map[string]any{}, encoded: map[string][]byte{},
-		cache: newValueCache(cacheBytes)}, nil
+		sizes: map[string]int{}, codec: codec, cache: newValueCache(cacheBytes)}, nil
 }
 
 // value is the key's table value as of the running transaction, nil
 // without one.
-func (part *partition) value(key string, codec goka.Codec) (any, error) {
+func (part *partition) value(key string) (any, error) {
 	if v, ok := part.pending[key]; ok {
 		return v, nil
 	}
 	if v, ok := part.cache.take(key); ok {
 		return v, nil
 	}
+	if pc, ok := part.codec.(PartedCodec); ok {
+		return part.partedValue(key, pc)
+	}
+	codec := part.codec
 	data, err := part.store.Get(key)
 	if err != nil || data == nil {
 		return nil, err
@@ -91,9 +102,10 @@ func (part *partition) keys() ([]string, error) {
 		return nil, err
 	}
 	defer it.Release()
+	_, parted := part.codec.(PartedCodec)
 	var keys []string
 	for it.Next() {
-		if k := string(it.Key()); k != offsetKey {
+		if k := string(it.Key()); k != offsetKey && !(parted && strings.Contains(k, PartSeparator)) {
 			if _, set := part.pending[k]; !set {
 				keys = append(keys, k)
 			}
@@ -111,19 +123,27 @@ func (part *partition) keys() ([]string, error) {
 	return keys, nil
 }
 
-// encode encodes the running transaction's values with codec, for the
-// changelog and, once it commits, the storage.
-func (part *partition) encode(codec goka.Codec) error {
+// encode encodes the running transaction's values with the table's
+// codec, for the changelog and, once it commits, the storage.
+func (part *partition) encode() error {
+	pc, parted := part.codec.(PartedCodec)
 	for k, v := range part.pending {
+		if parted {
+			if err := part.encodeParted(k, v, pc); err != nil {
+				return err
+			}
+			continue
+		}
 		if v == nil {
 			part.encoded[k] = nil
 			continue
 		}
-		data, err := codec.Encode(v)
+		data, err := part.codec.Encode(v)
 		if err != nil {
 			return fmt.Errorf("encoding the table value of %q: %w", k, err)
 		}
 		part.encoded[k] = data
+		part.sizes[k] = len(data)
 	}
 	return nil
 }
@@ -131,6 +151,7 @@ func (part *partition) encode(codec goka.Codec) error {
 // apply moves a committed transaction's values to the storage, with the
 // changelog offset they reach.
 func (part *partition) apply() error {
+	pc, parted := part.codec.(PartedCodec)
 	for k, data := range part.encoded {
 		var err error
 		if data == nil {
@@ -138,11 +159,18 @@ func (part *partition) apply() error {
 			part.cache.drop(k)
 		} else {
 			err = part.store.Set(k, data)
-			part.cache.put(k, part.pending[k], len(data))
 		}
 		if err != nil {
 			return err
 		}
+	}
+	// The values set (parts have no entry), now stored.
+	for k, size := range part.sizes {
+		v := part.pending[k]
+		if parted {
+			pc.Stored(v)
+		}
+		part.cache.put(k, v, size)
 	}
 	if end := part.changelogEnd.Load(); end > 0 {
 		return part.store.SetOffset(end - 1)
@@ -154,6 +182,7 @@ func (part *partition) apply() error {
 func (part *partition) reset() {
 	clear(part.pending)
 	clear(part.encoded)
+	clear(part.sizes)
 	part.changelogEnd.Store(0)
 	part.touched = false
 }

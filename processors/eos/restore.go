@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/lovoo/goka"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -17,14 +18,15 @@ import (
 // concurrently.
 func (p *Processor) open(id int32) (*partition, error) {
 	table := "-"
+	var codec goka.Codec
 	if p.plan.table != nil {
-		table = p.plan.table.name
+		table, codec = p.plan.table.name, p.plan.table.codec
 	}
 	st, err := p.opts.Storage(table, id)
 	if err != nil {
 		return nil, err
 	}
-	return openPartition(id, st, p.opts.ValueCacheBytes)
+	return openPartition(id, st, codec, p.opts.ValueCacheBytes)
 }
 
 // restore reads part's changelog to its last stable offset in ends. The

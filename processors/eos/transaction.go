@@ -224,7 +224,7 @@ func (tx *transaction) writeTables() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, part := range p.parts {
-		if err := part.encode(p.plan.table.codec); err != nil {
+		if err := part.encode(); err != nil {
 			return fmt.Errorf("group %s: %w", p.group, err)
 		}
 		for k, data := range part.encoded {
