@@ -111,7 +111,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		configPath = fs.String("config", os.Getenv("DRIFTGUARD_CONFIG"), "configuration file (YAML)")
 	}
 	verb := ""
-	if c.verbs != nil {
+	if c.verbs != nil && !(len(args) == 2 && slices.Contains([]string{"-h", "-help", "--help"}, args[1])) {
 		if len(args) < 2 || !slices.Contains(c.verbs, args[1]) {
 			fmt.Fprintf(stderr, "driftguard %s: say one of %s first\nUsage: driftguard %s %s\n", c.name, strings.Join(c.verbs, ", "), c.name, c.args)
 			return 2
