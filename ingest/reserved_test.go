@@ -6,8 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
+	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 )
@@ -42,16 +41,7 @@ func TestControlTypeRefusedAtTheEdge(t *testing.T) {
 		t.Fatalf("order.created: status %d; body %s", r.status, r.body)
 	}
 	recs := testenv.ReadTopic(t, brokers, s.Name+".in")
-	if len(recs) != 1 || headerOf(recs[0], record.HeaderType) != "order.created" {
+	if len(recs) != 1 || string(kafka.Header(recs[0], record.HeaderType)) != "order.created" {
 		t.Fatalf("%s.in holds %d records, want only the order", s.Name, len(recs))
 	}
-}
-
-func headerOf(r *kgo.Record, name string) string {
-	for _, h := range r.Headers {
-		if h.Key == name {
-			return string(h.Value)
-		}
-	}
-	return ""
 }
