@@ -25,11 +25,6 @@ import (
 	"github.com/driftguard/driftguard/internal/record"
 )
 
-// SchemeAdmin is the dg-scheme of control records: they were
-// authenticated by the admin endpoint's token or written with the CLI's
-// Kafka credentials, not by a webhook signature.
-const SchemeAdmin = "admin"
-
 // DefaultWait is how long an issuer waits for the decision by default.
 const DefaultWait = 15 * time.Second
 
@@ -129,7 +124,7 @@ func (is *Issuer) Issue(ctx context.Context, req Request, wait time.Duration) (*
 	if err != nil {
 		return nil, err
 	}
-	in := kafka.NewInput(names.In, []byte(req.Stream), []byte(SchemeAdmin), body,
+	in := kafka.NewInput(names.In, []byte(req.Stream), []byte(record.SchemeAdmin), body,
 		kafka.InputFields{Key: req.Key, EventID: id, Type: record.ControlType}, now)
 	if err := cl.ProduceSync(ctx, &in.Record).FirstErr(); err != nil {
 		return nil, is.conn.Explain(fmt.Errorf("writing the action to %s: %w", names.In, err))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // Operator actions (skip a gap, abandon, release, reset) travel in
@@ -24,7 +25,7 @@ const ReservedTypePrefix = "driftguard."
 // IsReservedType reports whether an event type is driftguard's own, never
 // a publisher's.
 func IsReservedType(eventType string) bool {
-	return len(eventType) >= len(ReservedTypePrefix) && eventType[:len(ReservedTypePrefix)] == ReservedTypePrefix
+	return strings.HasPrefix(eventType, ReservedTypePrefix)
 }
 
 // ActionName names an operator action.
