@@ -291,3 +291,50 @@ func TestResetForgetsProperty(t *testing.T) {
 		}
 	})
 }
+
+// Release gives up on every child waiting at that moment, each exactly
+// once and to the DLQ, whatever arrived before it; the parent after it
+// reconciles nothing, and later children apply directly.
+func TestReleaseExpiresEveryWaitingChildOnceProperty(t *testing.T) {
+	s := testenv.Shipped(t, "orders")
+	rapid.Check(t, func(t *rapid.T) {
+		r := For(s)
+		var e Entity
+		children := []string{"order.payment_received", "payment.captured", "order.shipped"}
+		n := rapid.IntRange(0, 10).Draw(t, "children")
+		var waiting []string
+		for i := range n {
+			id := fmt.Sprintf("c%d", i)
+			f := r.Decide(&e, orderEvent(id, rapid.SampledFrom(children).Draw(t, "type"), int64(i)))
+			if f.Decisions[0].Outcome == record.Quarantined {
+				waiting = append(waiting, id)
+			}
+			if rapid.Bool().Draw(t, "redelivered") {
+				r.Decide(&e, orderEvent(id, "order.shipped", int64(i)))
+			}
+		}
+		got := r.Act(&e, act("rel", "ord", record.ActionRelease, false))
+		if len(waiting) == 0 {
+			if !slices.Equal(summary(got), []decided{{"rel", record.Rejected, record.ReasonNothingToDo}}) {
+				t.Fatalf("release with nothing waiting: %+v", summary(got))
+			}
+			return
+		}
+		var released []string
+		for _, d := range got.Decisions[1:] {
+			if d.Outcome != record.Expired || d.Reason != record.ReasonReleased || d.DeadLetter != record.ReasonReleased {
+				t.Fatalf("released child %+v", d)
+			}
+			released = append(released, d.Event.EventID)
+		}
+		if got.Decisions[0].Outcome != record.Actioned || !slices.Equal(released, waiting) || len(e.Quarantine) != 0 || e.DeadlineMs != 0 {
+			t.Fatalf("released %v, waiting were %v", released, waiting)
+		}
+		if f := r.Decide(&e, orderEvent("parent", "order.created", 100)); len(f.Decisions) != 1 || !f.Decisions[0].Applied() {
+			t.Fatalf("parent after release: %+v", summary(f))
+		}
+		if f := r.Decide(&e, orderEvent("late", "order.shipped", 101)); !f.Decisions[0].Applied() {
+			t.Fatalf("child after the parent: %+v", summary(f))
+		}
+	})
+}
