@@ -466,7 +466,7 @@ func TestSecretsOnlyFromSecrets(t *testing.T) {
 	for name, r := range renders(t) {
 		t.Run(name, func(t *testing.T) {
 			secretVar := func(n string) bool {
-				return strings.HasPrefix(n, "DRIFTGUARD_SECRETS_") || strings.HasSuffix(n, "_PASSWORD") || n == "DRIFTGUARD_BRIDGE_SECRET"
+				return strings.HasPrefix(n, "DRIFTGUARD_SECRETS_") || strings.HasSuffix(n, "_PASSWORD") || n == "DRIFTGUARD_BRIDGE_SECRET" || n == "DRIFTGUARD_ADMIN_TOKEN"
 			}
 			seen := map[string]bool{}
 			for owner, pod := range r.podTemplates() {

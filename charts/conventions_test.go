@@ -441,6 +441,9 @@ func TestKafkaAndClickHouseSecurity(t *testing.T) {
 			if e := env["DRIFTGUARD_PYROSCOPE_BASIC_AUTH_PASSWORD"]; e.ValueFrom == nil || e.ValueFrom.SecretKeyRef.Name != "driftguard-pyroscope" {
 				t.Errorf("%s %s: the Pyroscope password is not from its Secret", owner, c.Name)
 			}
+			if e := env["DRIFTGUARD_ADMIN_TOKEN"]; e.ValueFrom == nil || e.ValueFrom.SecretKeyRef.Name != "driftguard-admin" || e.ValueFrom.SecretKeyRef.Key != "tokens" {
+				t.Errorf("%s %s: the admin tokens are not from their Secret", owner, c.Name)
+			}
 		}
 	}
 	// The production values: SCRAM over TLS with the system roots.

@@ -243,6 +243,14 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, s *
 		}
 		return writeProblem(w, http.StatusBadRequest, "json", err.Error(), located)
 	}
+	if typ, err := doc.EventType(s.cfg); err == nil && record.IsReservedType(typ) {
+		// Operator actions travel in <stream>.in as records of a reserved
+		// type; a publisher must never be able to write one.
+		doc.Release()
+		return writeProblem(w, http.StatusUnprocessableEntity, "reserved_type",
+			fmt.Sprintf("event type %q is reserved: types starting with %q are driftguard's own (operator actions), never a publisher's", typ, record.ReservedTypePrefix),
+			[]FieldProblem{{Pointer: s.cfg.Type.Field, Detail: "reserved event type"}})
+	}
 	fields, problems := s.schemas.Validate(doc, deliveryID)
 	// The fields are strings of the body, valid after the release.
 	doc.Release()

@@ -56,6 +56,10 @@ const (
 	flagApplied = 1 << iota
 	flagTerminal
 	flagParentSeen
+	// flagAbandoned marks an entity an operator abandoned (always with
+	// flagTerminal), in any format: a release that does not know it reads
+	// the entity as terminal, which it is.
+	flagAbandoned
 )
 
 func (entityCodec) Encode(value any) ([]byte, error) {
@@ -74,7 +78,11 @@ func encodeEntity(v *tableValue, format byte) ([]byte, error) {
 	e := &v.Entity
 	seen := format >= entityFormat3
 	b := make([]byte, 0, 64+len(e.State)+13*len(e.Recent)+conversationSize(e.Chat))
-	b = append(b, format, flags(e.Applied, e.Terminal, e.ParentSeen))
+	f := flags(e.Applied, e.Terminal, e.ParentSeen)
+	if e.Abandoned {
+		f |= flagAbandoned
+	}
+	b = append(b, format, f)
 	for _, n := range []int64{e.Version, e.UpdatedAtMs, e.ExpiresAtMs, e.NextRevision, e.DeadlineMs, e.GapSinceMs} {
 		b = binary.AppendVarint(b, n)
 	}
@@ -148,6 +156,7 @@ func (entityCodec) Decode(data []byte) (any, error) {
 		return nil, fmt.Errorf("entity codec: unknown format %q", data[:min(len(data), 1)])
 	}
 	r := reader{data: data[1:], seen: data[0] >= entityFormat3}
+	e.Abandoned = len(r.data) > 0 && r.data[0]&flagAbandoned != 0
 	e.Applied, e.Terminal, e.ParentSeen = r.flags()
 	for _, n := range []*int64{&e.Version, &e.UpdatedAtMs, &e.ExpiresAtMs, &e.NextRevision, &e.DeadlineMs, &e.GapSinceMs} {
 		*n = r.varint()

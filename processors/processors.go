@@ -117,6 +117,10 @@ type decisionContext interface {
 // everything here for one key happens in log order.
 func (h *handler) process(ctx decisionContext, msg any) {
 	body, _ := msg.([]byte)
+	if string(ctx.Headers()[record.HeaderType]) == record.ControlType {
+		h.act(ctx, body)
+		return
+	}
 	ev, err := h.decode(ctx, body)
 	if err != nil {
 		h.deadLetter(ctx, body, record.ReasonUndecodable, err)
@@ -171,7 +175,7 @@ func tableValueOf(ctx decisionContext) *tableValue {
 func (h *handler) store(ctx decisionContext, value *tableValue, effects decide.Effects, atMs int64, origin decisionOrigin) {
 	for _, d := range effects.Decisions {
 		h.count(string(d.Outcome))
-		if d.Reason == record.ReasonOrphanTTL && h.opts.Metrics != nil {
+		if record.IsOrphanExpiry(d.Reason) && h.opts.Metrics != nil {
 			h.opts.Metrics.expired.WithLabelValues(h.stream.Name).Inc()
 		}
 	}
@@ -224,6 +228,7 @@ func (h *handler) emitEffects(ctx decisionContext, effects decide.Effects, atMs 
 		o := record.Outcome{
 			Stream: h.stream.Name, Key: ctx.Key(), EventID: d.Event.EventID, EventType: d.Event.Type,
 			Version: d.Version, Outcome: d.Outcome, Reason: d.Reason, Gap: d.Gap, BufferDepth: d.BufferDepth, MessageID: d.MessageID, AcceptedAtMs: d.AcceptedAtMs,
+			Action: d.Action, RequestedBy: d.RequestedBy,
 			OccurredAtMs: d.Event.OccurredAtMs, ReceivedAtMs: d.Event.ReceivedAtMs, ProcessedAtMs: atMs,
 			InputPartition: d.Event.InputPartition, InputOffset: d.Event.InputOffset,
 			DecisionID: origin.id(h.stream.Name, ctx.Key(), &d, i), Payload: d.Event.Body,
@@ -287,14 +292,20 @@ func (h *handler) decode(ctx decisionContext, body []byte) (decide.Event, error)
 	if err != nil {
 		return decide.Event{}, err
 	}
-	ev.Body, ev.ReceivedAtMs = body, ctx.Timestamp().UnixMilli()
+	ev.Body, ev.ReceivedAtMs = body, receivedAt(ctx)
 	ev.InputPartition, ev.InputOffset = ctx.Partition(), ctx.Offset()
-	if v, ok := headers[record.HeaderReceivedAt]; ok {
+	return ev, nil
+}
+
+// receivedAt is the input's received_at clock: ingest's header, or the
+// record timestamp when a foreign producer wrote it.
+func receivedAt(ctx decisionContext) int64 {
+	if v, ok := ctx.Headers()[record.HeaderReceivedAt]; ok {
 		if ms, err := strconv.ParseInt(string(v), 10, 64); err == nil {
-			ev.ReceivedAtMs = ms
+			return ms
 		}
 	}
-	return ev, nil
+	return ctx.Timestamp().UnixMilli()
 }
 
 func (h *handler) deadLetter(ctx decisionContext, body []byte, reason record.Reason, cause error) {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/driftguard/driftguard/internal/config"
@@ -34,6 +35,9 @@ type command struct {
 	component bool
 	// flags defines the command's own flags and returns what runs it.
 	flags func(fs *flag.FlagSet) runner
+	// verbs, when set, are the words one of which must follow the
+	// command's name, before its flags (`admin skip-gap --stream S`).
+	verbs []string
 }
 
 // runner runs a command once its flags are parsed and its configuration
@@ -45,6 +49,8 @@ type environment struct {
 	cfg            *config.Config
 	log            *slog.Logger
 	stdout, stderr io.Writer
+	// verb is the command's verb, for a command that takes one.
+	verb string
 }
 
 // commands are the subcommands in the order the help lists them.
@@ -59,6 +65,7 @@ var commands = []command{
 	{name: "topics", args: "[--check]", summary: "create and check every Kafka topic of the catalogue (--check: only check)", flags: topicsFlags},
 	{name: "probe", args: "[--webhook URL --stream S --body JSON] [--ready URL]...", summary: "sign and post one webhook expecting 202, and read /readyz URLs expecting 200 (the chart's helm test)", noConfig: true, flags: probeFlags},
 	{name: "config", args: "[--example]", summary: "print the configuration in force, secrets redacted (--example: a commented example file)", noConfigFlag: "example", flags: configFlags},
+	{name: "admin", args: "<skip-gap|abandon|release|reset> --stream S --key K [--reason R] [--yes] [--as U] [--wait 15s]", summary: "issue an operator action for one key, decided in order by the stream's processor, and print its outcome", flags: adminFlags, verbs: adminVerbs},
 	{name: "version", summary: "print the version and the VCS revision the binary was built from", noConfig: true, flags: func(*flag.FlagSet) runner { return printVersion }},
 }
 
@@ -103,6 +110,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !c.noConfig {
 		configPath = fs.String("config", os.Getenv("DRIFTGUARD_CONFIG"), "configuration file (YAML)")
 	}
+	verb := ""
+	if c.verbs != nil && !(len(args) == 2 && slices.Contains([]string{"-h", "-help", "--help"}, args[1])) {
+		if len(args) < 2 || !slices.Contains(c.verbs, args[1]) {
+			fmt.Fprintf(stderr, "driftguard %s: say one of %s first\nUsage: driftguard %s %s\n", c.name, strings.Join(c.verbs, ", "), c.name, c.args)
+			return 2
+		}
+		verb, args = args[1], append([]string{args[0]}, args[2:]...)
+	}
 	runCommand := c.flags(fs)
 	fs.Usage = func() {
 		out := fs.Output()
@@ -130,7 +145,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	env := &environment{stdout: stdout, stderr: stderr, log: telemetry.OrDiscard(nil)}
+	env := &environment{stdout: stdout, stderr: stderr, log: telemetry.OrDiscard(nil), verb: verb}
 	if !c.noConfig && !(c.noConfigFlag != "" && fs.Lookup(c.noConfigFlag).Value.String() == "true") {
 		cfg, err := config.Load(*configPath, os.Environ())
 		if err != nil {

@@ -113,6 +113,9 @@ func withTelemetry(ctx context.Context, env *environment, build func(*telemetry.
 	ops := telemetry.NewOps()
 	mux := http.NewServeMux()
 	ops.Register(mux)
+	if err := mountAdmin(mux, env, nil); err != nil {
+		return err
+	}
 	return service.RunAll(ctx, build(ops), service.Func{Label: "telemetry", Fn: func(ctx context.Context) error {
 		return telemetry.Serve(ctx, env.cfg.Telemetry.Addr, mux, env.log)
 	}})

@@ -62,10 +62,14 @@ func TestIngestServesItsOperationsApart(t *testing.T) {
 // runIngestOnKfake runs `driftguard ingest` on a kfake broker holding the
 // shipped streams' topics, every stream signed with the demo secret, until
 // the test ends; it returns the webhook and the operations addresses once
-// ingest is ready.
-func runIngestOnKfake(t *testing.T) (webhooks, ops string) {
+// ingest is ready; env are more NAME=value settings.
+func runIngestOnKfake(t *testing.T, env ...string) (webhooks, ops string) {
 	t.Helper()
 	isolateEnv(t)
+	for _, kv := range env {
+		name, value, _ := strings.Cut(kv, "=")
+		t.Setenv(name, value)
+	}
 	webhooks, ops = freeLoopbackAddr(t), freeLoopbackAddr(t)
 	t.Setenv("DRIFTGUARD_KAFKA_BROKERS", strings.Join(testenv.Fake(t), ","))
 	t.Setenv("DRIFTGUARD_HTTP_ADDR", webhooks)

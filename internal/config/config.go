@@ -295,6 +295,13 @@ type Telemetry struct {
 	// PyroscopeTenantID is sent as X-Scope-OrgID, the tenant of a
 	// multi-tenant server (Grafana Pyroscope, Phlare); empty: none.
 	PyroscopeTenantID string `yaml:"pyroscope_tenant_id" env:"DRIFTGUARD_PYROSCOPE_TENANT_ID"`
+	// AdminToken turns on the admin endpoints (/admin/v1/...) on Addr:
+	// comma-separated bearer tokens, each `subject:token` (the subject is
+	// recorded as who asked) or a bare token (subject "admin"), each at
+	// least 24 bytes. Empty (the default): the admin endpoints are off.
+	AdminToken string `yaml:"admin_token" env:"DRIFTGUARD_ADMIN_TOKEN" redact:"true"`
+	// AdminTokenFile holds AdminToken (a mounted Secret), read at start.
+	AdminTokenFile string `yaml:"admin_token_file" env:"DRIFTGUARD_ADMIN_TOKEN_FILE"`
 }
 
 // Default returns the configuration with every default filled in and the
@@ -753,6 +760,9 @@ telemetry:
   pyroscope_basic_auth_user: ""  # DRIFTGUARD_PYROSCOPE_BASIC_AUTH_USER
   # pyroscope_basic_auth_password: prefer DRIFTGUARD_PYROSCOPE_BASIC_AUTH_PASSWORD to the file
   pyroscope_tenant_id: ""        # DRIFTGUARD_PYROSCOPE_TENANT_ID, sent as X-Scope-OrgID
+  # admin_token: prefer DRIFTGUARD_ADMIN_TOKEN=oncall:<24+ bytes> or admin_token_file;
+  # unset, the admin endpoints (/admin/v1/...) are off
+  # admin_token_file: /etc/driftguard/admin/token   # DRIFTGUARD_ADMIN_TOKEN_FILE
 data_dir: ~/.local/state/driftguard   # DRIFTGUARD_DATA_DIR
 streams:
   presence:

@@ -49,7 +49,8 @@ func (c *Config) readSecretFiles() error {
 	s.Mechanism = strings.ToUpper(strings.TrimSpace(s.Mechanism))
 	return errors.Join(
 		passwordFromFile(&s.Password, s.PasswordFile, "kafka.sasl.password"),
-		passwordFromFile(&c.ClickHouse.Password, c.ClickHouse.PasswordFile, "clickhouse.password"))
+		passwordFromFile(&c.ClickHouse.Password, c.ClickHouse.PasswordFile, "clickhouse.password"),
+		passwordFromFile(&c.Telemetry.AdminToken, c.Telemetry.AdminTokenFile, "telemetry.admin_token"))
 }
 
 // passwordFromFile sets *password, the setting at key, from the file of

@@ -34,6 +34,12 @@ func AppendOutcome(b []byte, o *Outcome) []byte {
 	if o.AcceptedAtMs != 0 {
 		b = appendIntField(b, "accepted_at_ms", o.AcceptedAtMs)
 	}
+	if o.Action != "" {
+		b = appendStringField(b, ',', "action", string(o.Action))
+	}
+	if o.RequestedBy != "" {
+		b = appendStringField(b, ',', "requested_by", o.RequestedBy)
+	}
 	b = appendIntField(b, "occurred_at_ms", o.OccurredAtMs)
 	b = appendIntField(b, "received_at_ms", o.ReceivedAtMs)
 	b = appendIntField(b, "processed_at_ms", o.ProcessedAtMs)

@@ -14,10 +14,17 @@ const (
 	Reconciled  Result = "reconciled"
 	Expired     Result = "expired"
 	Rejected    Result = "rejected"
+	// Actioned is an operator action carried out (record.Action); the
+	// row's action and requested_by name it and who asked.
+	Actioned Result = "actioned"
+	// Skipped is a gap an operator's skip-gap gave up on: the row's
+	// version is the first missing sequence and its gap how many were
+	// skipped.
+	Skipped Result = "skipped"
 )
 
 // Results are every outcome, in the order of design §5.
-var Results = []Result{Applied, Duplicate, Stale, Buffered, Quarantined, Reconciled, Expired, Rejected}
+var Results = []Result{Applied, Duplicate, Stale, Buffered, Quarantined, Reconciled, Expired, Rejected, Actioned, Skipped}
 
 // Reason says why a decision was made, on an outcome record, or why a
 // record went to the DLQ.
@@ -54,6 +61,24 @@ const (
 	// role for, written to `<stream>.in` by a producer other than ingest
 	// (rejected).
 	ReasonUnknownType Reason = "unknown_type"
+	// ReasonActionNotSupported: an operator action that means nothing
+	// under the stream's policy, such as skip-gap on a latest stream
+	// (rejected).
+	ReasonActionNotSupported Reason = "action_not_supported"
+	// ReasonNothingToDo: an operator action for a key that holds nothing
+	// it acts on: skip-gap without a gap, release without quarantined
+	// children (rejected).
+	ReasonNothingToDo Reason = "nothing_to_do"
+	// ReasonConfirmationRequired: a reset without its confirmation
+	// (rejected).
+	ReasonConfirmationRequired Reason = "confirmation_required"
+	// ReasonReleased: a quarantined child an operator's release expired
+	// before its TTL (expired, and copied to the DLQ).
+	ReasonReleased Reason = "released"
+	// ReasonReset: an event buffered or quarantined for a key an
+	// operator reset (rejected, and copied to the DLQ so that it can be
+	// redriven).
+	ReasonReset Reason = "reset"
 )
 
 // Reasons of dead letters that are not decisions.
@@ -73,4 +98,10 @@ const (
 
 // Reasons are every reason a record may carry.
 var Reasons = []Reason{ReasonTerminal, ReasonBufferFull, ReasonSameSequence, ReasonGapTimeout, ReasonOrphanTTL,
-	ReasonNotMember, ReasonAheadOfConversation, ReasonConversationFull, ReasonUnknownType, ReasonUndecodable, ReasonKeyMismatch, ReasonSinkUndecodable}
+	ReasonNotMember, ReasonAheadOfConversation, ReasonConversationFull, ReasonUnknownType,
+	ReasonActionNotSupported, ReasonNothingToDo, ReasonConfirmationRequired, ReasonReleased, ReasonReset, ReasonUndecodable, ReasonKeyMismatch, ReasonSinkUndecodable}
+
+// IsOrphanExpiry reports whether a dead letter's reason is a quarantined
+// child given up on: its TTL passed, or an operator released it. Both
+// are permanently orphaned.
+func IsOrphanExpiry(r Reason) bool { return r == ReasonOrphanTTL || r == ReasonReleased }

@@ -44,6 +44,11 @@ type Outcome struct {
 	// received_at), so that the retry answers with the original result;
 	// 0 (omitted) on every other outcome.
 	AcceptedAtMs int64 `json:"accepted_at_ms,omitempty"`
+	// Action and RequestedBy name the operator action that made this
+	// decision and who asked for it (see Action), on the action's own row
+	// and on every row it decided; empty on every other decision.
+	Action      ActionName `json:"action,omitempty"`
+	RequestedBy string     `json:"requested_by,omitempty"`
 	// The three clocks plus the decision time, unix ms.
 	OccurredAtMs  int64 `json:"occurred_at_ms"`
 	ReceivedAtMs  int64 `json:"received_at_ms"`

@@ -11,6 +11,7 @@ import (
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
 	"github.com/driftguard/driftguard/internal/problem"
+	"github.com/driftguard/driftguard/internal/record"
 )
 
 // Stream validates the events of one stream as every writer to its
@@ -37,6 +38,10 @@ type eventSchema struct {
 func ForStream(s *config.Stream) (*Stream, error) {
 	v := &Stream{cfg: s, schemas: map[string]eventSchema{}}
 	for typ := range s.Schemas {
+		if record.IsReservedType(typ) {
+			// The type of operator actions: no writer may produce it.
+			return nil, fmt.Errorf("in streams.%s.schemas.%s: event types starting with %q are reserved", s.Name, typ, record.ReservedTypePrefix)
+		}
 		sch, err := compileStreamSchema(s, typ)
 		if err != nil {
 			return nil, fmt.Errorf("in streams.%s.schemas.%s: %w", s.Name, typ, err)

@@ -63,6 +63,10 @@ type Decision struct {
 	AcceptedAtMs int64
 	// DeadLetter, when set, is the reason to copy the event to the DLQ.
 	DeadLetter record.Reason
+	// Action and RequestedBy name the operator action that made the
+	// decision, and who asked (Rules.Act).
+	Action      record.ActionName
+	RequestedBy string
 }
 
 // Applied reports whether the decision applied its event.
@@ -70,10 +74,10 @@ func (d Decision) Applied() bool { return d.Outcome == record.Applied }
 
 // ChangesState reports whether the decision changed the entity's public
 // state: an applied event, or a quarantined child applied when its parent
-// came. Each such decision takes a revision, and the input writes a state
-// record.
+// came, or an abandon (the state then says so). Each such decision takes
+// a revision, and the input writes a state record.
 func (d Decision) ChangesState() bool {
-	return d.Applied() || d.Outcome == record.Reconciled
+	return d.Applied() || d.Outcome == record.Reconciled || (d.Outcome == record.Actioned && d.Action == record.ActionAbandon)
 }
 
 // Effects are everything one input, or one timer, causes besides the

@@ -121,7 +121,21 @@ func derive(claims []claim, rank []string) (string, int64) {
 
 // PublicState is the entity's `<stream>.state` value and its expiry.
 func (r *Rules) PublicState(e *Entity, key string) (json.RawMessage, int64, error) {
-	return publicState(r.stream, e, key)
+	state, expires, err := publicState(r.stream, e, key)
+	if err != nil || !e.Abandoned {
+		return state, expires, err
+	}
+	// An abandoned entity says so beside its last state, so a reader can
+	// tell it from one that completed.
+	doc := map[string]json.RawMessage{}
+	if len(state) > 0 && string(state) != "null" {
+		if err := json.Unmarshal(state, &doc); err != nil {
+			return nil, 0, fmt.Errorf("abandoned entity's state: %w", err)
+		}
+	}
+	doc["abandoned"] = json.RawMessage("true")
+	state, err = json.Marshal(doc)
+	return state, expires, err
 }
 
 // publicState is the entity's `<stream>.state` value and its expiry. Without

@@ -92,8 +92,12 @@ type Entity struct {
 	DeadlineMs int64 `json:"deadline_ms,omitempty"`
 	// GapSinceMs is when the open gap was first seen (gapless), 0 for none.
 	GapSinceMs int64 `json:"gap_since_ms,omitempty"`
-	// Terminal is set once a terminal status is applied.
+	// Terminal is set once a terminal status is applied, or the entity
+	// is abandoned.
 	Terminal bool `json:"terminal,omitempty"`
+	// Abandoned is set by an operator's abandon (Rules.Act): the entity
+	// is terminal, and its public state says "abandoned": true.
+	Abandoned bool `json:"abandoned,omitempty"`
 	// Buffer holds events ahead of a gap in sequence order (gapless),
 	// bounded by limits.buffer and limits.buffer_bytes.
 	Buffer []Event `json:"buffer,omitempty"`

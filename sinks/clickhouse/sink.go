@@ -403,7 +403,7 @@ func (s *Sink) addRun(b *batch, run []*kgo.Record) {
 				if r.Offset > held[0] {
 					b.dlq.add(r, dl, id)
 				}
-				if r.Offset > held[1] && dl.Reason == record.ReasonOrphanTTL {
+				if r.Offset > held[1] && record.IsOrphanExpiry(dl.Reason) {
 					b.orphans.add(r, dl, id)
 				}
 			}

@@ -153,6 +153,7 @@ listeners and profiling. */}}
   value: /var/lib/driftguard
 - name: DRIFTGUARD_TELEMETRY_ADDR
   value: ":9464"
+{{- include "driftguard.secretEnv" (dict "name" "DRIFTGUARD_ADMIN_TOKEN" "ref" .Values.admin.tokenSecret) }}
 {{- with .Values.pyroscope }}
 {{- if .addr }}
 - name: DRIFTGUARD_PYROSCOPE_ADDR
