@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/driftguard/driftguard/internal/naming"
@@ -10,7 +11,24 @@ import (
 // Naming is the prefixes every Kafka name of this configuration is built
 // with: kafka.topic_prefix and kafka.group_prefix.
 func (k Kafka) Naming() naming.Prefixes {
-	return naming.Prefixes{TopicPrefix: k.TopicPrefix, GroupPrefix: k.GroupPrefix}
+	return naming.Prefixes{TopicPrefix: k.TopicPrefix, GroupPrefix: k.GroupPrefix, Generations: k.Generations}
+}
+
+// validateGenerations checks kafka.generations: streams of the catalogue,
+// generations from 1.
+func (c *Config) validateGenerations() []error {
+	var errs []error
+	for stream, n := range c.Kafka.Generations {
+		path := "kafka.generations." + stream
+		if _, ok := c.Streams[stream]; !ok {
+			errs = append(errs, fmt.Errorf("in %s: %q is not a stream of the catalogue", path, stream))
+		}
+		if n < 1 {
+			errs = append(errs, fmt.Errorf("in %s: must be 1 (the original names) or more, got %d", path, n))
+		}
+	}
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return errs
 }
 
 // validateNaming checks that the prefixes make names Kafka accepts: its
