@@ -56,7 +56,7 @@ var commands = []command{
 	{name: "bridge", summary: "the realtime bridge: ordered state to browsers over SSE, and the page", component: true, flags: func(*flag.FlagSet) runner { return runBridge }},
 	{name: "token", args: "--user U [--streams a,b] [--ttl 1h] [--device D]", summary: "print a token for the bridge, signed with bridge.secret", flags: tokenFlags},
 	{name: "migrate", args: "[--print]", summary: "create or upgrade the ClickHouse database and tables (--print: only print the DDL)", flags: migrateFlags},
-	{name: "retention", args: "[--dry-run]", summary: "apply clickhouse.retention: set the tables' TTLs, or drop the months past it on servers without TTL", flags: retentionFlags},
+	{name: "retention", args: "[--dry-run] [--print]", summary: "apply clickhouse.retention: set the tables' TTLs, or drop the months past it on servers without TTL", flags: retentionFlags},
 	{name: "topics", args: "[--check]", summary: "create and check every Kafka topic of the catalogue (--check: only check)", flags: topicsFlags},
 	{name: "probe", args: "[--webhook URL --stream S --body JSON] [--ready URL]...", summary: "sign and post one webhook expecting 202, and read /readyz URLs expecting 200 (the chart's helm test)", noConfig: true, flags: probeFlags},
 	{name: "config", args: "[--example]", summary: "print the configuration in force, secrets redacted (--example: a commented example file)", noConfigFlag: "example", flags: configFlags},

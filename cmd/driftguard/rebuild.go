@@ -53,7 +53,14 @@ func printRebuild(env *environment, plan sinkch.RebuildPlan, done string) {
 
 func retentionFlags(fs *flag.FlagSet) runner {
 	dryRun := fs.Bool("dry-run", false, "only print what would be done")
+	printTTL := fs.Bool("print", false, "print the statements that set the tables' TTLs on a server with TTL (19.6 and later), connect to nothing")
 	return func(ctx context.Context, env *environment) error {
+		if *printTTL {
+			for _, stmt := range sinkch.TTLStatements(env.cfg.ClickHouse) {
+				fmt.Fprintf(env.stdout, "%s;\n\n", stmt)
+			}
+			return nil
+		}
 		conn, err := sinkch.Open(ctx, env.cfg.ClickHouse)
 		if err != nil {
 			return err

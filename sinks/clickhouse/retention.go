@@ -128,10 +128,24 @@ func alterTable(c config.ClickHouse, table string) string {
 	return stmt
 }
 
-// TTLClause is the TTL of a table kept for keep, as ALTER ... MODIFY TTL
-// takes it.
-func TTLClause(table string, keep time.Duration) string {
-	return fmt.Sprintf("%s + INTERVAL %d SECOND", retentionColumns[table], int64(keep/time.Second))
+// ttlStatement sets the TTL of a table kept for keep.
+func ttlStatement(c config.ClickHouse, table string, keep time.Duration) string {
+	return fmt.Sprintf("%s MODIFY TTL %s + INTERVAL %d SECOND", alterTable(c, table), retentionColumns[table], int64(keep/time.Second))
+}
+
+// TTLStatements are the statements that set the TTL of every table with
+// a retention in c, as ApplyRetention runs them on a server with TTLs:
+// for review, and for the check on a current ClickHouse
+// (scripts/chdb-ddl.sh).
+func TTLStatements(c config.ClickHouse) []string {
+	var out []string
+	for table, keep := range c.Retention.ByTable() {
+		if keep > 0 {
+			out = append(out, ttlStatement(c, table, keep))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func retentionByTTL(ctx context.Context, conn driver.Conn, c config.ClickHouse, table string, keep time.Duration) ([]RetentionAction, error) {
@@ -151,7 +165,7 @@ func retentionByTTL(ctx context.Context, conn driver.Conn, c config.ClickHouse, 
 	if hasTTL && strings.HasPrefix(current, want) {
 		return nil, nil
 	}
-	return []RetentionAction{{Table: table, What: "ttl", Statement: alterTable(c, table) + " MODIFY TTL " + TTLClause(table, keep)}}, nil
+	return []RetentionAction{{Table: table, What: "ttl", Statement: ttlStatement(c, table, keep)}}, nil
 }
 
 func retentionByPartitions(ctx context.Context, conn driver.Conn, c config.ClickHouse, table string, keep time.Duration, now time.Time) ([]RetentionAction, error) {
