@@ -40,20 +40,19 @@ func (c *Config) validateNaming() []error {
 			errs = append(errs, fmt.Errorf("in %s: %w", p.path, err))
 		}
 	}
-	// The stream with the longest name has the longest topics; one error
-	// says it for every stream.
-	longest := ""
+	// One error, for the longest topic of all: it says it for every
+	// stream. Name and generation both make a topic long.
+	longest, of := "", ""
 	for name := range c.Streams {
-		if len(name) > len(longest) {
-			longest = name
+		for _, topic := range c.Kafka.Naming().For(name).All() {
+			if len(topic) > len(longest) {
+				longest, of = topic, name
+			}
 		}
 	}
-	for _, topic := range c.Kafka.Naming().For(longest).All() {
-		if len(topic) > naming.MaxTopicLength {
-			errs = append(errs, fmt.Errorf("in kafka.topic_prefix: with it, stream %s has topic %s, %d characters long; Kafka accepts at most %d",
-				longest, topic, len(topic), naming.MaxTopicLength))
-			break
-		}
+	if len(longest) > naming.MaxTopicLength {
+		errs = append(errs, fmt.Errorf("in kafka.topic_prefix: with it, stream %s has topic %s, %d characters long; Kafka accepts at most %d",
+			of, longest, len(longest), naming.MaxTopicLength))
 	}
 	return errs
 }
