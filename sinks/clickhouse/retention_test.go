@@ -45,19 +45,7 @@ func TestRetentionDropsOldMonthsOnServersWithoutTTL(t *testing.T) {
 	}
 	db := cfg.ClickHouse.Database
 	months := func(table, column string) []string {
-		rows, err := conn.Query(ctx, fmt.Sprintf("SELECT toString(toYYYYMM(%s)) FROM %s.%s", column, db, table))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		var out []string
-		for rows.Next() {
-			var m string
-			if err := rows.Scan(&m); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, m)
-		}
+		out := queryStrings(t, ctx, conn, fmt.Sprintf("SELECT toString(toYYYYMM(%s)) FROM %s.%s", column, db, table))
 		slices.Sort(out)
 		return out
 	}
