@@ -733,11 +733,11 @@ clickhouse:
   session_timeout: 45s           # a crashed sink's partitions move after this
   fetch_min_bytes: 1048576       # a fetch gathers this much, or waits batch_period
   retention:                     # how long each table keeps rows; 0: forever (TTL on 19.6+, else month partitions dropped)
-    events: 0                    # e.g. 2160h (90 days), by processed_at
-    dlq: 0                       # by dead_at
-    orphans: 0                   # by expired_at
-    ordering_minute: 0           # by minute
-    every: 0                     # the sink applies it this often; 0: only "driftguard retention"
+    events: 0s                   # e.g. 2160h (90 days), by processed_at
+    dlq: 0s                      # by dead_at
+    orphans: 0s                  # by expired_at
+    ordering_minute: 0s          # by minute
+    every: 0s                    # the sink applies it this often; 0: only "driftguard retention"
 processing:
   timer_tick: 1s                 # how often timers (gap timeouts) are checked
   commit_interval: 100ms         # how long one transaction gathers decisions
