@@ -119,3 +119,35 @@ func TestVersionAtLeast(t *testing.T) {
 		}
 	}
 }
+
+// With clickhouse.retention.every, the sink applies the retention itself
+// as it starts (then at that period): an old month of events goes, the
+// sink's own rows stay.
+func TestSinkAppliesTheRetentionOnItsSchedule(t *testing.T) {
+	ctx := testenv.Context(t, time.Minute)
+	b := newBrokerSink(t, ctx, "retained")
+	if serverHasTTL(t, ctx, b.conn) {
+		t.Skip("the server has TTL; this test is of the partition path (18.16)")
+	}
+	// Of another topic: its position does not make the sink skip any.
+	batch, err := b.conn.PrepareBatch(ctx, "INSERT INTO "+b.cfg.ClickHouse.Database+".events (event_id, processed_at, `topic`)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := batch.Append("old", time.Date(2020, 1, 15, 0, 0, 0, 0, time.UTC), "elsewhere.outcomes"); err != nil {
+		t.Fatal(err)
+	}
+	if err := batch.Send(); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.eventIDs(); !slices.Equal(got, []string{"old"}) {
+		t.Fatalf("events before the sink: %q", got)
+	}
+	b.cfg.ClickHouse.Retention.Events = 30 * 24 * time.Hour
+	b.cfg.ClickHouse.Retention.Every = time.Hour
+	b.produce(b.outcome("new"))
+	b.run()
+	testenv.WaitFor(t, ctx, "the old month dropped and the new event inserted", func() bool {
+		return slices.Equal(b.eventIDs(), []string{"new"})
+	})
+}
