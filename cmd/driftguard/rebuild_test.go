@@ -14,6 +14,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/processors"
@@ -229,3 +230,36 @@ func snapshotDiff(before, after map[string][]string) string {
 func newValue(t reflect.Type) any { return reflect.New(t).Interface() }
 
 func deref(v any) any { return reflect.ValueOf(v).Elem().Interface() }
+
+// `driftguard retention --print` renders the TTLs of the configured
+// retention without a server, and nothing for tables kept forever;
+// `--dry-run` on the real server changes nothing; `sink --yes` alone is a
+// usage error.
+func TestRunRetentionAndRebuildFlags(t *testing.T) {
+	isolateEnv(t)
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_ADDR", "127.0.0.1:1")
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_DATABASE", "dg_print")
+	configFile := testenv.WriteConfig(t, "", "clickhouse: {retention: {events: 2160h, orphans: 24h}}\n")
+	r := runCLI(t, "retention", "--config", configFile, "--print")
+	want := "ALTER TABLE dg_print.events MODIFY TTL processed_at + INTERVAL 7776000 SECOND;\n\n" +
+		"ALTER TABLE dg_print.orphans MODIFY TTL expired_at + INTERVAL 86400 SECOND;\n\n"
+	if r.code != 0 || r.stdout != want {
+		t.Errorf("retention --print: %v\nwant stdout:\n%s", r, want)
+	}
+	if r := runCLI(t, "sink", "--yes"); r.code != 2 || !strings.Contains(r.stderr, "--yes confirms --rebuild") {
+		t.Errorf("sink --yes without --rebuild: %v", r)
+	}
+
+	ctx := testenv.Context(t, time.Minute)
+	c := config.ClickHouse{Addr: testenv.ClickHouse(t), Database: testenv.UniqueName("dg_retention"), Username: "default"}
+	conn := openDroppedAtEnd(t, ctx, c)
+	if _, err := sinkch.Migrate(ctx, conn, c, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_ADDR", c.Addr)
+	t.Setenv("DRIFTGUARD_CLICKHOUSE_DATABASE", c.Database)
+	r = runCLI(t, "retention", "--config", configFile, "--dry-run")
+	if r.code != 0 || !strings.Contains(r.stdout, "nothing to do") && !strings.Contains(r.stdout, "(dry run) events: set TTL") {
+		t.Errorf("retention --dry-run on empty tables: %v", r)
+	}
+}
