@@ -8,7 +8,8 @@
 # virtualenv under ~/.cache/driftguard once, then applies every migration
 # as `driftguard migrate --print` prints it and runs scripts/chdb_ddl.py,
 # which also parses the statements `migrate --print` renders for a
-# cluster (clickhouse.cluster).
+# cluster (clickhouse.cluster), and applies the TTLs `retention --print`
+# renders (clickhouse.retention on servers with TTL).
 set -euo pipefail
 
 CHDB_VERSION="${CHDB_VERSION:-4.4.0}"
@@ -39,4 +40,13 @@ env -u DRIFTGUARD_CONFIG -u DRIFTGUARD_CLICKHOUSE_CLUSTER DRIFTGUARD_CLICKHOUSE_
   "$work/driftguard" migrate --print >"$work/ddl.sql"
 env -u DRIFTGUARD_CONFIG DRIFTGUARD_CLICKHOUSE_DATABASE=driftguard DRIFTGUARD_CLICKHOUSE_CLUSTER="$cluster" \
   "$work/driftguard" migrate --print >"$work/cluster.sql"
-"$venv/bin/python" scripts/chdb_ddl.py "$work/ddl.sql" docs/analyst-queries.md "$work/cluster.sql" "$cluster"
+# The TTLs `driftguard retention` sets on servers that have them, for a
+# retention of 90 days on every table that takes one.
+cat >"$work/retention.yaml" <<'YAML'
+clickhouse:
+  retention: {events: 2160h, dlq: 2160h, orphans: 2160h, ordering_minute: 2160h}
+YAML
+env -u DRIFTGUARD_CLICKHOUSE_CLUSTER DRIFTGUARD_CLICKHOUSE_DATABASE=driftguard \
+  "$work/driftguard" retention --print --config "$work/retention.yaml" >"$work/ttl.sql"
+TTL_DDL_FILE="$work/ttl.sql" \
+  "$venv/bin/python" scripts/chdb_ddl.py "$work/ddl.sql" docs/analyst-queries.md "$work/cluster.sql" "$cluster"

@@ -14,12 +14,20 @@ clickhouse.cluster CLUSTER are parsed too (EXPLAIN AST: chdb has no
 cluster to run them on), and each, as the engine formats it back, must be
 ON CLUSTER, every CREATE TABLE with a Replicated engine.
 
+With TTL_DDL_FILE in the environment, the statements `driftguard retention
+--print` renders are applied after everything else: each table must then
+show the TTL as the sink reads it back (sinks/clickhouse/retention.go,
+retentionByTTL), and a merge must drop the rows older than it and keep a
+recent one.
+
     python chdb_ddl.py DDL_FILE ANALYST_QUERIES_MD [CLUSTER_DDL_FILE CLUSTER]
 """
 
+import os
 import re
 import sys
 import tempfile
+import time
 
 import chdb
 from chdb import session
@@ -140,6 +148,32 @@ def check_cluster(s, path, cluster, single):
     return len(stmts)
 
 
+def check_ttl(s, path):
+    """Apply the TTL statements at path; each table must then carry the TTL
+    as `TTL <column> + toIntervalSecond(<n>)` (how the sink finds it set),
+    and OPTIMIZE FINAL must drop events' rows older than it (ROWS are from
+    2023) and keep one of now. Returns how many statements."""
+    stmts = [p.strip() for p in open(path).read().split(";\n\n") if p.strip()]
+    if not stmts:
+        sys.exit(f"{path}: no TTL statements")
+    for stmt in stmts:
+        m = re.match(r"ALTER TABLE (\w+)\.(\w+) MODIFY TTL (\w+) \+ INTERVAL (\d+) SECOND$", stmt)
+        if not m:
+            sys.exit(f"TTL statement of an unexpected shape:\n{stmt}")
+        s.query(stmt)
+        engine = s.query(
+            f"SELECT engine_full FROM system.tables WHERE database = '{m.group(1)}' AND name = '{m.group(2)}'", "TSV"
+        ).bytes().decode()
+        if f" TTL {m.group(3)} + toIntervalSecond({m.group(4)})" not in engine:
+            sys.exit(f"{m.group(2)}: the TTL does not read back as the sink expects:\n{engine}")
+    insert_events(s, [("presence", "bob", "b-1", "applied", 0, 0, 0, int(time.time() * 1000))], 100)
+    s.query(f"OPTIMIZE TABLE {DATABASE}.events FINAL")
+    left = s.query(f"SELECT event_id FROM {DATABASE}.events", "TSV").bytes().decode().split()
+    if left != ["b-1"]:
+        sys.exit(f"events after its TTL and a merge: {left}, want only the recent b-1")
+    return len(stmts)
+
+
 def main(ddl_path, doc_path, cluster_ddl_path=None, cluster=None):
     with tempfile.TemporaryDirectory() as data:
         s = session.Session(data)
@@ -180,6 +214,9 @@ def main(ddl_path, doc_path, cluster_ddl_path=None, cluster=None):
         if cluster_ddl_path:
             n = check_cluster(s, cluster_ddl_path, cluster, stmts)
             clustered = f", {n} statements rendered for cluster {cluster} parsed (ON CLUSTER, Replicated engines)"
+        if os.environ.get("TTL_DDL_FILE"):
+            n = check_ttl(s, os.environ["TTL_DDL_FILE"])
+            clustered += f", {n} retention TTLs set and read back, events' expired rows dropped by a merge"
         version = s.query("SELECT version()", "TSV").bytes().decode().strip()
         print(
             f"chdb {chdb.__version__} (ClickHouse {version}): {len(stmts)} migration statements applied twice, "

@@ -59,6 +59,12 @@ func keepStreams(cfg *config.Config, list string) error {
 }
 
 func runSink(ctx context.Context, env *environment) error {
+	return runSinkRebuilding(ctx, env, false, false)
+}
+
+// runSinkRebuilding runs the sink, after a rebuild when rebuild is set
+// (see rebuild.go).
+func runSinkRebuilding(ctx context.Context, env *environment, rebuild, yes bool) error {
 	conn, err := sinkch.Open(ctx, env.cfg.ClickHouse)
 	if err != nil {
 		return err
@@ -68,6 +74,11 @@ func runSink(ctx context.Context, env *environment) error {
 	// that prefer a separate step.
 	if _, err := sinkch.Migrate(ctx, conn, env.cfg.ClickHouse, env.log); err != nil {
 		return err
+	}
+	if rebuild {
+		if err := rebuildSink(ctx, env, sinkch.New(sinkch.Options{Config: env.cfg, Conn: conn, Logger: env.log}), yes); err != nil {
+			return err
+		}
 	}
 	return withTelemetry(ctx, env, func(ops *telemetry.Ops) service.Service {
 		return sinkch.New(sinkch.Options{Config: env.cfg, Conn: conn, Logger: env.log, Ops: ops})

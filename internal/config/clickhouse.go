@@ -36,6 +36,7 @@ func (c ClickHouse) validate() []error {
 	if c.Cluster != "" && !validIdent(c.Cluster) {
 		add("clickhouse.cluster", "%q must be letters, digits and underscores, starting with a letter (a cluster of the servers' remote_servers)", c.Cluster)
 	}
+	errs = append(errs, c.Retention.validate()...)
 	return errs
 }
 

@@ -71,6 +71,13 @@ type Kafka struct {
 	// cluster grants a team's ACLs by prefix. Default: none.
 	TopicPrefix string `yaml:"topic_prefix" env:"DRIFTGUARD_KAFKA_TOPIC_PREFIX"`
 	GroupPrefix string `yaml:"group_prefix" env:"DRIFTGUARD_KAFKA_GROUP_PREFIX"`
+	// Generations maps a stream to its generation: to re-decide a stream
+	// from its `<stream>.in` after a rule change, raise it (2, 3, …), and
+	// a new group decides the input again into new topics
+	// (`<stream>.g2.state`, …) beside the old ones, until every reader
+	// is switched (docs/operations.md, "Re-decide a stream"). Default 1
+	// for every stream: the names of design §4.
+	Generations map[string]int `yaml:"generations"`
 	// TLS and SASL of every client (kafkasec.go).
 	TLS  TLS       `yaml:"tls" envprefix:"DRIFTGUARD_KAFKA_TLS_"`
 	SASL KafkaSASL `yaml:"sasl"`
@@ -174,6 +181,9 @@ type ClickHouse struct {
 	// fetch answers (at most batch_period later): fewer, larger fetches.
 	// Default 1048576 (1 MiB).
 	FetchMinBytes int `yaml:"fetch_min_bytes"`
+	// Retention is how long each table keeps its rows; off by default
+	// (clickhouse_retention.go).
+	Retention ClickHouseRetention `yaml:"retention"`
 }
 
 // Processing configures the processors.
@@ -590,6 +600,7 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.validateNaming()...)
 	errs = append(errs, c.HTTP.validate(c.StreamList())...)
 	errs = append(errs, c.ClickHouse.validate()...)
+	errs = append(errs, c.validateGenerations()...)
 	if c.Processing.CommitInterval < 10*time.Millisecond || c.Processing.CommitInterval > time.Minute {
 		add("processing.commit_interval", "must be between 10ms and 1m, got %s", c.Processing.CommitInterval)
 	}
@@ -701,6 +712,7 @@ kafka:
     # AWS_MSK_IAM: credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN
   topic_prefix: ""               # DRIFTGUARD_KAFKA_TOPIC_PREFIX, e.g. team-a.: starts every topic name
   group_prefix: ""               # DRIFTGUARD_KAFKA_GROUP_PREFIX: starts every consumer group and transactional id
+  generations: {}                # e.g. {presence: 2}: re-decide presence.in into presence.g2.* (default 1: design names)
 http:
   addr: 127.0.0.1:8080           # DRIFTGUARD_HTTP_ADDR
   # max_in_flight_bytes: 64 bodies at the largest limits.max_body_bytes (16 MiB); 503 beyond it
@@ -727,6 +739,12 @@ clickhouse:
   consumer_group: driftguard-sink-clickhouse
   session_timeout: 45s           # a crashed sink's partitions move after this
   fetch_min_bytes: 1048576       # a fetch gathers this much, or waits batch_period
+  retention:                     # how long each table keeps rows; 0: forever (TTL on 19.6+, else month partitions dropped)
+    events: 0s                   # e.g. 2160h (90 days), by processed_at
+    dlq: 0s                      # by dead_at
+    orphans: 0s                  # by expired_at
+    ordering_minute: 0s          # by minute
+    every: 0s                    # the sink applies it this often; 0: only "driftguard retention"
 processing:
   timer_tick: 1s                 # how often timers (gap timeouts) are checked
   commit_interval: 100ms         # how long one transaction gathers decisions

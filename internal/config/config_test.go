@@ -231,6 +231,27 @@ func TestLoadRejectsInvalidFileNamingTheConfigPath(t *testing.T) {
 			want: []string{"in http.max_in_flight_bytes:", "limits.max_body_bytes (262144)", "at least 349528"},
 		},
 		{
+			name: "generation of a stream not in the catalogue",
+			yaml: "kafka: {generations: {presense: 2}}",
+			want: []string{"in kafka.generations.presense:", "not a stream of the catalogue"},
+		},
+		{
+			name: "generation below one",
+			yaml: "kafka: {generations: {presence: 0}}",
+			want: []string{"in kafka.generations.presence:", "got 0"},
+		},
+		{
+			// A mistyped unit (1m for a month) would empty the table.
+			name: "table retention under an hour",
+			yaml: "clickhouse: {retention: {events: 1m}}",
+			want: []string{"in clickhouse.retention.events:", "at least 1h", "got 1m0s"},
+		},
+		{
+			name: "retention period under a minute",
+			yaml: "clickhouse: {retention: {events: 720h, every: 10s}}",
+			want: []string{"in clickhouse.retention.every:", "got 10s"},
+		},
+		{
 			name: "per-source limit below zero",
 			yaml: "http: {max_per_source: -1}",
 			want: []string{"in http.max_per_source:", "got -1"},

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/driftguard/driftguard/internal/naming"
@@ -10,7 +11,24 @@ import (
 // Naming is the prefixes every Kafka name of this configuration is built
 // with: kafka.topic_prefix and kafka.group_prefix.
 func (k Kafka) Naming() naming.Prefixes {
-	return naming.Prefixes{TopicPrefix: k.TopicPrefix, GroupPrefix: k.GroupPrefix}
+	return naming.Prefixes{TopicPrefix: k.TopicPrefix, GroupPrefix: k.GroupPrefix, Generations: k.Generations}
+}
+
+// validateGenerations checks kafka.generations: streams of the catalogue,
+// generations from 1.
+func (c *Config) validateGenerations() []error {
+	var errs []error
+	for stream, n := range c.Kafka.Generations {
+		path := "kafka.generations." + stream
+		if _, ok := c.Streams[stream]; !ok {
+			errs = append(errs, fmt.Errorf("in %s: %q is not a stream of the catalogue", path, stream))
+		}
+		if n < 1 {
+			errs = append(errs, fmt.Errorf("in %s: must be 1 (the original names) or more, got %d", path, n))
+		}
+	}
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return errs
 }
 
 // validateNaming checks that the prefixes make names Kafka accepts: its
@@ -22,20 +40,19 @@ func (c *Config) validateNaming() []error {
 			errs = append(errs, fmt.Errorf("in %s: %w", p.path, err))
 		}
 	}
-	// The stream with the longest name has the longest topics; one error
-	// says it for every stream.
-	longest := ""
+	// One error, for the longest topic of all: it says it for every
+	// stream. Name and generation both make a topic long.
+	longest, of := "", ""
 	for name := range c.Streams {
-		if len(name) > len(longest) {
-			longest = name
+		for _, topic := range c.Kafka.Naming().For(name).All() {
+			if len(topic) > len(longest) {
+				longest, of = topic, name
+			}
 		}
 	}
-	for _, topic := range c.Kafka.Naming().For(longest).All() {
-		if len(topic) > naming.MaxTopicLength {
-			errs = append(errs, fmt.Errorf("in kafka.topic_prefix: with it, stream %s has topic %s, %d characters long; Kafka accepts at most %d",
-				longest, topic, len(topic), naming.MaxTopicLength))
-			break
-		}
+	if len(longest) > naming.MaxTopicLength {
+		errs = append(errs, fmt.Errorf("in kafka.topic_prefix: with it, stream %s has topic %s, %d characters long; Kafka accepts at most %d",
+			of, longest, len(longest), naming.MaxTopicLength))
 	}
 	return errs
 }

@@ -15,6 +15,25 @@ type Prefixes struct {
 	TopicPrefix string
 	// GroupPrefix starts every consumer group and every transactional id.
 	GroupPrefix string
+	// Generations are kafka.generations: a stream of generation N above 1
+	// is decided anew, from its unchanged `<stream>.in`, by a new group
+	// into new topics (see Generation). Streams not listed are of
+	// generation 1.
+	Generations map[string]int
+}
+
+// Generation is the suffix a stream's derived names carry: none for
+// generation 0 or 1, ".gN" for N above. Everything the processors derive
+// from `<stream>.in` (the table, the state, outcomes, DLQ, replay and
+// ephemeral topics, the group and its transactional ids) takes it, so a
+// new generation re-decides the input beside the old one, which keeps
+// running until its readers are switched; `<stream>.in` never does, as
+// it is what both decide.
+func (p Prefixes) Generation(stream string) string {
+	if n := p.Generations[stream]; n > 1 {
+		return fmt.Sprintf(".g%d", n)
+	}
+	return ""
 }
 
 // Topics are the topics of one stream.
@@ -37,11 +56,13 @@ func (t Topics) All() []string {
 // "-table": goka names a group's table "<group>-table", which it is when
 // both prefixes are the same; with different prefixes the table still
 // starts with the topic prefix, so that every topic a team owns matches
-// one prefix ACL. A goka view reads it by this name (goka.Table).
+// one prefix ACL. A goka view reads it by this name (goka.Table). Every
+// topic but In carries the stream's generation.
 func (p Prefixes) For(stream string) Topics {
-	t := p.TopicPrefix + stream
+	in := p.TopicPrefix + stream + ".in"
+	t := p.TopicPrefix + stream + p.Generation(stream)
 	return Topics{
-		In:        t + ".in",
+		In:        in,
 		Table:     t + "-table",
 		State:     t + ".state",
 		Outcomes:  t + ".outcomes",
@@ -52,7 +73,7 @@ func (p Prefixes) For(stream string) Topics {
 }
 
 // Group is the consumer group (the goka group) of stream's processors.
-func (p Prefixes) Group(stream string) string { return p.GroupPrefix + stream }
+func (p Prefixes) Group(stream string) string { return p.GroupPrefix + stream + p.Generation(stream) }
 
 // ConsumerGroup is the consumer group configured by name, such as the
 // sink's clickhouse.consumer_group, under the group prefix.
@@ -64,7 +85,7 @@ func (p Prefixes) ConsumerGroup(name string) string { return p.GroupPrefix + nam
 // under the group prefix, so one prefix ACL on transactional ids covers a
 // team's processors.
 func (p Prefixes) TransactionalID(instance, stream string) string {
-	return p.GroupPrefix + "driftguard-" + stream + "-" + instance
+	return p.GroupPrefix + "driftguard-" + stream + p.Generation(stream) + "-" + instance
 }
 
 // MaxTopicLength is the longest topic name Kafka accepts.

@@ -67,3 +67,34 @@ func TestCheckPrefix(t *testing.T) {
 		}
 	}
 }
+
+// A new generation re-decides the same input: every name but the input
+// topic's changes, the group table still being goka's, and other streams
+// keep their names.
+func TestGenerationRenamesAllButTheInput(t *testing.T) {
+	for _, p := range []naming.Prefixes{
+		{Generations: map[string]int{"presence": 2, "chat": 1}},
+		{TopicPrefix: "team-a.", GroupPrefix: "team-a.", Generations: map[string]int{"presence": 2, "chat": 1}},
+	} {
+		old := naming.Prefixes{TopicPrefix: p.TopicPrefix, GroupPrefix: p.GroupPrefix}
+		got, was := p.For("presence"), old.For("presence")
+		if got.In != was.In {
+			t.Errorf("%+v: input %q, want the unchanged %q", p, got.In, was.In)
+		}
+		want := []string{p.TopicPrefix + "presence.g2-table", p.TopicPrefix + "presence.g2.state", p.TopicPrefix + "presence.g2.outcomes",
+			p.TopicPrefix + "presence.g2.dlq", p.TopicPrefix + "presence.g2.replay", p.TopicPrefix + "presence.g2.ephemeral"}
+		if !slices.Equal(got.All()[1:], want) {
+			t.Errorf("%+v: topics %q, want %q", p, got.All()[1:], want)
+		}
+		if g := p.Group("presence"); g != p.GroupPrefix+"presence.g2" || got.Table != string(goka.GroupTable(goka.Group(g))) {
+			t.Errorf("%+v: group %q with table %q, want presence.g2 and its goka table", p, g, got.Table)
+		}
+		if id, was := p.TransactionalID("pod-0", "presence"), old.TransactionalID("pod-0", "presence"); id == was {
+			t.Errorf("%+v: transactional id %q unchanged: the new generation's processors would fence the old ones", p, id)
+		}
+		// Generation 1 is the original names.
+		if !slices.Equal(p.For("chat").All(), old.For("chat").All()) || p.Group("chat") != old.Group("chat") {
+			t.Errorf("%+v: generation 1 renamed chat", p)
+		}
+	}
+}

@@ -126,18 +126,27 @@ func (b *brokerSink) eventIDs() []string {
 
 func (b *brokerSink) strings(query string) []string {
 	b.t.Helper()
-	rows, err := b.conn.Query(b.ctx, query)
+	return queryStrings(b.t, b.ctx, b.conn, query)
+}
+
+// queryStrings runs a query of one String column and returns its rows.
+func queryStrings(t testing.TB, ctx context.Context, conn driver.Conn, query string) []string {
+	t.Helper()
+	rows, err := conn.Query(ctx, query)
 	if err != nil {
-		b.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer rows.Close()
 	var out []string
 	for rows.Next() {
 		var s string
 		if err := rows.Scan(&s); err != nil {
-			b.t.Fatal(err)
+			t.Fatal(err)
 		}
 		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

@@ -48,3 +48,6 @@ const ChunkRows = chunkRows
 
 // OnCluster renders one migration statement for a cluster.
 var OnCluster = onCluster
+
+// VersionAtLeast compares a ClickHouse version with (major, minor).
+var VersionAtLeast = versionAtLeast

@@ -3,7 +3,9 @@
 // batch-inserts `<stream>.outcomes` into `events`, `<stream>.state` into
 // `entity_state` and `<stream>.dlq` into `dlq` and `orphans`, exactly once
 // per row: it commits Kafka offsets only after the insert and resumes from
-// the positions ClickHouse holds (`sink_positions`).
+// the positions ClickHouse holds (`sink_positions`). A rebuild empties
+// both for the sink to refill the tables from Kafka (rebuild.go), and the
+// retention drops old rows (retention.go).
 //
 // The DDL runs on ClickHouse 18.16 (Debian's) and on current releases: no
 // DateTime64, TTL, Map or JSON; every INSERT names its columns, which

@@ -184,6 +184,11 @@ func (s *Sink) Run(ctx context.Context) error {
 	watching := make(chan struct{})
 	go func() { defer close(watching); s.metrics.watchLag(watchCtx, kadm.NewClient(cl)) }()
 	defer func() { stopWatching(); <-watching }()
+	if r := s.cfg.ClickHouse.Retention; r.Every > 0 && r.Any() {
+		retaining := make(chan struct{})
+		go func() { defer close(retaining); retainEvery(watchCtx, s.conn, s.cfg.ClickHouse, s.log) }()
+		defer func() { stopWatching(); <-retaining }()
+	}
 	ch := s.cfg.ClickHouse
 	if s.ops != nil {
 		s.ops.AddReadiness("clickhouse", func(ctx context.Context) error {
