@@ -32,7 +32,7 @@ func TestSinkKilledRepeatedlyWritesEveryOutcomeOnce(t *testing.T) {
 	// spread over the kills.
 	produced := make(chan error, 1)
 	go func() {
-		const rounds = 40
+		const rounds = 20
 		const round = records / rounds
 		for r := range rounds {
 			if err := h.produce(r*round, (r+1)*round); err != nil {
