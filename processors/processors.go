@@ -285,6 +285,9 @@ func (h *handler) decode(ctx decisionContext, body []byte) (decide.Event, error)
 			ev.ReceivedAtMs = ms
 		}
 	}
+	// A redriven dead letter is a new delivery of the event, known to the
+	// dedup memory by the dead letter it came from.
+	ev.RedriveOf = string(headers[record.HeaderRedriveOf])
 	return ev, nil
 }
 
