@@ -34,6 +34,9 @@ type command struct {
 	component bool
 	// flags defines the command's own flags and returns what runs it.
 	flags func(fs *flag.FlagSet) runner
+	// operands is how many arguments the command takes besides its
+	// flags (environment.operands), before or among them.
+	operands int
 }
 
 // runner runs a command once its flags are parsed and its configuration
@@ -45,6 +48,8 @@ type environment struct {
 	cfg            *config.Config
 	log            *slog.Logger
 	stdout, stderr io.Writer
+	// operands are the command's arguments besides its flags.
+	operands []string
 }
 
 // commands are the subcommands in the order the help lists them.
@@ -59,6 +64,9 @@ var commands = []command{
 	{name: "topics", args: "[--check]", summary: "create and check every Kafka topic of the catalogue (--check: only check)", flags: topicsFlags},
 	{name: "probe", args: "[--webhook URL --stream S --body JSON] [--ready URL]...", summary: "sign and post one webhook expecting 202, and read /readyz URLs expecting 200 (the chart's helm test)", noConfig: true, flags: probeFlags},
 	{name: "config", args: "[--example]", summary: "print the configuration in force, secrets redacted (--example: a commented example file)", noConfigFlag: "example", flags: configFlags},
+	{name: "redrive", args: "--stream S [--reason R,...] [--since T] [--key K] [--dry-run]", summary: "put dead letters (expired orphans, buffer overflows) back into <stream>.in, to be decided again; safe to run twice", flags: redriveFlags},
+	{name: "inspect", args: "STREAM KEY [--last N] [--json]", summary: "what the processor holds for a key (version, dedup memory, buffers, quarantine, timers) and its last decisions", flags: inspectFlags, operands: 2},
+	{name: "explain", args: "STREAM EVENT_ID [--from auto|kafka|clickhouse] [--json]", summary: "where an event is and every decision made for it", flags: explainFlags, operands: 2},
 	{name: "version", summary: "print the version and the VCS revision the binary was built from", noConfig: true, flags: func(*flag.FlagSet) runner { return printVersion }},
 }
 
@@ -125,12 +133,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "driftguard %s: unexpected argument %q\n", c.name, fs.Arg(0))
+	operands, err := takeOperands(fs, c.operands)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 || len(operands) < c.operands {
+		if fs.NArg() > 0 {
+			fmt.Fprintf(stderr, "driftguard %s: unexpected argument %q\n", c.name, fs.Arg(0))
+		} else {
+			fmt.Fprintf(stderr, "driftguard %s: %d arguments needed, %d given\n", c.name, c.operands, len(operands))
+		}
 		fs.Usage()
 		return 2
 	}
-	env := &environment{stdout: stdout, stderr: stderr, log: telemetry.OrDiscard(nil)}
+	env := &environment{stdout: stdout, stderr: stderr, log: telemetry.OrDiscard(nil), operands: operands}
 	if !c.noConfig && !(c.noConfigFlag != "" && fs.Lookup(c.noConfigFlag).Value.String() == "true") {
 		cfg, err := config.Load(*configPath, os.Environ())
 		if err != nil {
@@ -155,7 +174,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		defer stop()
 	}
-	err := runCommand(ctx, env)
+	err = runCommand(ctx, env)
 	var usageErr usageError
 	switch {
 	case errors.As(err, &usageErr):
@@ -171,6 +190,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // usageError is a mistake in how a command was called, found once its
 // configuration is loaded (a flag naming a stream the catalogue lacks).
 type usageError struct{ error }
+
+// takeOperands takes up to n operands from what fs left unparsed,
+// parsing the flags after each, so that flags may follow them
+// (`inspect S K --json`).
+func takeOperands(fs *flag.FlagSet, n int) ([]string, error) {
+	var operands []string
+	for len(operands) < n && fs.NArg() > 0 {
+		operands = append(operands, fs.Arg(0))
+		if err := fs.Parse(fs.Args()[1:]); err != nil {
+			return nil, err
+		}
+	}
+	return operands, nil
+}
 
 func indexOfCommand(name string) int {
 	for i, c := range commands {
