@@ -51,15 +51,19 @@ func (t *Tools) Inspect(ctx context.Context, stream, key string, last int) (KeyR
 		return KeyReport{}, ErrUnknownStream
 	}
 	rep := KeyReport{Stream: stream, Key: key}
+	// The decisions first: a processor commits a decision's outcome and
+	// its table write together, so the table read after them is never
+	// older than the last decision shown.
+	var err error
+	if rep.Decisions, err = KeyDecisions(ctx, t.Conn, t.Names.For(stream), key, last); err != nil {
+		return KeyReport{}, err
+	}
 	holds, found, err := t.Holds(ctx, stream, key)
 	if err != nil {
 		return KeyReport{}, err
 	}
 	if found {
 		rep.Holds = holds
-	}
-	if rep.Decisions, err = KeyDecisions(ctx, t.Conn, t.Names.For(stream), key, last); err != nil {
-		return KeyReport{}, err
 	}
 	return rep, nil
 }
