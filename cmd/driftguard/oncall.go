@@ -66,15 +66,22 @@ func knownStream(env *environment, stream string) error {
 	return nil
 }
 
+// streamOperands are the operands of inspect and explain, a stream of
+// the catalogue and a key or event id, and the Kafka connection to read
+// them with.
+func streamOperands(env *environment) (stream, arg string, conn kafka.Conn, err error) {
+	stream, arg = env.operands[0], env.operands[1]
+	if err = knownStream(env, stream); err == nil {
+		conn, err = kafka.Connect(env.cfg, nil)
+	}
+	return stream, arg, conn, err
+}
+
 func inspectFlags(fs *flag.FlagSet) runner {
 	last := fs.Int("last", oncall.DefaultLast, "how many of the key's last decisions to show")
 	asJSON := fs.Bool("json", false, "print JSON")
 	return func(ctx context.Context, env *environment) error {
-		stream, key := env.operands[0], env.operands[1]
-		if err := knownStream(env, stream); err != nil {
-			return err
-		}
-		conn, err := kafka.Connect(env.cfg, nil)
+		stream, key, conn, err := streamOperands(env)
 		if err != nil {
 			return err
 		}
@@ -93,11 +100,7 @@ func explainFlags(fs *flag.FlagSet) runner {
 	from := fs.String("from", "auto", "where to read the decisions: kafka (<stream>.outcomes), clickhouse, or auto (ClickHouse when reachable and it knows the event, else Kafka)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	return func(ctx context.Context, env *environment) error {
-		stream, id := env.operands[0], env.operands[1]
-		if err := knownStream(env, stream); err != nil {
-			return err
-		}
-		conn, err := kafka.Connect(env.cfg, nil)
+		stream, id, conn, err := streamOperands(env)
 		if err != nil {
 			return err
 		}
