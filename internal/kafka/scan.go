@@ -40,14 +40,19 @@ func ReadCommittedSince(ctx context.Context, conn Conn, topic string, partitions
 	if err != nil {
 		return fmt.Errorf("last stable offsets of %s: %w", topic, err)
 	}
-	var starts kadm.ListedOffsets
-	if !since.IsZero() {
+	// Where each partition starts: a partition whose records retention
+	// has all deleted starts at its end, and has nothing to wait for.
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err == nil && !since.IsZero() {
 		if starts, err = adm.ListOffsetsAfterMilli(ctx, since.UnixMilli(), topic); err == nil {
 			err = starts.Error()
 		}
-		if err != nil {
-			return fmt.Errorf("offsets of %s after %s: %w", topic, since, err)
-		}
+	}
+	if err != nil {
+		return fmt.Errorf("start offsets of %s: %w", topic, err)
 	}
 	want := map[int32]int64{}
 	from := map[int32]kgo.Offset{}
@@ -55,17 +60,12 @@ func ReadCommittedSince(ctx context.Context, conn Conn, topic string, partitions
 		if partitions != nil && !slices.Contains(partitions, o.Partition) {
 			return
 		}
-		start := kgo.NewOffset().AtStart()
-		if s, ok := starts.Lookup(topic, o.Partition); ok {
-			if s.Offset >= o.Offset {
-				return
-			}
-			start = kgo.NewOffset().At(s.Offset)
+		s, ok := starts.Lookup(topic, o.Partition)
+		if !ok || s.Offset >= o.Offset {
+			return
 		}
-		if o.Offset > 0 {
-			want[o.Partition] = o.Offset
-			from[o.Partition] = start
-		}
+		want[o.Partition] = o.Offset
+		from[o.Partition] = kgo.NewOffset().At(s.Offset)
 	})
 	if len(want) == 0 {
 		return nil
