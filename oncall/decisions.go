@@ -23,10 +23,11 @@ func KeyDecisions(ctx context.Context, conn kafka.Conn, names naming.Topics, key
 		return nil, err
 	}
 	// A ring of the last n.
+	n = max(0, n)
 	ring := make([]record.Outcome, 0, n)
 	next := 0
 	err = kafka.ReadCommitted(ctx, conn, names.Outcomes, []int32{p}, func(r *kgo.Record) error {
-		if string(r.Key) != key || n <= 0 {
+		if string(r.Key) != key || n == 0 {
 			return nil
 		}
 		o, err := decodeOutcome(r)
