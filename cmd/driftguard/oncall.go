@@ -252,8 +252,8 @@ func printInspection(w io.Writer, rep oncall.KeyReport) error {
 		for _, d := range in.Devices {
 			fmt.Fprintf(tw, "device %s\tversion %d, %s, updated %s, expires %s; dedup %s\n", d.Device, d.Version, d.Value, msTime(d.UpdatedAtMs), msTime(d.ExpiresAtMs), dedupText(d.Dedup))
 		}
-		fmt.Fprintf(tw, "buffered\t%s\n", heldText(in.Buffered, "seq "))
-		fmt.Fprintf(tw, "quarantined\t%s\n", heldText(in.Quarantined, ""))
+		fmt.Fprintf(tw, "buffered\t%s\n", heldText(in.Buffered, true))
+		fmt.Fprintf(tw, "quarantined\t%s\n", heldText(in.Quarantined, false))
 		var timers []string
 		for _, t := range in.Timers {
 			s := fmt.Sprintf("%s at %s", t.Kind, msTime(t.AtMs))
@@ -316,10 +316,17 @@ func dedupText(d processors.DedupMemory) string {
 	return s
 }
 
-func heldText(held []processors.HeldEvent, prefix string) string {
+// heldText lists held events: with their sequence when bySeq (a
+// buffer), else by id alone (a quarantine, whose children have no
+// sequence of their own).
+func heldText(held []processors.HeldEvent, bySeq bool) string {
 	var parts []string
 	for _, h := range held {
-		parts = append(parts, fmt.Sprintf("%s%d %s (%s)", prefix, h.Version, h.EventID, h.Type))
+		part := fmt.Sprintf("%s (%s, received %s)", h.EventID, h.Type, msTime(h.ReceivedAtMs))
+		if bySeq {
+			part = fmt.Sprintf("seq %d %s", h.Version, part)
+		}
+		parts = append(parts, part)
 	}
 	return orNone(parts)
 }
