@@ -294,6 +294,9 @@ func (h *handler) decode(ctx decisionContext, body []byte) (decide.Event, error)
 	}
 	ev.Body, ev.ReceivedAtMs = body, receivedAt(ctx)
 	ev.InputPartition, ev.InputOffset = ctx.Partition(), ctx.Offset()
+	// A redriven dead letter is a new delivery of the event, known to the
+	// dedup memory by the dead letter it came from.
+	ev.RedriveOf = string(headers[record.HeaderRedriveOf])
 	return ev, nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/driftguard/driftguard/internal/admin"
 	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/record"
+	"github.com/driftguard/driftguard/oncall"
 )
 
 var adminVerbs = func() []string {
@@ -107,8 +108,10 @@ func printResult(env *environment, res *admin.Result, wait time.Duration) {
 }
 
 // mountAdmin serves the admin endpoints on mux, the operations port's,
-// when telemetry.admin_token is set, with the actions over brokers (the
-// configured ones when nil) and the extra routes.
+// when telemetry.admin_token is set: the actions, inspect and explain over
+// brokers (the configured ones when nil), and the extra routes. Explain
+// reads the outcomes topic there: a component's operations port needs no
+// ClickHouse of its own.
 func mountAdmin(mux *http.ServeMux, env *environment, brokers []string, extra ...admin.Route) error {
 	tokens, err := admin.ParseTokens(env.cfg.Telemetry.AdminToken)
 	if err != nil {
@@ -121,6 +124,9 @@ func mountAdmin(mux *http.ServeMux, env *environment, brokers []string, extra ..
 	if err != nil {
 		return err
 	}
+	tools := newOncallTools(env.cfg, conn)
+	extra = append(extra, admin.Route{Pattern: oncall.KeyPattern, Handler: tools.KeyHandler()},
+		admin.Route{Pattern: oncall.EventPattern, Handler: tools.EventHandler()})
 	admin.Mount(mux, admin.ServerOptions{Tokens: tokens, Issuer: admin.NewIssuer(env.cfg, conn), Logger: env.log}, extra...)
 	env.log.Info("admin endpoints on", "addr", env.cfg.Telemetry.Addr, "subjects", len(tokens))
 	return nil

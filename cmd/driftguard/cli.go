@@ -38,6 +38,9 @@ type command struct {
 	// verbs, when set, are the words one of which must follow the
 	// command's name, before its flags (`admin skip-gap --stream S`).
 	verbs []string
+	// operands is how many arguments the command takes besides its
+	// flags (environment.operands), before or among them.
+	operands int
 }
 
 // runner runs a command once its flags are parsed and its configuration
@@ -51,6 +54,8 @@ type environment struct {
 	stdout, stderr io.Writer
 	// verb is the command's verb, for a command that takes one.
 	verb string
+	// operands are the command's arguments besides its flags.
+	operands []string
 }
 
 // commands are the subcommands in the order the help lists them.
@@ -67,6 +72,9 @@ var commands = []command{
 	{name: "probe", args: "[--webhook URL --stream S --body JSON] [--ready URL]...", summary: "sign and post one webhook expecting 202, and read /readyz URLs expecting 200 (the chart's helm test)", noConfig: true, flags: probeFlags},
 	{name: "config", args: "[--example]", summary: "print the configuration in force, secrets redacted (--example: a commented example file)", noConfigFlag: "example", flags: configFlags},
 	{name: "admin", args: "<skip-gap|abandon|release|reset> --stream S --key K [--reason R] [--yes] [--as U] [--wait 15s]", summary: "issue an operator action for one key, decided in order by the stream's processor, and print its outcome", flags: adminFlags, verbs: adminVerbs},
+	{name: "redrive", args: "--stream S [--reason R,...] [--since T] [--key K] [--dry-run]", summary: "put dead letters (expired orphans, buffer overflows) back into <stream>.in, to be decided again; safe to run twice", flags: redriveFlags},
+	{name: "inspect", args: "STREAM KEY [--last N] [--json]", summary: "what the processor holds for a key (version, dedup memory, buffers, quarantine, timers) and its last decisions", flags: inspectFlags, operands: 2},
+	{name: "explain", args: "STREAM EVENT_ID [--from auto|kafka|clickhouse] [--json]", summary: "where an event is and every decision made for it", flags: explainFlags, operands: 2},
 	{name: "version", summary: "print the version and the VCS revision the binary was built from", noConfig: true, flags: func(*flag.FlagSet) runner { return printVersion }},
 }
 
@@ -141,12 +149,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "driftguard %s: unexpected argument %q\n", c.name, fs.Arg(0))
+	operands, err := takeOperands(fs, c.operands)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 || len(operands) < c.operands {
+		if fs.NArg() > 0 {
+			fmt.Fprintf(stderr, "driftguard %s: unexpected argument %q\n", c.name, fs.Arg(0))
+		} else {
+			fmt.Fprintf(stderr, "driftguard %s: %d arguments needed, %d given\n", c.name, c.operands, len(operands))
+		}
 		fs.Usage()
 		return 2
 	}
-	env := &environment{stdout: stdout, stderr: stderr, log: telemetry.OrDiscard(nil), verb: verb}
+	env := &environment{stdout: stdout, stderr: stderr, log: telemetry.OrDiscard(nil), verb: verb, operands: operands}
 	if !c.noConfig && !(c.noConfigFlag != "" && fs.Lookup(c.noConfigFlag).Value.String() == "true") {
 		cfg, err := config.Load(*configPath, os.Environ())
 		if err != nil {
@@ -171,7 +190,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		defer stop()
 	}
-	err := runCommand(ctx, env)
+	err = runCommand(ctx, env)
 	var usageErr usageError
 	switch {
 	case errors.As(err, &usageErr):
@@ -187,6 +206,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // usageError is a mistake in how a command was called, found once its
 // configuration is loaded (a flag naming a stream the catalogue lacks).
 type usageError struct{ error }
+
+// takeOperands takes up to n operands from what fs left unparsed,
+// parsing the flags after each, so that flags may follow them
+// (`inspect S K --json`).
+func takeOperands(fs *flag.FlagSet, n int) ([]string, error) {
+	var operands []string
+	for len(operands) < n && fs.NArg() > 0 {
+		operands = append(operands, fs.Arg(0))
+		if err := fs.Parse(fs.Args()[1:]); err != nil {
+			return nil, err
+		}
+	}
+	return operands, nil
+}
 
 func indexOfCommand(name string) int {
 	for i, c := range commands {

@@ -42,6 +42,22 @@ type Event struct {
 	ClientKey string `json:"client_key,omitempty"`
 	// Seq is the sequence a receipt has reached (assign).
 	Seq int64 `json:"seq,omitempty"`
+	// RedriveOf is, for a dead letter redriven into `<stream>.in`, the
+	// dead letter's position (record.HeaderRedriveOf); "" otherwise.
+	RedriveOf string `json:"redrive_of,omitempty"`
+}
+
+// identity is what the dedup memory knows the event by: its event id, or
+// for a redriven dead letter its id with the dead letter's position. The
+// original delivery is remembered under its id, so a redrive under that id
+// would be a duplicate of it; under its own identity it is decided again,
+// and a second redrive of the same dead letter is a duplicate of the
+// first.
+func (ev Event) identity() string {
+	if ev.RedriveOf == "" {
+		return ev.EventID
+	}
+	return ev.EventID + "\x00redrive\x00" + ev.RedriveOf
 }
 
 // Decision is a rule's verdict on one event.

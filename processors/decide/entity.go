@@ -125,7 +125,7 @@ const heldEventOverhead = 320
 // past Kafka's 1 MiB message limit.
 func heldBytes(ev Event) int {
 	return len(ev.Body) + 6*(len(ev.Key)+len(ev.EventID)+len(ev.Type)+len(ev.Device)+len(ev.Value)+
-		len(ev.Member)+len(ev.ClientKey)) + heldEventOverhead
+		len(ev.Member)+len(ev.ClientKey)+len(ev.RedriveOf)) + heldEventOverhead
 }
 
 // heldSize is what the held events add to the table value.
@@ -168,7 +168,7 @@ func dedupOf(s *config.Stream) dedup {
 // bound then pushes out the oldest ids, each is still inside its window,
 // and is counted in e.evicted: an early eviction.
 func (e *Entity) firstSight(r *Row, ev Event, d dedup) bool {
-	h := idHash(ev.EventID)
+	h := idHash(ev.identity())
 	cutoff := ev.ReceivedAtMs - d.windowMs
 	kept, found := r.Recent[:0], false
 	for _, id := range r.Recent {

@@ -45,7 +45,7 @@ func (p joined) decide(e *Entity, ev Event) Effects {
 func (p joined) quarantine(e *Entity, ev Event) Effects {
 	// A child still waiting is never stored twice, even if the dedup
 	// memory has let its id go.
-	if !e.firstSight(&e.Row, ev, p.latest.dedup) || slices.ContainsFunc(e.Quarantine, func(c Event) bool { return c.EventID == ev.EventID }) {
+	if !e.firstSight(&e.Row, ev, p.latest.dedup) || slices.ContainsFunc(e.Quarantine, func(c Event) bool { return c.identity() == ev.identity() }) {
 		return one(ev, record.Duplicate, "", ev.Version)
 	}
 	if effects, ok := rejectTerminal(e, ev, ev.Version); ok {
