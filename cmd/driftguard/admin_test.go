@@ -386,6 +386,24 @@ func TestAdminEndpointOnTheOperationsPortOnly(t *testing.T) {
 	if status, _ := postAdmin(t, ctx, "http://"+ops+"/admin/v1/streams/workflow/keys/k/actions/explode", bearer, ""); status != http.StatusBadRequest {
 		t.Errorf("an unknown action: %d, want 400", status)
 	}
+	// Inspect and explain are served there too, behind the same token:
+	// an unknown stream is their problem answer, not the mux's 404 page.
+	for _, path := range []string{"/admin/v1/streams/nope/keys/k", "/admin/v1/streams/nope/events/e1"} {
+		for auth, want := range map[string]int{"": http.StatusUnauthorized, bearer: http.StatusNotFound} {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ops+path, nil)
+			if auth != "" {
+				req.Header.Set("Authorization", auth)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != want || want == http.StatusNotFound && resp.Header.Get("Content-Type") != "application/problem+json" {
+				t.Errorf("GET %s with %q: %d %s, want %d", path, auth, resp.StatusCode, resp.Header.Get("Content-Type"), want)
+			}
+		}
+	}
 }
 
 // Without a token the admin endpoints are off; a token too short refuses
