@@ -152,7 +152,7 @@ func (l *loop) handle(ctx context.Context, records []*kgo.Record) []*kgo.Record 
 			out = append(out, l.deadLetter(rec, record.ReplayRequest{Key: string(rec.Key)}, "undecodable: "+err.Error()))
 			continue
 		}
-		r := &request{rec: rec, req: req, id: RequestID(l.stream.Name, rec.Partition, rec.Offset, req.RequestedAtMs)}
+		r := &request{rec: rec, req: req, id: record.ReplayRequestID(l.stream.Name, rec.Partition, rec.Offset, req.RequestedAtMs)}
 		if older, ok := newest[string(rec.Key)]; ok {
 			out = append(out, l.delivery(older, outcome{result: record.ReplaySuperseded}))
 			l.m.superseded.WithLabelValues(l.stream.Name).Inc()
@@ -192,15 +192,6 @@ func IsDelivery(rec *kgo.Record) bool {
 		}
 	}
 	return false
-}
-
-// RequestID is the webhook-id of the request at partition and offset of
-// stream's replay topic: the same however often the record is read, so
-// that a publisher deduplicates a request sent again after a crash. The
-// request's time tells apart the records of a topic deleted and created
-// again, whose offsets start over.
-func RequestID(stream string, partition int32, offset, requestedAtMs int64) string {
-	return fmt.Sprintf("replay_%s_%d_%d_%d", stream, partition, offset, requestedAtMs)
 }
 
 // delivery is the record of what became of r.

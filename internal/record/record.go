@@ -11,7 +11,10 @@
 // dead letters and replay requests go through encoding/json.
 package record
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+)
 
 // Kafka header names set by ingest on every `<stream>.in` record (design §3).
 const (
@@ -139,4 +142,14 @@ type ReplayDelivery struct {
 	Status   int   `json:"status"`
 	Attempts int   `json:"attempts"`
 	AtMs     int64 `json:"at_ms"`
+}
+
+// ReplayRequestID is the webhook-id of the replay request at partition
+// and offset of stream's `<stream>.replay`: the same however often the
+// record is read, so that a publisher deduplicates a request sent again
+// after a crash, and the request_id joining a request's rows in
+// replay_requests. The request's time tells apart the records of a topic
+// deleted and created again, whose offsets start over.
+func ReplayRequestID(stream string, partition int32, offset, requestedAtMs int64) string {
+	return fmt.Sprintf("replay_%s_%d_%d_%d", stream, partition, offset, requestedAtMs)
 }
