@@ -29,10 +29,15 @@ func newMetrics(ops *telemetry.Ops) *metrics {
 			Help: "Replay request POSTs waiting for the publisher's answer (at most one per key).",
 		}, []string{"stream"}),
 	}
+	m.register(ops)
+	return m
+}
+
+// register adds the series to ops; nil skips them.
+func (m *metrics) register(ops *telemetry.Ops) {
 	if ops != nil {
 		ops.Registry.MustRegister(m.sent, m.failures, m.refused, m.giveUps, m.superseded, m.deadLetters, m.inFlight)
 	}
-	return m
 }
 
 // init makes stream's series exist at 0, so that an alert on their rate

@@ -48,6 +48,7 @@ type Options struct {
 type Relay struct {
 	loops []*loop
 	log   *slog.Logger
+	m     *metrics
 }
 
 // New builds the relay, reading each stream's signing secret now so that
@@ -59,7 +60,7 @@ func New(opts Options) (*Relay, error) {
 	}
 	log := telemetry.OrDiscard(opts.Logger)
 	m := newMetrics(opts.Ops)
-	r := &Relay{log: log}
+	r := &Relay{log: log, m: m}
 	for _, s := range opts.Config.StreamList() {
 		if !s.Replay.Enabled() {
 			continue
@@ -76,6 +77,10 @@ func New(opts Options) (*Relay, error) {
 	}
 	return r, nil
 }
+
+// Observe registers the relay's metrics in ops, for a relay built
+// before its process's telemetry (Options.Ops nil).
+func (r *Relay) Observe(ops *telemetry.Ops) { r.m.register(ops) }
 
 // Name implements service.Service.
 func (r *Relay) Name() string { return "relay" }
