@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -18,9 +19,10 @@ func TestBackoffStaysWithinItsStep(t *testing.T) {
 		maxWait := minWait + time.Duration(rapid.Int64Range(0, int64(time.Hour)).Draw(t, "extra"))
 		n := rapid.IntRange(1, 200).Draw(t, "retry")
 		jitter := rapid.Float64Range(0, 0.999999).Draw(t, "jitter")
+		// min·2^(n-1), capped at max, in floating point: no overflow.
 		step := maxWait
-		if n < 40 && minWait<<(n-1) < maxWait {
-			step = minWait << (n - 1)
+		if f := float64(minWait) * math.Pow(2, float64(n-1)); f < float64(maxWait) {
+			step = time.Duration(f)
 		}
 		got := relay.Backoff(minWait, maxWait, n, jitter)
 		if got < step/2 || got > step {

@@ -99,14 +99,20 @@ func statusLabel(status int) string {
 	return strconv.Itoa(status)
 }
 
-// Backoff is the wait before retry n (1 for the first) between min and
-// max: min doubled n-1 times, capped at max, then scaled into its upper
+// Backoff is the wait before retry n (1 for the first) between least and
+// most: least doubled n-1 times, capped at most, then scaled into its upper
 // half by jitter (in [0, 1)), so that relays retrying together spread out
 // while a wait never drops below half its step.
-func Backoff(min, max time.Duration, n int, jitter float64) time.Duration {
-	step := max
-	if n-1 < 62 && min<<(n-1) > 0 && min<<(n-1) < max {
-		step = min << (n - 1)
+func Backoff(least, most time.Duration, n int, jitter float64) time.Duration {
+	// Doubled step by step rather than shifted, so that no step overflows.
+	step := least
+	for i := 1; i < n && step < most; i++ {
+		if step > most/2 {
+			step = most
+			break
+		}
+		step *= 2
 	}
+	step = min(step, most)
 	return step/2 + time.Duration(jitter*float64(step/2))
 }

@@ -297,3 +297,43 @@ func counterSum(t *testing.T, ops *telemetry.Ops, name string) float64 {
 	}
 	return sum
 }
+
+// A publisher that never answers 2xx: once replay.give_up_after has
+// passed the request is given up, recorded gave_up with its attempts and
+// the last status, and sent to the DLQ with reason replay_undeliverable.
+func TestRelayGivesUpIntoTheDLQ(t *testing.T) {
+	ctx := testenv.Context(t, time.Minute)
+	brokers := testenv.Kafka(t)
+	pub := newPublisher(t, 1<<30)
+	srv := httptest.NewServer(pub)
+	defer srv.Close()
+	cfg := relayConfig(t, brokers, srv.URL)
+	s := cfg.StreamList()[0]
+	// Past at the first failure: given up after one attempt, whatever the
+	// clock.
+	s.Replay.GiveUpAfter = time.Nanosecond
+	topics := cfg.Kafka.Naming().For(s.Name)
+	cl := testenv.Topics(t, ctx, cfg, brokers, kgo.TransactionalID(testenv.UniqueName("relay-test")))
+	defer cl.Close()
+	request(t, ctx, cl, topics.Replay, record.ReplayRequest{Stream: s.Name, Key: "op-9", FirstMissing: 4, RequestedAtMs: time.Now().UnixMilli()})
+	ops := telemetry.NewOps()
+	startRelay(t, ctx, cfg, ops)
+
+	for _, d := range deliveries(t, ctx, brokers, topics.Replay, 1) {
+		if d.Result != record.ReplayGaveUp || d.Status != http.StatusServiceUnavailable || d.Attempts != 1 || d.FromSequence != 4 {
+			t.Errorf("delivery %+v, want gave_up after one 503", d)
+		}
+	}
+	dead := readCommitted(t, ctx, brokers, topics.DLQ, 1, func(*kgo.Record) bool { return true })
+	var dl record.DeadLetter
+	if err := json.Unmarshal(dead[0].Value, &dl); err != nil || dl.Reason != record.ReasonReplayUndeliverable || dl.Key != "op-9" {
+		t.Errorf("dead letter %+v (%v), want op-9 with reason %s", dl, err, record.ReasonReplayUndeliverable)
+	}
+	var req record.ReplayRequest
+	if err := json.Unmarshal(dl.Payload, &req); err != nil || req.FirstMissing != 4 {
+		t.Errorf("the dead letter's payload %q is not the request (%v)", dl.Payload, err)
+	}
+	if n := counterSum(t, ops, "driftguard_replay_give_ups_total"); n != 1 {
+		t.Errorf("driftguard_replay_give_ups_total = %v, want 1", n)
+	}
+}
