@@ -138,10 +138,7 @@ type request struct {
 // delivered or read.
 func (l *loop) handle(ctx context.Context, records []*kgo.Record) []*kgo.Record {
 	var out []*kgo.Record
-	// newest holds each key's newest request; the log keeps a key's
-	// records in order, in one partition.
-	newest := map[string]*request{}
-	var order []string
+	var reqs []*request
 	for _, rec := range records {
 		if IsDelivery(rec) {
 			continue
@@ -152,35 +149,52 @@ func (l *loop) handle(ctx context.Context, records []*kgo.Record) []*kgo.Record 
 			out = append(out, l.deadLetter(rec, record.ReplayRequest{Key: string(rec.Key)}, "undecodable: "+err.Error()))
 			continue
 		}
-		r := &request{rec: rec, req: req, id: record.ReplayRequestID(l.stream.Name, rec.Partition, rec.Offset, req.RequestedAtMs)}
-		if older, ok := newest[string(rec.Key)]; ok {
-			out = append(out, l.delivery(older, outcome{result: record.ReplaySuperseded}))
-			l.m.superseded.WithLabelValues(l.stream.Name).Inc()
-		} else {
-			order = append(order, string(rec.Key))
-		}
-		newest[string(rec.Key)] = r
+		reqs = append(reqs, &request{rec: rec, req: req, id: record.ReplayRequestID(l.stream.Name, rec.Partition, rec.Offset, req.RequestedAtMs)})
 	}
-	results := make([]outcome, len(order))
+	send, superseded := newestPerKey(reqs)
+	for _, r := range superseded {
+		out = append(out, l.delivery(r, outcome{result: record.ReplaySuperseded}))
+		l.m.superseded.WithLabelValues(l.stream.Name).Inc()
+	}
+	results := make([]outcome, len(send))
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, l.stream.Replay.Concurrency)
-	for i, key := range order {
+	for i, r := range send {
 		slots <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			results[i] = l.deliver(ctx, newest[key])
+			results[i] = l.deliver(ctx, r)
 		}()
 	}
 	wg.Wait()
-	for i, key := range order {
-		r, o := newest[key], results[i]
+	for i, r := range send {
+		o := results[i]
 		out = append(out, l.delivery(r, o))
 		if o.result == record.ReplayRefused || o.result == record.ReplayGaveUp {
 			out = append(out, l.deadLetter(r.rec, r.req, o.detail))
 		}
 	}
 	return out
+}
+
+// newestPerKey splits a batch's requests, in log order, into each key's
+// newest and the older ones they supersede, both in log order. A key's
+// records are in one partition, in order, so its last request is its
+// newest.
+func newestPerKey(reqs []*request) (send, superseded []*request) {
+	last := map[string]int{}
+	for i, r := range reqs {
+		last[string(r.rec.Key)] = i
+	}
+	for i, r := range reqs {
+		if last[string(r.rec.Key)] == i {
+			send = append(send, r)
+		} else {
+			superseded = append(superseded, r)
+		}
+	}
+	return send, superseded
 }
 
 // IsDelivery reports whether rec is the relay's delivery record rather
