@@ -85,15 +85,6 @@ func (r *Relay) Observe(ops *telemetry.Ops) { r.m.register(ops) }
 // Name implements service.Service.
 func (r *Relay) Name() string { return "relay" }
 
-// Streams are the streams relayed.
-func (r *Relay) Streams() []string {
-	var out []string
-	for _, l := range r.loops {
-		out = append(out, l.stream.Name)
-	}
-	return out
-}
-
 // Run relays until ctx is done; without a stream to relay it waits for
 // ctx, so that `dev` may run it whatever the catalogue says.
 func (r *Relay) Run(ctx context.Context) error {
