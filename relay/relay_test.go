@@ -337,3 +337,55 @@ func TestRelayGivesUpIntoTheDLQ(t *testing.T) {
 		t.Errorf("driftguard_replay_give_ups_total = %v, want 1", n)
 	}
 }
+
+// A relay stopped while its POST waits for the publisher records nothing:
+// the next relay sends the request again with the same webhook-id, so the
+// publisher can tell it is the same request, and records it once.
+func TestRelayStoppedMidRequestSendsItAgainWithTheSameID(t *testing.T) {
+	ctx := testenv.Context(t, time.Minute)
+	brokers := testenv.Kafka(t)
+	var mu sync.Mutex
+	var ids []string
+	arrived := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Read whole, so that the server watches the connection and ends
+		// r's context when the relay gives the request up.
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		ids = append(ids, r.Header.Get(webhook.HeaderWebhookID))
+		first := len(ids) == 1
+		mu.Unlock()
+		if first {
+			// No answer: the relay is stopped meanwhile.
+			arrived <- struct{}{}
+			<-r.Context().Done()
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	cfg := relayConfig(t, brokers, srv.URL)
+	s := cfg.StreamList()[0]
+	topics := cfg.Kafka.Naming().For(s.Name)
+	cl := testenv.Topics(t, ctx, cfg, brokers, kgo.TransactionalID(testenv.UniqueName("relay-test")))
+	defer cl.Close()
+	request(t, ctx, cl, topics.Replay, record.ReplayRequest{Stream: s.Name, Key: "op-5", FirstMissing: 2, RequestedAtMs: time.Now().UnixMilli()})
+
+	stop := startRelay(t, ctx, cfg, nil)
+	select {
+	case <-arrived:
+	case <-ctx.Done():
+		t.Fatal("the request never came")
+	}
+	stop()
+	startRelay(t, ctx, cfg, nil)
+	got := deliveries(t, ctx, brokers, topics.Replay, 1)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ids) != 2 || ids[0] != ids[1] {
+		t.Fatalf("the publisher received ids %v, want the same id twice", ids)
+	}
+	if d, ok := got[ids[0]]; !ok || d.Result != record.ReplayDelivered || d.Status != http.StatusNoContent || d.Attempts != 1 {
+		t.Errorf("deliveries %+v, want %s delivered with 204 by the second relay", got, ids[0])
+	}
+}
