@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/telemetry"
@@ -84,9 +85,17 @@ func (p *publisher) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(status)
 }
 
-// relayConfig is a config of one gapless stream, named uniquely, whose
-// replay requests go to url with short back-offs.
-func relayConfig(t *testing.T, brokers []string, url string) *config.Config {
+// rig is a config of one gapless stream, named uniquely, whose replay
+// requests go to url with short back-offs; its topics, created; and a
+// transactional client that writes requests as the processor does.
+type rig struct {
+	cfg    *config.Config
+	s      *config.Stream
+	topics naming.Topics
+	cl     *kgo.Client
+}
+
+func newRig(t *testing.T, ctx context.Context, brokers []string, url string) *rig {
 	s := testenv.Shipped(t, "workflow")
 	s.Name = testenv.UniqueName("relay")
 	s.Limits.Partitions = 2
@@ -97,7 +106,9 @@ func relayConfig(t *testing.T, brokers []string, url string) *config.Config {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	return cfg
+	cl := testenv.Topics(t, ctx, cfg, brokers, kgo.TransactionalID(testenv.UniqueName("relay-test")))
+	t.Cleanup(cl.Close)
+	return &rig{cfg: cfg, s: s, topics: cfg.Kafka.Naming().For(s.Name), cl: cl}
 }
 
 // startRelay runs a relay of cfg until the returned function stops it.
@@ -185,11 +196,8 @@ func TestRelayRetriesUntilThePublisherRecovers(t *testing.T) {
 	pub := newPublisher(t, 12)
 	srv := httptest.NewServer(pub)
 	defer srv.Close()
-	cfg := relayConfig(t, brokers, srv.URL)
-	s := cfg.StreamList()[0]
-	topics := cfg.Kafka.Naming().For(s.Name)
-	cl := testenv.Topics(t, ctx, cfg, brokers, kgo.TransactionalID(testenv.UniqueName("relay-test")))
-	defer cl.Close()
+	r := newRig(t, ctx, brokers, srv.URL)
+	cfg, s, topics, cl := r.cfg, r.s, r.topics, r.cl
 
 	now := time.Now().UnixMilli()
 	reqs := []record.ReplayRequest{
@@ -307,14 +315,11 @@ func TestRelayGivesUpIntoTheDLQ(t *testing.T) {
 	pub := newPublisher(t, 1<<30)
 	srv := httptest.NewServer(pub)
 	defer srv.Close()
-	cfg := relayConfig(t, brokers, srv.URL)
-	s := cfg.StreamList()[0]
+	r := newRig(t, ctx, brokers, srv.URL)
+	cfg, s, topics, cl := r.cfg, r.s, r.topics, r.cl
 	// Past at the first failure: given up after one attempt, whatever the
 	// clock.
 	s.Replay.GiveUpAfter = time.Nanosecond
-	topics := cfg.Kafka.Naming().For(s.Name)
-	cl := testenv.Topics(t, ctx, cfg, brokers, kgo.TransactionalID(testenv.UniqueName("relay-test")))
-	defer cl.Close()
 	request(t, ctx, cl, topics.Replay, record.ReplayRequest{Stream: s.Name, Key: "op-9", FirstMissing: 4, RequestedAtMs: time.Now().UnixMilli()})
 	ops := telemetry.NewOps()
 	startRelay(t, ctx, cfg, ops)
@@ -364,11 +369,8 @@ func TestRelayStoppedMidRequestSendsItAgainWithTheSameID(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer srv.Close()
-	cfg := relayConfig(t, brokers, srv.URL)
-	s := cfg.StreamList()[0]
-	topics := cfg.Kafka.Naming().For(s.Name)
-	cl := testenv.Topics(t, ctx, cfg, brokers, kgo.TransactionalID(testenv.UniqueName("relay-test")))
-	defer cl.Close()
+	r := newRig(t, ctx, brokers, srv.URL)
+	cfg, s, topics, cl := r.cfg, r.s, r.topics, r.cl
 	request(t, ctx, cl, topics.Replay, record.ReplayRequest{Stream: s.Name, Key: "op-5", FirstMissing: 2, RequestedAtMs: time.Now().UnixMilli()})
 
 	stop := startRelay(t, ctx, cfg, nil)
