@@ -252,7 +252,7 @@ func checkSecurity(t *testing.T, where string, c corev1.Container) {
 }
 
 // opsPort is the port of each container's /metrics, /healthz and /readyz.
-var opsPort = map[string]int32{"ingest": 9464, "process": 9464, "sink": 9464, "bridge": 8090}
+var opsPort = map[string]int32{"ingest": 9464, "process": 9464, "sink": 9464, "relay": 9464, "bridge": 8090}
 
 func checkProbes(t *testing.T, where string, c corev1.Container) {
 	t.Helper()

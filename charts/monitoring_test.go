@@ -45,6 +45,8 @@ var metricFamilies = map[string]bool{
 	"driftguard_sink_last_insert_timestamp_seconds":      true,
 	"driftguard_bridge_entities_dropped_total":           true,
 	"driftguard_bridge_entities_over_limit":              true,
+	"driftguard_replay_requests_sent_total":              true,
+	"driftguard_replay_failures_total":                   true,
 }
 
 // alertFamilies are what the alerts may query besides metricFamilies:

@@ -65,6 +65,8 @@ func TestAnalystQueriesOnPipelineData(t *testing.T) {
 		"chat_delivered":                h.checkChatDelivered,
 		"decisions_by_input":            h.checkDecisionsByInput,
 		"decisions_once":                h.checkDecisionsOnce,
+		"replay_requests":               h.checkReplayRequests,
+		"gaps_never_filled":             h.checkGapsNeverFilled,
 	}
 	for name := range checks {
 		if _, ok := queries[name]; !ok {
@@ -349,7 +351,9 @@ func (h *history) waitForSink() {
 		h.scalar("SELECT count() FROM %s.events", &decisions)
 		h.scalar("SELECT count() FROM %s.orphans", &orphans)
 		h.scalar("SELECT count() FROM %s.entity_state FINAL", &states)
-		return decisions >= uint64(len(h.decisions)) && orphans >= 2 && states >= uint64(len(applied))
+		var replays uint64
+		h.scalar("SELECT count() FROM %s.replay_requests", &replays)
+		return decisions >= uint64(len(h.decisions)) && orphans >= 2 && states >= uint64(len(applied)) && replays >= uint64(len(h.replayRequests()))
 	})
 	time.Sleep(time.Second)
 }

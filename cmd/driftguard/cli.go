@@ -64,6 +64,7 @@ var commands = []command{
 	{name: "ingest", summary: "the webhook HTTP edge", component: true, flags: func(*flag.FlagSet) runner { return runIngest }},
 	{name: "process", args: "[--streams a,b] [--no-create]", summary: "the ordering processors (each stream's goka graph, exactly once; --streams a,b for some; --no-create: only check the topics)", component: true, flags: processFlags},
 	{name: "sink", args: "[--rebuild [--yes]]", summary: "the ClickHouse sink (--rebuild: empty its tables and refill them from Kafka, every sink stopped)", component: true, flags: sinkFlags},
+	{name: "relay", summary: "the replay relay: POST gapless streams' replay requests to each stream's replay.url, signed", component: true, flags: func(*flag.FlagSet) runner { return runRelay }},
 	{name: "bridge", summary: "the realtime bridge: ordered state to browsers over SSE, and the page", component: true, flags: func(*flag.FlagSet) runner { return runBridge }},
 	{name: "token", args: "--user U [--streams a,b] [--ttl 1h] [--device D]", summary: "print a token for the bridge, signed with bridge.secret", flags: tokenFlags},
 	{name: "migrate", args: "[--print]", summary: "create or upgrade the ClickHouse database and tables (--print: only print the DDL)", flags: migrateFlags},

@@ -17,6 +17,7 @@ import (
 	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/processors"
+	"github.com/driftguard/driftguard/relay"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
 	"github.com/driftguard/driftguard/sinks/realtime"
 )
@@ -82,6 +83,21 @@ func runSinkRebuilding(ctx context.Context, env *environment, rebuild, yes bool)
 	}
 	return withTelemetry(ctx, env, func(ops *telemetry.Ops) service.Service {
 		return sinkch.New(sinkch.Options{Config: env.cfg, Conn: conn, Logger: env.log, Ops: ops})
+	})
+}
+
+// runRelay sends the replay requests of the streams with a replay.url. It
+// is a component of its own, not part of the processors: it waits on
+// publishers' HTTP endpoints, which must never hold back deciding, and it
+// scales and fails apart from them.
+func runRelay(ctx context.Context, env *environment) error {
+	r, err := relay.New(relay.Options{Config: env.cfg, Logger: env.log})
+	if err != nil {
+		return err
+	}
+	return withTelemetry(ctx, env, func(ops *telemetry.Ops) service.Service {
+		r.Observe(ops)
+		return r
 	})
 }
 

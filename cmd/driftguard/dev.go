@@ -28,6 +28,7 @@ import (
 	"github.com/driftguard/driftguard/internal/service"
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/processors"
+	"github.com/driftguard/driftguard/relay"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
 	"github.com/driftguard/driftguard/sinks/realtime"
 )
@@ -113,6 +114,12 @@ func dev(ctx context.Context, cfg *config.Config, opts devOptions) error {
 		processors.NewService(processors.ServiceOptions{Config: cfg, Brokers: brokers, Logger: log, Ops: ops, InMemoryTables: true}),
 		&tail{conn: conn, cfg: cfg, out: opts.Out, every: opts.SummaryEvery},
 	}
+	// The relay idles unless a stream has a replay.url.
+	rel, err := relay.New(relay.Options{Config: cfg, Brokers: brokers, Logger: log, Ops: ops})
+	if err != nil {
+		return err
+	}
+	services = append(services, rel)
 	chNote := "ClickHouse: off (--no-sink)"
 	if !opts.NoSink {
 		sink, note, stopCH := startClickHouse(ctx, cfg, brokers, log, ops)

@@ -33,6 +33,7 @@ import (
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/processors"
+	"github.com/driftguard/driftguard/relay"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
 	"github.com/driftguard/driftguard/sinks/realtime"
 )
@@ -250,6 +251,9 @@ func registeredMetrics(t *testing.T) map[string]bool {
 	}
 	processors.NewMetrics(ops.Registry)
 	sinkch.New(sinkch.Options{Config: cfg, Ops: ops})
+	if _, err := relay.New(relay.Options{Config: cfg, Ops: ops}); err != nil {
+		t.Fatal(err)
+	}
 	cfg.Bridge.Secret = strings.Repeat("k", config.MinBridgeSecretBytes)
 	if _, err := realtime.New(realtime.Options{Config: cfg, Ops: ops}); err != nil {
 		t.Fatal(err)

@@ -35,7 +35,7 @@ const module = "github.com/driftguard/driftguard"
 
 // components are the packages that run as components, each with every
 // package under it.
-var components = []string{"ingest", "processors", "sinks/clickhouse", "sinks/realtime"}
+var components = []string{"ingest", "processors", "sinks/clickhouse", "sinks/realtime", "relay"}
 
 // rulesPackage is the package of the ordering rules.
 const rulesPackage = module + "/processors/decide"

@@ -131,6 +131,17 @@ func (c *Config) applyEnv(environ []string) error {
 			c.setFromEnv("streams."+s.Name+".signature.secrets", name)
 			continue
 		}
+		if stream, ok := strings.CutPrefix(name, replaySecretPrefix); ok {
+			s := c.Streams[strings.ToLower(stream)]
+			if s == nil {
+				return fmt.Errorf("config: %s names stream %q, which is not in the catalogue", name, strings.ToLower(stream))
+			}
+			if value != "" {
+				s.Replay.Secret = value
+				c.setFromEnv("streams."+s.Name+".replay.secret", name)
+			}
+			continue
+		}
 		if slices.Contains(NonConfigVariables, name) || strings.HasPrefix(name, TestVariablePrefix) {
 			continue
 		}
@@ -156,7 +167,7 @@ func (c *Config) unknownVariable(name string) string {
 		candidates = append(candidates, v.Name)
 	}
 	for _, s := range c.StreamNames() {
-		candidates = append(candidates, SecretsVariable(s))
+		candidates = append(candidates, SecretsVariable(s), ReplaySecretVariable(s))
 	}
 	best, bestDistance := "", -1
 	for _, cand := range candidates {

@@ -92,6 +92,9 @@ type Stream struct {
 	Limits Limits `yaml:"limits"`
 	// Retention is how long each delete-policy topic keeps its records.
 	Retention Retention `yaml:"retention"`
+	// Replay sends the replay requests of a gapless stream to its
+	// publisher (`driftguard relay`).
+	Replay Replay `yaml:"replay"`
 
 	baseDir string
 }
@@ -336,6 +339,7 @@ func (s *Stream) applyDefaults() {
 	orDefault(&s.Limits.IdempotencyKeys, 2000)
 	orDefault(&s.Limits.Devices, 16)
 	s.Retention.applyDefaults()
+	s.Replay.applyDefaults()
 	if s.Policy == PolicyAssign {
 		orDefault(&s.Assign.MessageID, "{key}:{seq}")
 		orDefault(&s.Assign.History, HistoryJoined)
@@ -546,6 +550,7 @@ func (s *Stream) validate(path string) []error {
 	if s.Limits.DedupWindow < time.Second || s.Limits.DedupWindow > MaxDedupWindow {
 		add("limits.dedup_window", "must be between 1s and %s, got %s", MaxDedupWindow, s.Limits.DedupWindow)
 	}
+	s.Replay.validate(s.Policy, add)
 	byKey := s.Retention.ByKey()
 	for _, key := range slices.Sorted(maps.Keys(byKey)) {
 		if d := byKey[key]; d < time.Second {

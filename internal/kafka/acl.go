@@ -115,6 +115,10 @@ func byName(component string, cfg *config.Config) []ACL {
 			topic(n.State, "READ")
 			topic(n.Outcomes, "READ")
 			topic(n.DLQ, "READ")
+			if s.Policy == config.PolicyGapless {
+				// Replay requests and the relay's records (replay_requests).
+				topic(n.Replay, "READ")
+			}
 		case ComponentBridge:
 			topic(n.State, "READ")
 			if s.Policy == config.PolicyAssign {

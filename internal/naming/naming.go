@@ -88,6 +88,20 @@ func (p Prefixes) TransactionalID(instance, stream string) string {
 	return p.GroupPrefix + "driftguard-" + stream + p.Generation(stream) + "-" + instance
 }
 
+// RelayGroup is the consumer group of the relay of stream's replay
+// requests (`driftguard relay`), one per stream so that one publisher's
+// outage holds back no other stream's requests.
+func (p Prefixes) RelayGroup(stream string) string {
+	return p.GroupPrefix + "driftguard-relay-" + stream
+}
+
+// RelayTransactionalID is the transactional id of the relay of stream on
+// instance, stable across its restarts like TransactionalID. A stream name
+// has no '-', so it never equals a processor's.
+func (p Prefixes) RelayTransactionalID(instance, stream string) string {
+	return p.GroupPrefix + "driftguard-relay-" + stream + "-" + instance
+}
+
 // MaxTopicLength is the longest topic name Kafka accepts.
 const MaxTopicLength = 249
 

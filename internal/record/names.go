@@ -94,12 +94,16 @@ const (
 	// the dlq table (never to a DLQ topic) so that it is kept and seen
 	// rather than dropped, while its partition keeps flowing.
 	ReasonSinkUndecodable Reason = "sink_undecodable"
+	// ReasonReplayUndeliverable: a `<stream>.replay` request the relay
+	// could not deliver to the publisher: refused (4xx) or unanswered
+	// within replay.give_up_after.
+	ReasonReplayUndeliverable Reason = "replay_undeliverable"
 )
 
 // Reasons are every reason a record may carry.
 var Reasons = []Reason{ReasonTerminal, ReasonBufferFull, ReasonSameSequence, ReasonGapTimeout, ReasonOrphanTTL,
 	ReasonNotMember, ReasonAheadOfConversation, ReasonConversationFull, ReasonUnknownType,
-	ReasonActionNotSupported, ReasonNothingToDo, ReasonConfirmationRequired, ReasonReleased, ReasonReset, ReasonUndecodable, ReasonKeyMismatch, ReasonSinkUndecodable}
+	ReasonActionNotSupported, ReasonNothingToDo, ReasonConfirmationRequired, ReasonReleased, ReasonReset, ReasonUndecodable, ReasonKeyMismatch, ReasonSinkUndecodable, ReasonReplayUndeliverable}
 
 // IsOrphanExpiry reports whether a dead letter's reason is a quarantined
 // child given up on: its TTL passed, or an operator released it. Both

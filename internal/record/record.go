@@ -11,7 +11,10 @@
 // dead letters and replay requests go through encoding/json.
 package record
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+)
 
 // Kafka header names set by ingest on every `<stream>.in` record (design §3).
 const (
@@ -104,4 +107,54 @@ type ReplayRequest struct {
 	Key           string `json:"key"`
 	FirstMissing  int64  `json:"first_missing"`
 	RequestedAtMs int64  `json:"requested_at_ms"`
+}
+
+// HeaderReplayDelivery marks a `<stream>.replay` record written by the
+// relay rather than by a processor: the delivery of a request, whose
+// webhook-id it holds. The relay skips these records; the sink writes both
+// kinds to replay_requests.
+const HeaderReplayDelivery = "dg-replay-delivery"
+
+// The ends of a replay request at the relay (ReplayDelivery.Result).
+const (
+	// ReplayDelivered: the publisher answered 2xx.
+	ReplayDelivered = "delivered"
+	// ReplayRefused: the publisher answered a 4xx other than 429, which
+	// no retry changes; the request goes to the DLQ.
+	ReplayRefused = "refused"
+	// ReplayGaveUp: no 2xx within replay.give_up_after; to the DLQ.
+	ReplayGaveUp = "gave_up"
+	// ReplaySuperseded: a newer request for the key came before this one
+	// was sent; the newer one is sent instead.
+	ReplaySuperseded = "superseded"
+)
+
+// ReplayDelivery is what became of one replay request, a `<stream>.replay`
+// record keyed by the entity key with the HeaderReplayDelivery header,
+// written in the transaction that commits the request's offset.
+type ReplayDelivery struct {
+	Stream string `json:"stream"`
+	Key    string `json:"key"`
+	// RequestID is the webhook-id the request was (or would have been)
+	// sent with; Partition and Offset locate the request in the topic.
+	RequestID     string `json:"request_id"`
+	Partition     int32  `json:"partition"`
+	Offset        int64  `json:"offset"`
+	FromSequence  int64  `json:"from_sequence"`
+	RequestedAtMs int64  `json:"requested_at_ms"`
+	Result        string `json:"result"`
+	// Status is the publisher's last answer, 0 when none came.
+	Status   int   `json:"status"`
+	Attempts int   `json:"attempts"`
+	AtMs     int64 `json:"at_ms"`
+}
+
+// ReplayRequestID is the webhook-id of the replay request at partition
+// and offset of stream's `<stream>.replay`: the same however often the
+// record is read, so that a publisher deduplicates a request sent again
+// after a crash, and the request_id joining a request's rows in
+// replay_requests. The request's time tells apart the records of a topic
+// deleted and created again, whose offsets start over.
+func ReplayRequestID(stream string, partition int32, offset, requestedAtMs int64) string {
+	return fmt.Sprintf("replay_%s_%d_%d_%d", stream, partition, offset, requestedAtMs)
 }

@@ -70,6 +70,7 @@ const (
 	outcomesTopic topicKind = iota + 1
 	stateTopic
 	dlqTopic
+	replayTopic
 )
 
 // tablesOf names the two tables each kind of topic feeds: a record that
@@ -79,6 +80,7 @@ var tablesOf = map[topicKind][2]string{
 	outcomesTopic: {"events", "dlq"},
 	stateTopic:    {"entity_state", "dlq"},
 	dlqTopic:      {"dlq", "orphans"},
+	replayTopic:   {"replay_requests", "dlq"},
 }
 
 // Options configure the sink. Zero values mean defaults.
@@ -108,6 +110,13 @@ func New(opts Options) *Sink {
 		for _, topic := range []string{n.Outcomes, n.State, n.DLQ} {
 			s.streams[topic] = name
 			s.metrics.recreated.WithLabelValues(topic)
+		}
+		// The replay requests of gapless streams and the relay's record
+		// of each (replay_requests).
+		if s.cfg.Streams[name].Policy == config.PolicyGapless {
+			s.kinds[n.Replay] = replayTopic
+			s.streams[n.Replay] = name
+			s.metrics.recreated.WithLabelValues(n.Replay)
 		}
 	}
 	return s
@@ -302,6 +311,7 @@ type batch struct {
 	state   *tableBlock[stateRow]
 	dlq     *tableBlock[deadLetter]
 	orphans *tableBlock[deadLetter]
+	replay  *tableBlock[replayRow]
 	// records and bytes measure what was polled, for the flush thresholds.
 	records, bytes int
 	// last is the last record per partition, whose offset is committed.
@@ -310,11 +320,11 @@ type batch struct {
 
 func newBatch() *batch {
 	return &batch{events: newEventsBlock(), state: newStateBlock(), dlq: newDLQBlock(), orphans: newOrphansBlock(),
-		last: map[heldKey]*kgo.Record{}}
+		replay: newReplayBlock(), last: map[heldKey]*kgo.Record{}}
 }
 
 func (b *batch) blocks() []*block {
-	return []*block{&b.events.block, &b.state.block, &b.dlq.block, &b.orphans.block}
+	return []*block{&b.events.block, &b.state.block, &b.dlq.block, &b.orphans.block, &b.replay.block}
 }
 
 func (b *batch) lastRecords() []*kgo.Record {
@@ -411,6 +421,11 @@ func (s *Sink) addRun(b *batch, run []*kgo.Record) {
 				if r.Offset > held[1] && record.IsOrphanExpiry(dl.Reason) {
 					b.orphans.add(r, dl, id)
 				}
+			}
+		case replayTopic:
+			var row *replayRow
+			if row, err = decodeReplay(r); err == nil && r.Offset > held[0] {
+				b.replay.add(r, row, id)
 			}
 		}
 		if err != nil && r.Offset > held[slices.Index(tables[:], "dlq")] {
