@@ -36,8 +36,9 @@ type outcome struct {
 
 // deliver POSTs r until the publisher answers 2xx (delivered) or another
 // 4xx than 429 (refused), retrying after a 5xx, a 429 or no answer with a
-// capped, jittered back-off until replay.give_up_after has passed. A zero
-// outcome means ctx ended first.
+// capped, jittered back-off, or the answer's Retry-After when it asks for
+// longer, until replay.give_up_after has passed. A zero outcome means ctx
+// ended first.
 func (l *loop) deliver(ctx context.Context, r *request) outcome {
 	body, _ := json.Marshal(Body{
 		Type: EventType, Stream: l.stream.Name, Key: string(r.rec.Key), FromSequence: r.req.FirstMissing,
@@ -70,6 +71,10 @@ func (l *loop) deliver(ctx context.Context, r *request) outcome {
 		}
 		l.m.failures.WithLabelValues(name, statusLabel(status)).Inc()
 		wait := Backoff(cfg.MinBackoff, cfg.MaxBackoff, attempt, rand.Float64())
+		if err == nil {
+			// A publisher that says when to come back is taken at its word.
+			wait = max(wait, resp.RetryAfter)
+		}
 		if time.Now().Add(wait).After(giveUp) {
 			l.m.giveUps.WithLabelValues(name).Inc()
 			last := strconv.Itoa(status)

@@ -170,6 +170,9 @@ type Publisher struct {
 type Response struct {
 	Status int
 	Body   []byte
+	// RetryAfter is the wait the answer's Retry-After header asks for (in
+	// seconds or as an HTTP date), 0 without one.
+	RetryAfter time.Duration
 }
 
 // Post signs body with delivery id and sends it.
@@ -198,7 +201,25 @@ func (p *Publisher) Post(ctx context.Context, id string, body []byte) (Response,
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return Response{Status: resp.StatusCode, Body: data}, err
+	return Response{Status: resp.StatusCode, Body: data, RetryAfter: retryAfter(resp.Header.Get("Retry-After"), now())}, err
+}
+
+// retryAfter reads a Retry-After header (RFC 9110 §10.2.3): seconds, or
+// an HTTP date; 0 when absent, malformed or past.
+func retryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if s <= 0 {
+			return 0
+		}
+		return time.Duration(min(s, int64(24*time.Hour/time.Second))) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
 }
 
 // Attempt is one try of a delivery: ingest's status, or the error of a
