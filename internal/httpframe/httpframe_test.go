@@ -61,13 +61,13 @@ func TestAmbiguousFramingIsRefusedAndTheConnectionClosed(t *testing.T) {
 	// that framed the first by its Content-Length would serve the second.
 	smuggled := "GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
 	for name, head := range map[string]string{
-		"TE then CL":         "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
-		"CL then TE":         "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
-		"lower case":         "POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n",
-		"HTTP/1.0 with TE":   "POST / HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
-		"after a good one":   "GET / HTTP/1.1\r\nHost: x\r\n\r\n" + "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
-		"bare LF line ends":  "POST / HTTP/1.1\nHost: x\nContent-Length: 5\nTransfer-Encoding: chunked\n\n",
-		"spaces in values":   "POST / HTTP/1.1\r\nHost: x\r\nContent-Length:   5  \r\nTransfer-Encoding:\tchunked\r\n\r\n",
+		"TE then CL":        "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+		"CL then TE":        "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"lower case":        "POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n",
+		"HTTP/1.0 with TE":  "POST / HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"after a good one":  "GET / HTTP/1.1\r\nHost: x\r\n\r\n" + "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+		"bare LF line ends": "POST / HTTP/1.1\nHost: x\nContent-Length: 5\nTransfer-Encoding: chunked\n\n",
+		"spaces in values":  "POST / HTTP/1.1\r\nHost: x\r\nContent-Length:   5  \r\nTransfer-Encoding:\tchunked\r\n\r\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			before := served.Load()

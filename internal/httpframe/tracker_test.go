@@ -72,4 +72,3 @@ func TestTrackerFollowsWellFramedRequests(t *testing.T) {
 		}
 	})
 }
-
