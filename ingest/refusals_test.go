@@ -22,24 +22,11 @@ import (
 	"github.com/driftguard/driftguard/internal/webhook"
 )
 
-// lockedBuffer is a log destination the edge's goroutines share.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines are the JSON log lines written so far.
-func (b *lockedBuffer) lines(t *testing.T) []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// logLines are the JSON log lines written to logs so far.
+func logLines(t *testing.T, logs *testenv.SyncBuffer) []map[string]any {
+	t.Helper()
 	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 		if l == "" {
 			continue
 		}
@@ -58,7 +45,7 @@ func (b *lockedBuffer) lines(t *testing.T) []map[string]any {
 // out; the metric counts every one.
 func TestRefusalsAreLoggedSampled(t *testing.T) {
 	_, presence := presenceConfig(t, specSecret)
-	var logs lockedBuffer
+	var logs testenv.SyncBuffer
 	clock := testNow
 	var clockMu sync.Mutex
 	now := func() time.Time {
@@ -87,7 +74,7 @@ func TestRefusalsAreLoggedSampled(t *testing.T) {
 	unknown := forged.with(func(d *delivery) { d.stream = "wp-admin" })
 	unknown.send(t, ctx, srv.URL)
 
-	lines := logs.lines(t)
+	lines := logLines(t, &logs)
 	byReason := map[string]int{}
 	for _, l := range lines {
 		if l["msg"] != "webhook refused" {
@@ -104,9 +91,7 @@ func TestRefusalsAreLoggedSampled(t *testing.T) {
 	if byReason["signature_mismatch"] != 3 || byReason["unknown_stream"] != 1 {
 		t.Errorf("lines by reason %v, want 3 signature_mismatch (the sample) and 1 unknown_stream", byReason)
 	}
-	logs.mu.Lock()
-	text := logs.buf.String()
-	logs.mu.Unlock()
+	text := logs.String()
 	for _, secret := range []string{"whsec_in_the_body", specSecret, strangerSecret, forged.header.Get(webhook.HeaderWebhookSignature)} {
 		if strings.Contains(text, secret) {
 			t.Errorf("the log holds %q:\n%s", secret, text)
@@ -123,7 +108,7 @@ func TestRefusalsAreLoggedSampled(t *testing.T) {
 	clockMu.Unlock()
 	fresh := signedDeliveryAt(t, strangerSecret, "msg_later", strconv.FormatInt(now().Unix(), 10), []byte(body))
 	fresh.send(t, ctx, srv.URL)
-	lines = logs.lines(t)
+	lines = logLines(t, &logs)
 	last := lines[len(lines)-1]
 	if last["webhook_id"] != "msg_later" || last["suppressed"] != float64(7) {
 		t.Errorf("line after the interval %v, want msg_later with 7 suppressed", last)
