@@ -89,6 +89,7 @@ func Handler(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c, ok := r.Context().Value(connKey{}).(*conn); ok && c.refused.Load() {
 			w.Header().Set("Connection", "close")
+			w.Header().Set("X-Content-Type-Options", "nosniff")
 			problem.Write(w, http.StatusBadRequest, "framing",
 				"a request may not carry both Transfer-Encoding and Content-Length (RFC 9112 section 6.3), nor an HTTP/1.0 one Transfer-Encoding", nil)
 			return
