@@ -25,6 +25,8 @@ import (
 
 // Listener follows the framing of every connection ln accepts. Serve with
 // ConnContext as the server's ConnContext and Handler around its handler.
+// ln must yield plaintext HTTP/1 (a TLS listener's connections, which the
+// tracker could not read, would all be refused).
 func Listener(ln net.Listener) net.Listener { return listener{ln} }
 
 type listener struct{ net.Listener }
