@@ -50,6 +50,10 @@ type Handler struct {
 	sources *sourceLimit
 	// connections caps the listener's open connections (Listener).
 	connections *connectionLimit
+	// trusted are the proxies whose X-Forwarded-For names the source.
+	trusted []netip.Prefix
+	// refusals logs refused requests, sampled per reason.
+	refusals *refusalLog
 	// maxMessageBytes is the largest record batch Kafka accepts.
 	maxMessageBytes int
 	log             *slog.Logger
@@ -109,6 +113,11 @@ type Options struct {
 	// Naming builds the topic names (the configured kafka.topic_prefix);
 	// zero: no prefix.
 	Naming naming.Prefixes
+	// RefusalLogLines refused requests of one reason are logged per
+	// RefusalLogInterval (http.refusal_log_lines, http.refusal_log_interval);
+	// defaults 10 and 1m.
+	RefusalLogLines    int
+	RefusalLogInterval time.Duration
 }
 
 // NewHandler builds the edge for the streams. It fails when a stream has no
@@ -123,7 +132,9 @@ func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Han
 		maxMessageBytes: cmp.Or(opts.MaxMessageBytes, record.DefaultMaxMessageBytes),
 		backlog:         newBacklog(time.Now),
 		sources:         newSourceLimit(opts.MaxPerSource, opts.TrustedProxies),
+		trusted:         opts.TrustedProxies,
 	}
+	h.refusals = newRefusalLog(h.log, opts.RefusalLogLines, opts.RefusalLogInterval)
 	h.deadlines = newDeadlines(cmp.Or(opts.ProduceTimeout, 5*time.Second))
 	h.budget = newBudget(cmp.Or(opts.MaxInFlightBytes, config.InFlightBytesFor(streams)))
 	h.connections = newConnectionLimit(cmp.Or(opts.MaxConnections, config.DefaultMaxConnections))
@@ -179,6 +190,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	h.metrics.inFlight.Inc()
 	defer h.metrics.inFlight.Dec()
+	// No answer of the edge is a document: a browser must never sniff
+	// one (a problem quoting a request's text) into HTML or script.
+	w.Header()["X-Content-Type-Options"] = nosniff
 	name := r.PathValue("stream")
 	s := h.streams[name]
 	res := h.serve(w, r, name, s)
@@ -188,6 +202,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.metrics.observe(name, res, s != nil, time.Since(start))
+	if res.reason != "" && res.status < http.StatusInternalServerError {
+		// The publisher's or a stranger's doing, as opposed to the edge's
+		// load (503), which its metrics and alerts report.
+		if s == nil {
+			name = "unknown"
+		}
+		h.refusals.refused(r, clientAddr(r, h.trusted), name, res.status, res.reason, h.now())
+	}
 }
 
 // serve follows design §3's order of work for stream s (nil when name is
@@ -205,7 +227,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, s *
 	}
 	now := h.now()
 	if err := s.scheme.CheckHeaders(r.Header, now); err != nil {
-		return h.rejectSignature(w, name, err)
+		return h.rejectSignature(w, err)
 	}
 	if r.ContentLength > s.cfg.Limits.MaxBodyBytes {
 		return tooLarge(w, s)
@@ -231,7 +253,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, s *
 	}()
 	deliveryID, err := s.scheme.Verify(r.Header, body)
 	if err != nil {
-		return h.rejectSignature(w, name, err)
+		return h.rejectSignature(w, err)
 	}
 	// The body is never written once read (it becomes the record's value),
 	// so the decoder reads it in place rather than from a copy.
@@ -319,13 +341,12 @@ func isJSON(contentType string) bool {
 	return err == nil && mt == "application/json"
 }
 
-func (h *Handler) rejectSignature(w http.ResponseWriter, stream string, err error) result {
+func (h *Handler) rejectSignature(w http.ResponseWriter, err error) result {
 	var se *SignatureError
 	reason := "signature"
 	if errors.As(err, &se) {
 		reason = "signature_" + se.Reason
 	}
-	h.log.Info("webhook rejected", "stream", stream, "reason", reason)
 	res := writeProblem(w, http.StatusUnauthorized, "signature", err.Error(), nil)
 	res.reason = reason
 	return res

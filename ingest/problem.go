@@ -61,4 +61,7 @@ var replyBuffers = sync.Pool{New: func() any {
 // maxPooledReply keeps a reply for an outsized id out of the pool.
 const maxPooledReply = 1 << 10
 
-var jsonContentType = []string{"application/json"}
+var (
+	jsonContentType = []string{"application/json"}
+	nosniff         = []string{"nosniff"}
+)

@@ -121,16 +121,18 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	h, err := NewHandler(s.cfg.StreamList(), cl, Options{
-		ProduceTimeout:   s.cfg.Kafka.ProduceTimeout,
-		Logger:           s.log,
-		Registerer:       s.ops.Registry,
-		Now:              s.now,
-		MaxInFlightBytes: s.cfg.HTTP.MaxInFlightBytes,
-		MaxPerSource:     s.cfg.HTTP.MaxPerSource,
-		TrustedProxies:   trusted,
-		MaxConnections:   s.cfg.HTTP.MaxConnections,
-		ExplainKafka:     s.kc.Explain,
-		Naming:           s.cfg.Kafka.Naming(),
+		ProduceTimeout:     s.cfg.Kafka.ProduceTimeout,
+		Logger:             s.log,
+		Registerer:         s.ops.Registry,
+		Now:                s.now,
+		MaxInFlightBytes:   s.cfg.HTTP.MaxInFlightBytes,
+		MaxPerSource:       s.cfg.HTTP.MaxPerSource,
+		TrustedProxies:     trusted,
+		MaxConnections:     s.cfg.HTTP.MaxConnections,
+		ExplainKafka:       s.kc.Explain,
+		Naming:             s.cfg.Kafka.Naming(),
+		RefusalLogLines:    s.cfg.HTTP.RefusalLogLines,
+		RefusalLogInterval: s.cfg.HTTP.RefusalLogInterval,
 	})
 	if err != nil {
 		return err

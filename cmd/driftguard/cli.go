@@ -60,7 +60,7 @@ type environment struct {
 
 // commands are the subcommands in the order the help lists them.
 var commands = []command{
-	{name: "dev", args: "[--demo] [--no-sink]", summary: "every component in one process on an embedded Kafka (--demo sends demo traffic)", component: true, flags: devFlags},
+	{name: "dev", args: "[--demo] [--no-sink] [--public]", summary: "every component in one process on an embedded Kafka (--demo sends demo traffic)", component: true, flags: devFlags},
 	{name: "ingest", summary: "the webhook HTTP edge", component: true, flags: func(*flag.FlagSet) runner { return runIngest }},
 	{name: "process", args: "[--streams a,b] [--no-create]", summary: "the ordering processors (each stream's goka graph, exactly once; --streams a,b for some; --no-create: only check the topics)", component: true, flags: processFlags},
 	{name: "sink", args: "[--rebuild [--yes]]", summary: "the ClickHouse sink (--rebuild: empty its tables and refill them from Kafka, every sink stopped)", component: true, flags: sinkFlags},

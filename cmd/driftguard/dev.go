@@ -41,8 +41,9 @@ const demoSecret = "whsec_ZHJpZnRndWFyZC1kZXYtZGVtby1zZWNyZXQtMDAwMDE="
 func devFlags(fs *flag.FlagSet) runner {
 	demo := fs.Bool("demo", false, "send demo webhooks to every shipped stream: shuffled, retried, out of order, a few a second")
 	noSink := fs.Bool("no-sink", false, "run without the ClickHouse sink, even when ClickHouse is reachable or installed")
+	public := fs.Bool("public", false, "allow listen addresses beyond loopback (every stream then needs a secret of its own)")
 	return func(ctx context.Context, env *environment) error {
-		return dev(ctx, env.cfg, devOptions{Demo: *demo, NoSink: *noSink, Out: env.stdout, Log: env.log})
+		return dev(ctx, env.cfg, devOptions{Demo: *demo, NoSink: *noSink, Public: *public, Out: env.stdout, Log: env.log})
 	}
 }
 
@@ -54,6 +55,8 @@ type devOptions struct {
 	DemoPace time.Duration
 	// NoSink leaves the ClickHouse sink out.
 	NoSink bool
+	// Public allows listen addresses beyond loopback (devAddrs).
+	Public bool
 	// Out receives the banner and the outcome summaries.
 	Out io.Writer
 	// Log receives component logs.
@@ -68,6 +71,11 @@ func dev(ctx context.Context, cfg *config.Config, opts devOptions) error {
 		opts.SummaryEvery = 3 * time.Second
 	}
 	log := opts.Log
+	scope, err := devAddrs(cfg, opts.Public)
+	if err != nil {
+		return err
+	}
+	log.Info("dev listens on "+scope, "http_addr", cfg.HTTP.Addr, "bridge_addr", cfg.Bridge.Addr)
 	brokers := cfg.Kafka.Brokers
 	if len(brokers) == 0 {
 		// The embedded broker is plaintext and open: kafka.tls and

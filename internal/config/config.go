@@ -113,6 +113,14 @@ type HTTP struct {
 	// With MaxInFlightBytes it bounds the edge's memory under a flood.
 	// Default DefaultMaxConnections.
 	MaxConnections int `yaml:"max_connections"`
+	// RefusalLogLines is how many refused webhooks of one reason (a bad
+	// signature, an unknown stream...) are logged per
+	// RefusalLogInterval; the rest are counted, and the next line of that
+	// reason says how many were left out. Every refusal is counted in
+	// driftguard_ingest_rejections_total all the same. Default 10.
+	RefusalLogLines int `yaml:"refusal_log_lines"`
+	// RefusalLogInterval is the interval of RefusalLogLines. Default 1m.
+	RefusalLogInterval time.Duration `yaml:"refusal_log_interval"`
 }
 
 // DefaultMaxConnections is http.max_connections by default: far more than
@@ -227,6 +235,12 @@ type Bridge struct {
 	// AllowedOrigins may read the streams from another origin's pages
 	// (CORS); empty (the default) allows none: only the bridge's own page.
 	AllowedOrigins []string `yaml:"allowed_origins"`
+	// FrameAncestors are the pages that may show the bridge's page in a
+	// frame: the sources of its Content-Security-Policy frame-ancestors
+	// ('self', https://portal.example.com, https://*.example.com).
+	// Default ['none']: no page may frame it, so none can overlay it to
+	// trick a click.
+	FrameAncestors []string `yaml:"frame_ancestors"`
 	// MaxEntities bounds the entities the bridge keeps per stream; one
 	// more is dropped, counted and reported by /readyz. Default 1000000.
 	MaxEntities int `yaml:"max_entities"`
@@ -457,6 +471,9 @@ func (c *Config) applyDefaults() {
 	orDefault(&c.Bridge.Window, 10_000)
 	orDefault(&c.Bridge.ClientLag, 10_000)
 	orDefault(&c.Bridge.Heartbeat, 15*time.Second)
+	if len(c.Bridge.FrameAncestors) == 0 {
+		c.Bridge.FrameAncestors = []string{"'none'"}
+	}
 	orDefault(&c.Bridge.ChatWindow, 1000)
 	orDefault(&c.Bridge.TypingTTL, 5*time.Second)
 	orDefault(&c.Bridge.TypingRate, 1)
@@ -475,6 +492,8 @@ func (c *Config) applyDefaults() {
 	}
 	orDefault(&c.HTTP.ReadTimeout, 30*time.Second)
 	orDefault(&c.HTTP.MaxConnections, DefaultMaxConnections)
+	orDefault(&c.HTTP.RefusalLogLines, 10)
+	orDefault(&c.HTTP.RefusalLogInterval, time.Minute)
 	// After the streams: sized from their body limits.
 	orDefault(&c.HTTP.MaxInFlightBytes, InFlightBytesFor(c.StreamList()))
 }
@@ -651,6 +670,7 @@ func (c *Config) Validate() error {
 			add(fmt.Sprintf("bridge.allowed_origins[%d]", i), "%q is not an origin (scheme://host[:port]) or *", origin)
 		}
 	}
+	errs = append(errs, validateFrameAncestors(c.Bridge.FrameAncestors)...)
 	if a := c.Telemetry.PyroscopeAddr; a != "" && !strings.HasPrefix(a, "http://") && !strings.HasPrefix(a, "https://") {
 		add("telemetry.pyroscope_addr", "%q is not an http:// or https:// address", a)
 	}
@@ -720,6 +740,8 @@ http:
   trusted_proxies: []            # proxies (addresses or CIDRs) whose X-Forwarded-For is believed
   read_timeout: 30s              # a request's head and body must arrive within this
   max_connections: 1024          # open connections; more wait in the accept queue
+  refusal_log_lines: 10          # refused webhooks logged per reason and interval; the rest counted
+  refusal_log_interval: 1m
 clickhouse:
   addr: 127.0.0.1:9000           # DRIFTGUARD_CLICKHOUSE_ADDR (native protocol); a cluster's replicas: a:9440,b:9440
   database: driftguard           # DRIFTGUARD_CLICKHOUSE_DATABASE
@@ -755,6 +777,7 @@ bridge:
   addr: 127.0.0.1:8090           # DRIFTGUARD_BRIDGE_ADDR
   # secret: prefer DRIFTGUARD_BRIDGE_SECRET (at least 32 bytes) to the file
   allowed_origins: []            # origins whose pages may read the streams (CORS)
+  frame_ancestors: ["'none'"]    # pages that may frame the bridge's page (CSP frame-ancestors)
   max_entities: 1000000          # per stream
   window: 10000                  # recent changes per state partition kept in memory
   client_lag: 10000              # changes a client may fall behind before it is reset

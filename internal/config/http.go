@@ -75,6 +75,12 @@ func (h *HTTP) validate(streams []*Stream) []error {
 	if h.MaxConnections < 1 {
 		add("http.max_connections", "must be positive, got %d", h.MaxConnections)
 	}
+	if h.RefusalLogLines < 1 {
+		add("http.refusal_log_lines", "must be at least 1, got %d", h.RefusalLogLines)
+	}
+	if h.RefusalLogInterval < time.Second {
+		add("http.refusal_log_interval", "must be at least 1s, got %s", h.RefusalLogInterval)
+	}
 	if _, err := h.TrustedPrefixes(); err != nil {
 		errs = append(errs, fmt.Errorf("in %v", err))
 	}

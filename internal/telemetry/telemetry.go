@@ -19,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/driftguard/driftguard/internal/httpframe"
 )
 
 // NewLogger returns a JSON logger at level (debug, info, warn, error); text
@@ -144,10 +146,13 @@ func Serve(ctx context.Context, addr string, handler http.Handler, log *slog.Log
 }
 
 // ServeListener is Serve on an open listener (tests use port 0); options
-// change the server's settings.
+// change the server's settings. A request framed ambiguously (both
+// Transfer-Encoding and Content-Length) is answered 400 and its connection
+// closed (httpframe).
 func ServeListener(ctx context.Context, ln net.Listener, handler http.Handler, log *slog.Logger, opts ...ServerOption) error {
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           httpframe.Handler(handler),
+		ConnContext:       httpframe.ConnContext,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -159,7 +164,7 @@ func ServeListener(ctx context.Context, ln net.Listener, handler http.Handler, l
 		opt(srv)
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(httpframe.Listener(ln)) }()
 	select {
 	case err := <-errc:
 		return err

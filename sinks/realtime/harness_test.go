@@ -199,16 +199,7 @@ func stateRecord(stream, key string, version int64, state string) *kgo.Record {
 // the status.
 func (e *bridgeEnv) get(path, tok string, v any) int {
 	e.t.Helper()
-	req, _ := http.NewRequestWithContext(e.ctx, http.MethodGet, e.url+path, nil)
-	if tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
+	resp, body := e.fetch(path, tok)
 	if resp.StatusCode == http.StatusOK && v != nil {
 		if err := json.Unmarshal(body, v); err != nil {
 			e.t.Fatalf("%s: %v\n%s", path, err, body)
@@ -220,6 +211,23 @@ func (e *bridgeEnv) get(path, tok string, v any) int {
 		}
 	}
 	return resp.StatusCode
+}
+
+// fetch GETs path, with tok as a bearer token when not empty, and reads
+// the whole answer.
+func (e *bridgeEnv) fetch(path, tok string) (*http.Response, []byte) {
+	e.t.Helper()
+	req, _ := http.NewRequestWithContext(e.ctx, http.MethodGet, e.url+path, nil)
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp, body
 }
 
 // decodeProblem reads a problem body, empty for a 200.

@@ -12,21 +12,23 @@ import (
 //go:embed page
 var pageFiles embed.FS
 
-// registerPage serves the page's files at / and below.
-func registerPage(mux *http.ServeMux) {
+// registerPage serves the page's files at / and below, under the page's
+// policy with frame, its frame-ancestors directive.
+func registerPage(mux *http.ServeMux, frame string) {
 	files, _ := fs.Sub(pageFiles, "page")
-	static := http.FileServerFS(files)
-	mux.Handle("GET /{$}", noStore(static))
+	static := pageHeaders(http.FileServerFS(files), pagePolicy+"; "+frame)
+	mux.Handle("GET /{$}", static)
 	for _, name := range []string{"app.js", "compose.js", "style.css"} {
-		mux.Handle("GET /"+name, noStore(static))
+		mux.Handle("GET /"+name, static)
 	}
 }
 
-// noStore keeps browsers from caching an old page across a new binary.
-func noStore(h http.Handler) http.Handler {
+// pageHeaders sets the page's policy and keeps browsers from caching an
+// old page across a new binary.
+func pageHeaders(h http.Handler, policy string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-cache")
-		w.Header().Set("Content-Security-Policy", "default-src 'self'; connect-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'")
+		w.Header().Set("Content-Security-Policy", policy)
 		h.ServeHTTP(w, r)
 	})
 }

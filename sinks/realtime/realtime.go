@@ -260,8 +260,9 @@ func (b *Bridge) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/streams/{stream}/entities/{key}/receipts", b.authorized(b.receipt))
 	mux.HandleFunc("OPTIONS /v1/streams/", b.preflight)
 	b.ops.Register(mux)
-	registerPage(mux)
-	return mux
+	frame := frameAncestors(b.cfg.FrameAncestors)
+	registerPage(mux, frame)
+	return securityHeaders(mux, frame)
 }
 
 // request is an authorized request for one stream.
