@@ -48,7 +48,6 @@ func newLoop(cfg *config.Config, s *config.Stream, conn kafka.Conn, secret strin
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.RequireStableFetchOffsets(),
 	)
-	m.init(s.Name)
 	return l, nil
 }
 

@@ -47,4 +47,7 @@ func (m *metrics) init(stream string) {
 		c.WithLabelValues(stream)
 	}
 	m.inFlight.WithLabelValues(stream)
+	// Failures are by status; "none" (no answer) stands for them all
+	// until one happens.
+	m.failures.WithLabelValues(stream, statusLabel(0))
 }

@@ -62,6 +62,12 @@ func New(opts Options) (*Relay, error) {
 	m := newMetrics(opts.Ops)
 	r := &Relay{log: log, m: m}
 	for _, s := range opts.Config.StreamList() {
+		if s.Policy == config.PolicyGapless {
+			// Every stream that asks for replays has its series, at 0
+			// where no replay.url sends them: a dashboard shows it, and
+			// an alert on the rate sees it from the start.
+			m.init(s.Name)
+		}
 		if !s.Replay.Enabled() {
 			continue
 		}
