@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"os"
 	"os/user"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/driftguard/driftguard/internal/admin"
@@ -36,8 +38,10 @@ func adminFlags(fs *flag.FlagSet) runner {
 	as := fs.String("as", "", "who asks, recorded with the decision (default: the operating-system user)")
 	wait := fs.Duration("wait", admin.DefaultWait, "how long to wait for the decision before reporting it pending")
 	return func(ctx context.Context, env *environment) error {
-		req := admin.Request{Stream: *stream, Key: *key, Action: record.ActionName(env.verb), Reason: *reason, Confirm: *yes, RequestedBy: *as}
+		req := admin.Request{Stream: *stream, Key: *key, Action: record.ActionName(env.operands[0]), Reason: *reason, Confirm: *yes, RequestedBy: *as}
 		switch {
+		case !slices.Contains(adminVerbs, string(req.Action)):
+			return usageError{fmt.Errorf("say one of %s first, not %q", strings.Join(adminVerbs, ", "), req.Action)}
 		case req.Stream == "" || req.Key == "":
 			return usageError{errors.New("--stream and --key are required")}
 		case req.Action == record.ActionReset && !req.Confirm:

@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/driftguard/driftguard/internal/config"
@@ -35,9 +34,6 @@ type command struct {
 	component bool
 	// flags defines the command's own flags and returns what runs it.
 	flags func(fs *flag.FlagSet) runner
-	// verbs, when set, are the words one of which must follow the
-	// command's name, before its flags (`admin skip-gap --stream S`).
-	verbs []string
 	// operands is how many arguments the command takes besides its
 	// flags (environment.operands), before or among them.
 	operands int
@@ -52,8 +48,6 @@ type environment struct {
 	cfg            *config.Config
 	log            *slog.Logger
 	stdout, stderr io.Writer
-	// verb is the command's verb, for a command that takes one.
-	verb string
 	// operands are the command's arguments besides its flags.
 	operands []string
 }
@@ -72,7 +66,7 @@ var commands = []command{
 	{name: "topics", args: "[--check]", summary: "create and check every Kafka topic of the catalogue (--check: only check)", flags: topicsFlags},
 	{name: "probe", args: "[--webhook URL --stream S --body JSON] [--ready URL]...", summary: "sign and post one webhook expecting 202, and read /readyz URLs expecting 200 (the chart's helm test)", noConfig: true, flags: probeFlags},
 	{name: "config", args: "[--example]", summary: "print the configuration in force, secrets redacted (--example: a commented example file)", noConfigFlag: "example", flags: configFlags},
-	{name: "admin", args: "<skip-gap|abandon|release|reset> --stream S --key K [--reason R] [--yes] [--as U] [--wait 15s]", summary: "issue an operator action for one key, decided in order by the stream's processor, and print its outcome", flags: adminFlags, verbs: adminVerbs},
+	{name: "admin", args: "<skip-gap|abandon|release|reset> --stream S --key K [--reason R] [--yes] [--as U] [--wait 15s]", summary: "issue an operator action for one key, decided in order by the stream's processor, and print its outcome", flags: adminFlags, operands: 1},
 	{name: "redrive", args: "--stream S [--reason R,...] [--since T] [--key K] [--dry-run]", summary: "put dead letters (expired orphans, buffer overflows) back into <stream>.in, to be decided again; safe to run twice", flags: redriveFlags},
 	{name: "inspect", args: "STREAM KEY [--last N] [--json]", summary: "what the processor holds for a key (version, dedup memory, buffers, quarantine, timers) and its last decisions", flags: inspectFlags, operands: 2},
 	{name: "explain", args: "STREAM EVENT_ID [--from auto|kafka|clickhouse] [--json]", summary: "where an event is and every decision made for it", flags: explainFlags, operands: 2},
@@ -120,14 +114,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !c.noConfig {
 		configPath = fs.String("config", os.Getenv("DRIFTGUARD_CONFIG"), "configuration file (YAML)")
 	}
-	verb := ""
-	if c.verbs != nil && !(len(args) == 2 && slices.Contains([]string{"-h", "-help", "--help"}, args[1])) {
-		if len(args) < 2 || !slices.Contains(c.verbs, args[1]) {
-			fmt.Fprintf(stderr, "driftguard %s: say one of %s first\nUsage: driftguard %s %s\n", c.name, strings.Join(c.verbs, ", "), c.name, c.args)
-			return 2
-		}
-		verb, args = args[1], append([]string{args[0]}, args[2:]...)
-	}
 	runCommand := c.flags(fs)
 	fs.Usage = func() {
 		out := fs.Output()
@@ -166,7 +152,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	env := &environment{stdout: stdout, stderr: stderr, log: telemetry.OrDiscard(nil), verb: verb, operands: operands}
+	env := &environment{stdout: stdout, stderr: stderr, log: telemetry.OrDiscard(nil), operands: operands}
 	if !c.noConfig && !(c.noConfigFlag != "" && fs.Lookup(c.noConfigFlag).Value.String() == "true") {
 		cfg, err := config.Load(*configPath, os.Environ())
 		if err != nil {
