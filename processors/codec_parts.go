@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/driftguard/driftguard/processors/decide"
@@ -172,6 +173,20 @@ func (c entityCodec) DecodeParts(head []byte, parts []eos.Part) (any, error) {
 		return nil, fmt.Errorf("entity codec: the parts hold sends %d to %d, the value names %d to %d", got.first, got.last, held.first, held.last)
 	}
 	return v, nil
+}
+
+// decodeStoredValue decodes a value from its head and its parts by name,
+// as a reader of the table's records gathers them.
+func decodeStoredValue(head []byte, parts map[string][]byte) (*tableValue, error) {
+	stored := make([]eos.Part, 0, len(parts))
+	for _, name := range slices.Sorted(maps.Keys(parts)) {
+		stored = append(stored, eos.Part{Name: name, Data: parts[name]})
+	}
+	v, err := entityCodec{}.DecodeParts(head, stored)
+	if err != nil {
+		return nil, err
+	}
+	return v.(*tableValue), nil
 }
 
 // Stored marks the value's sends as stored, as EncodeParts wrote them.

@@ -3,7 +3,6 @@ package processors
 import (
 	"encoding/json"
 	"maps"
-	"slices"
 	"strings"
 	"testing"
 
@@ -56,16 +55,11 @@ func (s partedStore) parts(key string) map[string][]byte {
 }
 
 func (s partedStore) read(t testenv.Fataler, key string) *tableValue {
-	var parts []eos.Part
-	stored := s.parts(key)
-	for _, name := range slices.Sorted(maps.Keys(stored)) {
-		parts = append(parts, eos.Part{Name: name, Data: stored[name]})
-	}
-	v, err := entityCodec{}.DecodeParts(s[key], parts)
+	v, err := decodeStoredValue(s[key], s.parts(key))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return v.(*tableValue)
+	return v
 }
 
 // A conversation's sends kept in parts, against the value they come

@@ -192,13 +192,9 @@ func ReadEntity(ctx context.Context, conn kafka.Conn, names naming.Prefixes, str
 	if err != nil || !found {
 		return nil, false, err
 	}
-	var stored []eos.Part
-	for _, name := range slices.Sorted(maps.Keys(parts)) {
-		stored = append(stored, eos.Part{Name: name, Data: parts[name]})
-	}
-	v, err := entityCodec{}.DecodeParts(last, stored)
+	v, err := decodeStoredValue(last, parts)
 	if err == nil {
-		e = &v.(*tableValue).Entity
+		e = &v.Entity
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("table value of %q: %w", key, err)
