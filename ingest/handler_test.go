@@ -402,6 +402,21 @@ func (p *recordingProducer) last() *kgo.Record {
 	return p.records[len(p.records)-1]
 }
 
+// recordingMux serves stream's webhook route at the fixed clock, its
+// records given to a recordingProducer: the edge without a broker, for
+// fuzzing.
+func recordingMux(t testing.TB, stream *config.Stream) (*http.ServeMux, *recordingProducer) {
+	t.Helper()
+	producer := &recordingProducer{next: map[int32]int64{}}
+	h, err := NewHandler([]*config.Stream{stream}, producer, Options{Now: fixedClock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	h.Register(mux)
+	return mux, producer
+}
+
 // FuzzHandlerSignedBody sends arbitrary bodies, correctly signed, through the
 // whole handler: past the signature only the body decides, so the answer must
 // be 202, 400 or 422 (413 only over the limit), 400 exactly when the body is
@@ -422,13 +437,7 @@ func FuzzHandlerSignedBody(f *testing.F) {
 	f.Add([]byte{})
 
 	_, presence := presenceConfig(f, specSecret)
-	producer := &recordingProducer{next: map[int32]int64{}}
-	h, err := NewHandler([]*config.Stream{presence}, producer, Options{Now: fixedClock})
-	if err != nil {
-		f.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	h.Register(mux)
+	mux, producer := recordingMux(f, presence)
 	key, err := config.DecodeStandardSecret(specSecret)
 	if err != nil {
 		f.Fatal(err)

@@ -251,7 +251,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, s *
 			h.budget.give(held)
 		}
 	}()
-	deliveryID, err := s.scheme.Verify(r.Header, body)
+	fallbackID, err := s.scheme.Verify(r.Header, body)
 	if err != nil {
 		return h.rejectSignature(w, err)
 	}
@@ -265,6 +265,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, s *
 		}
 		return writeProblem(w, http.StatusBadRequest, "json", err.Error(), located)
 	}
+	if err := s.scheme.CheckBody(doc, now); err != nil {
+		doc.Release()
+		return h.rejectSignature(w, err)
+	}
 	if typ, err := doc.EventType(s.cfg); err == nil && record.IsReservedType(typ) {
 		// Operator actions travel in <stream>.in as records of a reserved
 		// type; a publisher must never be able to write one.
@@ -273,7 +277,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, s *
 			fmt.Sprintf("event type %q is reserved: types starting with %q are driftguard's own (operator actions), never a publisher's", typ, record.ReservedTypePrefix),
 			[]FieldProblem{{Pointer: s.cfg.Type.Field, Detail: "reserved event type"}})
 	}
-	fields, problems := s.schemas.Validate(doc, deliveryID)
+	fields, problems := s.schemas.Validate(doc, fallbackID)
 	// The fields are strings of the body, valid after the release.
 	doc.Release()
 	if problems != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/envelope"
 )
 
 // Scheme verifies a webhook's signature over the raw body bytes.
@@ -16,9 +17,16 @@ type Scheme interface {
 	// CheckHeaders rejects a request on its headers alone, before the body
 	// is read, so forged floods cost no body reads or hashing.
 	CheckHeaders(h http.Header, now time.Time) error
-	// Verify checks the signature over body and returns the delivery id the
-	// scheme carries (empty when it has none).
-	Verify(h http.Header, body []byte) (deliveryID string, err error)
+	// Verify checks the signature over body and returns the id the event
+	// goes by when its body holds none: a delivery id the signature
+	// covers, or where the scheme's delivery id is unsigned an id derived
+	// from the signed body, so that a replay under a new delivery id is
+	// the same event; empty when the scheme has neither.
+	Verify(h http.Header, body []byte) (fallbackID string, err error)
+	// CheckBody rejects a verified request on its parsed body: the time a
+	// body-HMAC scheme reads from it for its replay window
+	// (signature.timestamp).
+	CheckBody(doc *envelope.Document, now time.Time) error
 }
 
 // SignatureError is a verification failure; it is always a 401 and its
@@ -49,7 +57,7 @@ func NewScheme(s *config.Stream) (Scheme, error) {
 	case config.SchemeStandardWebhooks:
 		return newStandardScheme(s.Signature.Secrets, s.Signature.Tolerance)
 	case config.SchemeHMACSHA256Hex, config.SchemeGitHub:
-		return newBodyHMACScheme(s.Signature.Scheme, s.Signature.Secrets)
+		return newBodyHMACScheme(s.Signature.Scheme, s.Signature.Secrets, newBodyWindow(s))
 	default:
 		return nil, fmt.Errorf("in streams.%s.signature.scheme: %q is not supported", s.Name, s.Signature.Scheme)
 	}
@@ -62,4 +70,13 @@ func headerValue(h http.Header, canonicalKey string) string {
 		return v[0]
 	}
 	return ""
+}
+
+// checkWindow refuses a signed time further than tolerance from now, in
+// either direction; what names the time in the refusal.
+func checkWindow(what string, at, now time.Time, tolerance time.Duration) error {
+	if d := now.Sub(at); d > tolerance || d < -tolerance {
+		return &SignatureError{Reason: "timestamp_window", Detail: fmt.Sprintf("%s is %s away from now; the window is ±%s", what, d.Round(time.Millisecond), tolerance)}
+	}
+	return nil
 }

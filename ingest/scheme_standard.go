@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/envelope"
 	"github.com/driftguard/driftguard/internal/webhook"
 )
 
@@ -83,11 +84,12 @@ func (s *standardScheme) CheckHeaders(h http.Header, now time.Time) error {
 	if err != nil {
 		return &SignatureError{Reason: "bad_timestamp", Detail: "webhook-timestamp must be plain unix seconds"}
 	}
-	if d := now.Sub(time.Unix(sec, 0)); d > s.tolerance || d < -s.tolerance {
-		return &SignatureError{Reason: "timestamp_window", Detail: fmt.Sprintf("webhook-timestamp is %s away from now; the window is ±%s", d.Round(time.Second), s.tolerance)}
-	}
-	return nil
+	return checkWindow("webhook-timestamp", time.Unix(sec, 0), now, s.tolerance)
 }
+
+// CheckBody has nothing to check: the signed time is the header's, which
+// CheckHeaders checked.
+func (s *standardScheme) CheckBody(*envelope.Document, time.Time) error { return nil }
 
 func (s *standardScheme) Verify(h http.Header, body []byte) (string, error) {
 	id, ts := headerValue(h, canonicalWebhookID), headerValue(h, canonicalWebhookTimestamp)

@@ -339,28 +339,13 @@ func postDemoWebhook(ctx context.Context, webhooks, stream, id string, body []by
 // "event_id outcome/reason vVERSION[ message_id]".
 func readOutcomes(t *testing.T, ctx context.Context, brokers []string, topic string, n int) []string {
 	t.Helper()
-	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers}, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	var got []string
-	for len(got) < n {
-		fetches := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("%d outcomes of %s read, want %d: %v", len(got), topic, n, got)
+	for _, o := range testenv.ReadOutcomes(t, ctx, brokers, topic, n) {
+		s := fmt.Sprintf("%s %s/%s v%d", o.EventID, o.Outcome, o.Reason, o.Version)
+		if o.MessageID != "" {
+			s += " " + o.MessageID
 		}
-		fetches.EachRecord(func(r *kgo.Record) {
-			var o record.Outcome
-			if err := json.Unmarshal(r.Value, &o); err != nil {
-				t.Fatal(err)
-			}
-			s := fmt.Sprintf("%s %s/%s v%d", o.EventID, o.Outcome, o.Reason, o.Version)
-			if o.MessageID != "" {
-				s += " " + o.MessageID
-			}
-			got = append(got, s)
-		})
+		got = append(got, s)
 	}
 	return got
 }

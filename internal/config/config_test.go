@@ -160,6 +160,28 @@ streams:
 	}
 }
 
+// A body-HMAC stream's replay window is off unless it names the body's
+// time; named, it takes signature.tolerance, which may be half the dedup
+// memory's window and no more.
+func TestLoadBodyReplayWindow(t *testing.T) {
+	if def := mustLoad(t, "", nil); def.Streams["presence"].Signature.Timestamp != "" {
+		t.Fatalf("a replay window on by default: %q", def.Streams["presence"].Signature.Timestamp)
+	}
+	cfg := mustLoad(t, testenv.WriteConfig(t, "", `
+streams:
+  presence:
+    signature: {scheme: github, timestamp: /timestamp, tolerance: 1h}
+    limits: {dedup_window: 2h}
+`), nil)
+	presence := cfg.Streams["presence"]
+	checkFields(t, []field{
+		{"presence.Signature.Scheme", presence.Signature.Scheme, config.SchemeGitHub},
+		{"presence.Signature.Timestamp", presence.Signature.Timestamp, "/timestamp"},
+		{"presence.Signature.Tolerance", presence.Signature.Tolerance, time.Hour},
+		{"Warnings", cfg.Warnings, []string(nil)},
+	})
+}
+
 // The example of a new stream in docs/catalogue.md: an entry plus a schema
 // next to the config file, no Go code.
 func TestLoadFileAddsStreamWithSchemaNextToConfigFile(t *testing.T) {
@@ -501,6 +523,24 @@ func TestLoadRejectsInvalidFileNamingTheConfigPath(t *testing.T) {
 			name: "receipts without their pointers",
 			yaml: "streams: {chat: {assign: {receipts: {user: \"\", sequence: \"\"}}}}",
 			want: []string{"in streams.chat.assign.receipts.user: missing JSON pointer", "in streams.chat.assign.receipts.sequence: missing JSON pointer"},
+		},
+		{
+			// standard-webhooks' signed time is its header's.
+			name: "body timestamp on a standard-webhooks stream",
+			yaml: "streams: {presence: {signature: {timestamp: /timestamp}}}",
+			want: []string{"in streams.presence.signature.timestamp: standard-webhooks signs webhook-timestamp"},
+		},
+		{
+			name: "body timestamp that is no JSON pointer",
+			yaml: "streams: {presence: {signature: {scheme: github, timestamp: timestamp}}}",
+			want: []string{`in streams.presence.signature.timestamp: "timestamp" is not a JSON pointer`},
+		},
+		{
+			// A body dated 1h ahead is replayable for 2h after it was
+			// first accepted; the ids are remembered for 1h59m.
+			name: "replay window longer than the dedup memory",
+			yaml: "streams: {presence: {signature: {scheme: hmac-sha256-hex, timestamp: /timestamp, tolerance: 1h}, limits: {dedup_window: 119m}}}",
+			want: []string{"in streams.presence.signature.tolerance: 1h0m0s, twice over", "longer than limits.dedup_window (1h59m0s)"},
 		},
 		{
 			name: "unknown history policy, device pointer and bound",

@@ -114,8 +114,16 @@ type Signature struct {
 	// Secrets: any one of them verifies, so secrets rotate without downtime.
 	// Set them with DRIFTGUARD_SECRETS_<STREAM> rather than in the file.
 	Secrets []string `yaml:"secrets" redact:"true"`
-	// Tolerance of webhook-timestamp in both directions. Default 300s.
+	// Tolerance is how far the signed time may be from now, in both
+	// directions: webhook-timestamp's (standard-webhooks), or the body
+	// field Timestamp names. Default 300s.
 	Tolerance time.Duration `yaml:"tolerance"`
+	// Timestamp is the JSON pointer to the time a body-HMAC scheme
+	// (hmac-sha256-hex, github) checks against Tolerance, read in
+	// occurred_at_unit: those schemes sign the body alone, so a time in
+	// it is the only one a replay cannot change. Empty: no replay window
+	// (the default), replays are left to the processors' dedup.
+	Timestamp string `yaml:"timestamp"`
 }
 
 // Limits bound per-stream resources.
@@ -473,6 +481,20 @@ func (s *Stream) validate(path string) []error {
 	}
 	if s.Signature.Tolerance < 0 {
 		add("signature.tolerance", "must be positive")
+	}
+	checkPointer("signature.timestamp", s.Signature.Timestamp, false)
+	if s.Signature.Timestamp != "" {
+		switch {
+		case s.Signature.Scheme == SchemeStandardWebhooks:
+			add("signature.timestamp", "standard-webhooks signs webhook-timestamp, which the edge checks; a body field is for hmac-sha256-hex and github")
+		case 2*s.Signature.Tolerance > s.Limits.DedupWindow:
+			// A body dated up to tolerance ahead is accepted now and can be
+			// replayed until tolerance after its date: the processors must
+			// remember its id that long for a replay inside the window to
+			// stay a duplicate.
+			add("signature.tolerance", "%s, twice over (a body dated ahead of now may be replayed until the window ends behind it), is longer than limits.dedup_window (%s): a replay inside the window would be applied again once its id is forgotten",
+				s.Signature.Tolerance, s.Limits.DedupWindow)
+		}
 	}
 	if s.Limits.Partitions < 1 || s.Limits.Partitions > 10000 {
 		add("limits.partitions", "must be between 1 and 10000, got %d", s.Limits.Partitions)

@@ -71,7 +71,7 @@ func (d *Document) ExtractTyped(s *config.Stream, eventType, fallbackID string) 
 	}
 	if s.EventID != "" {
 		f.EventID, err = d.stringAt(s.EventID)
-		if isMissing(err) && fallbackID != "" {
+		if IsMissing(err) && fallbackID != "" {
 			f.EventID, err = fallbackID, nil
 		}
 		if err != nil {
@@ -115,10 +115,19 @@ func (d *Document) clockAt(s *config.Stream, pointer string) (int64, error) {
 	if pointer == "" {
 		return 0, nil
 	}
+	ms, err := d.Clock(s, pointer)
+	if IsMissing(err) {
+		return 0, nil
+	}
+	return ms, err
+}
+
+// Clock reads the time at pointer in the stream's occurred_at_unit (the
+// unit of all its clocks) and returns unix ms. An absent field is an
+// error that IsMissing reports, for a reader that needs the time.
+func (d *Document) Clock(s *config.Stream, pointer string) (int64, error) {
 	v, err := d.Lookup(pointer)
 	switch {
-	case isMissing(err):
-		return 0, nil
 	case err != nil:
 		return 0, err
 	case s.OccurredAtUnit == "rfc3339":
@@ -148,7 +157,7 @@ func rfc3339Millis(v Value, pointer string) (int64, error) {
 // field of another type is an error.
 func (d *Document) OptionalString(pointer string) (string, error) {
 	v, err := d.Lookup(pointer)
-	if isMissing(err) {
+	if IsMissing(err) {
 		return "", nil
 	}
 	if err != nil {
@@ -160,7 +169,9 @@ func (d *Document) OptionalString(pointer string) (string, error) {
 	return v.Text(), nil
 }
 
-func isMissing(err error) bool {
+// IsMissing reports whether err is Lookup's error for an absent (or null)
+// field.
+func IsMissing(err error) bool {
 	// Lookup returns *FieldError unwrapped; errors.As would allocate on
 	// every lookup, found or not.
 	fe, ok := err.(*FieldError)

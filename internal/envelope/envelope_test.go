@@ -123,6 +123,43 @@ func TestExtractPresence(t *testing.T) {
 	}
 }
 
+// Clock reads a time in the stream's unit, and tells an absent time (or a
+// null) from one that is there but unreadable, where clockAt takes both
+// absences as 0.
+func TestClockTellsMissingFromMalformed(t *testing.T) {
+	doc, err := Parse([]byte(`{"s":1700000000,"ms":1700000000123,"at":"2023-11-14T22:13:20.5Z","none":null,"text":"x","frac":1.5}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		unit, pointer string
+		ms            int64
+		problem       string // "" when read, else the FieldError's
+	}{
+		{"s", "/s", 1_700_000_000_000, ""},
+		{"ms", "/ms", 1_700_000_000_123, ""},
+		{"rfc3339", "/at", 1_700_000_000_500, ""},
+		{"s", "/absent", 0, problemMissing},
+		{"s", "/none", 0, problemMissing},
+		{"s", "/text", 0, "must be an integer"},
+		{"s", "/frac", 0, "must be an integer"},
+		{"rfc3339", "/s", 0, "must be an RFC 3339 time"},
+	}
+	for _, tc := range cases {
+		s := &config.Stream{OccurredAtUnit: tc.unit}
+		ms, err := doc.Clock(s, tc.pointer)
+		var fe *FieldError
+		switch {
+		case tc.problem == "" && (err != nil || ms != tc.ms):
+			t.Errorf("%s in %s: %d %v, want %d", tc.pointer, tc.unit, ms, err, tc.ms)
+		case tc.problem != "" && (!errors.As(err, &fe) || fe.Problem != tc.problem || fe.Pointer != tc.pointer):
+			t.Errorf("%s in %s: %v, want %q at %s", tc.pointer, tc.unit, err, tc.problem, tc.pointer)
+		case IsMissing(err) != (tc.problem == problemMissing):
+			t.Errorf("%s in %s: IsMissing(%v) = %v", tc.pointer, tc.unit, err, IsMissing(err))
+		}
+	}
+}
+
 func TestLookupFollowsRFC6901(t *testing.T) {
 	doc, err := Parse([]byte(`{"a/b":{"m~n":[10,20]}}`))
 	if err != nil {

@@ -15,6 +15,7 @@ package testenv
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -33,6 +34,7 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/record"
 )
 
 // Environment variables the test task sets.
@@ -246,6 +248,33 @@ func ReadTopic(t testing.TB, brokers []string, topic string) []*kgo.Record {
 		})
 	}
 	return records
+}
+
+// ReadOutcomes reads n outcome records of topic from its start, as the
+// sink does (read_committed), and fails the test when ctx ends first.
+func ReadOutcomes(t testing.TB, ctx context.Context, brokers []string, topic string, n int) []record.Outcome {
+	t.Helper()
+	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers}, kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var got []record.Outcome
+	for len(got) < n {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("%d outcomes of %s read, want %d: %+v", len(got), topic, n, got)
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			var o record.Outcome
+			if err := json.Unmarshal(r.Value, &o); err != nil {
+				t.Fatalf("outcome %s/%d/%d: %v", topic, r.Partition, r.Offset, err)
+			}
+			got = append(got, o)
+		})
+	}
+	return got
 }
 
 // Transact writes records in one transaction of cl, a client with a
