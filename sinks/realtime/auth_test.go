@@ -107,6 +107,19 @@ func TestAuth(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Errorf("events with ?access_token=: %d %s, want 200 text/event-stream", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
+	// No token, accepted or refused, reaches the bridge's log, at any
+	// level: neither itself nor its signature.
+	e.stop()
+	logged := e.logged.String()
+	for _, tc := range cases {
+		tok := strings.TrimPrefix(strings.TrimPrefix(tc.header, "Bearer "), "Basic ") + tc.query
+		if sig := tok[strings.LastIndex(tok, ".")+1:]; len(sig) > 8 && strings.Contains(logged, sig) {
+			t.Errorf("%s: the bridge logged the token", tc.name)
+		}
+	}
+	if len(logged) == 0 {
+		t.Error("the bridge logged nothing at all: the check above proves nothing")
+	}
 }
 
 // CORS is closed unless an origin is allowed: a page of another origin
