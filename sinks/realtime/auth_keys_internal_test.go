@@ -184,18 +184,26 @@ func publicPEM(t *testing.T, key crypto.Signer) (string, []byte) {
 	return path, data
 }
 
+// jwksVerifier is a provider whose set holds key a (RS256), and a
+// verifier of its set refreshed every refresh, and on an unknown kid at
+// most once per minRefresh.
+func jwksVerifier(t *testing.T, a *rsa.PrivateKey, refresh, minRefresh time.Duration) (*jwksServer, *verifier) {
+	t.Helper()
+	idp := newJWKSServer(t)
+	idp.add("a", jwkset.AlgRS256, a)
+	return idp, testVerifier(t, func(c *config.Bridge) {
+		c.Tokens.JWKSURL = idp.url
+		c.Tokens.JWKSRefresh = refresh
+		c.Tokens.JWKSMinRefresh = minRefresh
+	})
+}
+
 // A JWK Set's keys come and go: a token of a key added is accepted once
 // the bridge fetches the set again (at once, for its unknown kid), and a
 // key removed stops verifying at the next periodic refresh.
 func TestJWKSRotation(t *testing.T) {
-	idp := newJWKSServer(t)
 	a, b := rsaKey(t), p256Key(t)
-	idp.add("a", jwkset.AlgRS256, a)
-	v := testVerifier(t, func(c *config.Bridge) {
-		c.Tokens.JWKSURL = idp.url
-		c.Tokens.JWKSRefresh = time.Second
-		c.Tokens.JWKSMinRefresh = time.Hour
-	})
+	idp, v := jwksVerifier(t, a, time.Second, time.Hour)
 	tokA := signed(t, jwt.SigningMethodRS256, a, "a", bob())
 	tokB := signed(t, jwt.SigningMethodES256, b, "b", bob())
 	mustAccept(t, v, "a token of key a", tokA)
@@ -223,14 +231,8 @@ func TestJWKSRotation(t *testing.T) {
 // A key the provider adds is accepted at once, before any periodic
 // refresh: the token's unknown kid makes the bridge fetch the set.
 func TestJWKSUnknownKidFetchesTheSet(t *testing.T) {
-	idp := newJWKSServer(t)
-	a, b := rsaKey(t), rsaKey(t)
-	idp.add("a", jwkset.AlgRS256, a)
-	v := testVerifier(t, func(c *config.Bridge) {
-		c.Tokens.JWKSURL = idp.url
-		c.Tokens.JWKSRefresh = time.Hour
-		c.Tokens.JWKSMinRefresh = time.Hour
-	})
+	b := rsaKey(t)
+	idp, v := jwksVerifier(t, rsaKey(t), time.Hour, time.Hour)
 	if n := idp.fetches.Load(); n != 1 {
 		t.Fatalf("%d fetches at start, want 1", n)
 	}
@@ -245,13 +247,8 @@ func TestJWKSUnknownKidFetchesTheSet(t *testing.T) {
 // at most once per jwks_min_refresh: the identity provider is not
 // hammered, and every such token is refused.
 func TestJWKSFetchRateIsBounded(t *testing.T) {
-	idp := newJWKSServer(t)
 	a := rsaKey(t)
-	idp.add("a", jwkset.AlgRS256, a)
-	v := testVerifier(t, func(c *config.Bridge) {
-		c.Tokens.JWKSURL = idp.url
-		c.Tokens.JWKSMinRefresh = time.Hour
-	})
+	idp, v := jwksVerifier(t, a, config.DefaultJWKSRefresh, time.Hour)
 	const tokens = 500
 	var refused atomic.Int64
 	var wg sync.WaitGroup

@@ -44,7 +44,7 @@ type bridgeEnv struct {
 	// warnings are the messages the bridge logged at Warn or above.
 	warnings *logRecorder
 	// logged is everything the bridge logged, Debug included, as text.
-	logged *logText
+	logged *testenv.SyncBuffer
 }
 
 // newBridgeEnv creates the topics of the named shipped streams (renamed
@@ -71,7 +71,7 @@ func newBridgeEnv(t testing.TB, brokers []string, change func(*config.Config), s
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	e := &bridgeEnv{t: t, ctx: ctx, cfg: cfg, brokers: brokers, cl: testenv.Topics(t, ctx, cfg, brokers), now: time.Now, warnings: &logRecorder{}, logged: &logText{}}
+	e := &bridgeEnv{t: t, ctx: ctx, cfg: cfg, brokers: brokers, cl: testenv.Topics(t, ctx, cfg, brokers), now: time.Now, warnings: &logRecorder{}, logged: &testenv.SyncBuffer{}}
 	t.Cleanup(e.cl.Close)
 	e.start()
 	return e
@@ -151,24 +151,6 @@ func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
 
 func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
 func (r *logRecorder) WithGroup(string) slog.Handler      { return r }
-
-// logText keeps what is written to it, for a test to search.
-type logText struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (l *logText) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logText) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
 
 // count is how many records said msg.
 func (r *logRecorder) count(msg string) int {
