@@ -125,8 +125,8 @@ func (v *verifier) verify(r *http.Request, inQuery bool) (*claims, error) {
 	switch {
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return nil, authError{"the token has expired"}
-	case errors.Is(err, jwt.ErrTokenNotValidYet), errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
-		return nil, authError{"the token is not valid yet (nbf or iat in the future)"}
+	case errors.Is(err, jwt.ErrTokenNotValidYet):
+		return nil, authError{"the token is not valid yet (nbf in the future)"}
 	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
 		return nil, authError{"the token lacks a required claim (exp" + v.required + ")"}
 	case errors.Is(err, jwt.ErrTokenInvalidAudience):

@@ -371,6 +371,7 @@ func TestSeveralHS256Keys(t *testing.T) {
 	mustRefuse(t, v, "a kid's key without the kid", hs(k1, ""), "not signed with the bridge's keys")
 	mustRefuse(t, v, "bridge.secret naming a kid", hs(secret, "2026-12"), "not signed with the bridge's keys")
 	mustRefuse(t, v, "an unknown kid", hs(k1, "2027-01"), "no key of the bridge has the token's key id")
+	mustRefuse(t, v, "a token not valid yet", signed(t, jwt.SigningMethodHS256, []byte(k1), "2026-11", bob(func(c jwt.MapClaims) { c["nbf"] = time.Now().Add(time.Hour).Unix() })), "not valid yet")
 	// Only keys with kids: a token without one is refused.
 	kidsOnly := testVerifier(t, func(c *config.Bridge) { c.Tokens.HS256Keys = "2026-12:" + k2 })
 	mustRefuse(t, kidsOnly, "no kid when every key has one", hs(secret, ""), "no key of the bridge")
