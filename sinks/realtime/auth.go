@@ -32,23 +32,29 @@ type claims struct {
 // separated by spaces (as OAuth's scope is).
 func (c *claims) UnmarshalJSON(data []byte) error {
 	type plain claims
-	if err := json.Unmarshal(data, (*plain)(c)); err != nil {
-		return err
+	var all struct {
+		*plain
+		// Shadows plain's Streams, read below from the claim named.
+		Streams json.RawMessage `json:"streams"`
 	}
-	if c.streamsClaim == "" || c.streamsClaim == config.DefaultStreamsClaim {
-		return nil
-	}
-	var all map[string]json.RawMessage
+	all.plain = (*plain)(c)
 	if err := json.Unmarshal(data, &all); err != nil {
 		return err
 	}
-	c.Streams = nil
-	raw, ok := all[c.streamsClaim]
-	if !ok {
-		return nil
+	raw := all.Streams
+	if c.streamsClaim != "" && c.streamsClaim != config.DefaultStreamsClaim {
+		var named map[string]json.RawMessage
+		if err := json.Unmarshal(data, &named); err != nil {
+			return err
+		}
+		raw = named[c.streamsClaim]
 	}
+	c.Streams = nil
 	var one string
-	if json.Unmarshal(raw, &one) == nil {
+	switch {
+	case len(raw) == 0 || string(raw) == "null":
+		return nil
+	case json.Unmarshal(raw, &one) == nil:
 		c.Streams = strings.Fields(one)
 		return nil
 	}
@@ -121,7 +127,7 @@ func (v *verifier) verify(r *http.Request, inQuery bool) (*claims, error) {
 		return nil, authError{"no token: send Authorization: Bearer <token>"}
 	}
 	c := claims{streamsClaim: v.streamsClaim}
-	_, err = v.parser.ParseWithClaims(raw, &c, v.key)
+	_, err = v.parser.ParseWithClaims(raw, &c, func(t *jwt.Token) (any, error) { return v.key(r.Context(), t) })
 	switch {
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return nil, authError{"the token has expired"}

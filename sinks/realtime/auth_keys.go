@@ -114,8 +114,9 @@ func newJWKS(ctx context.Context, t config.BridgeTokens, log *slog.Logger) (keyf
 }
 
 // key is the jwt.Keyfunc: the keys that may have signed t, of the
-// algorithm and kid its header names.
-func (v *verifier) key(t *jwt.Token) (any, error) {
+// algorithm and kid its header names. ctx is the request's: a fetch of
+// the JWK Set for an unknown kid ends with it.
+func (v *verifier) key(ctx context.Context, t *jwt.Token) (any, error) {
 	kid, ok := "", true
 	if raw, named := t.Header["kid"]; named {
 		kid, ok = raw.(string)
@@ -137,7 +138,7 @@ func (v *verifier) key(t *jwt.Token) (any, error) {
 		}
 	}
 	if len(set.Keys) == 0 && v.jwks != nil {
-		k, err := v.jwks.Keyfunc(t)
+		k, err := v.jwks.KeyfuncCtx(ctx)(t)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", errNoKey, err)
 		}

@@ -404,6 +404,7 @@ func TestStreamsClaimRenamed(t *testing.T) {
 		"an array":           {tok(func(c jwt.MapClaims) { c[claim] = []string{"presence", "chat"} }), []string{"presence", "chat"}},
 		"a string of names":  {tok(func(c jwt.MapClaims) { c[claim] = "presence chat" }), []string{"presence", "chat"}},
 		"streams, not named": {tok(func(c jwt.MapClaims) { c["streams"] = []string{"*"} }), nil},
+		"streams too":        {tok(func(c jwt.MapClaims) { c["streams"], c[claim] = "*", []string{"chat"} }), []string{"chat"}},
 	} {
 		c := mustAccept(t, v, what, tc.tok)
 		if !slices.Equal(c.Streams, tc.want) {
@@ -411,10 +412,13 @@ func TestStreamsClaimRenamed(t *testing.T) {
 		}
 	}
 	mustRefuse(t, v, "a claim that is neither", tok(func(c jwt.MapClaims) { c[claim] = 7 }), "malformed")
-	// The default reads streams.
+	// The default reads streams, an array or a string.
 	def := testVerifier(t, func(c *config.Bridge) { c.Secret = key })
 	if c := mustAccept(t, def, "streams by default", signed(t, jwt.SigningMethodHS256, []byte(key), "", bob())); !slices.Equal(c.Streams, []string{"presence"}) {
 		t.Errorf("streams %q, want [presence]", c.Streams)
+	}
+	if c := mustAccept(t, def, "streams as a string", signed(t, jwt.SigningMethodHS256, []byte(key), "", bob(func(c jwt.MapClaims) { c["streams"] = "presence chat" }))); !slices.Equal(c.Streams, []string{"presence", "chat"}) {
+		t.Errorf("streams %q, want [presence chat]", c.Streams)
 	}
 }
 
