@@ -466,7 +466,7 @@ func TestSecretsOnlyFromSecrets(t *testing.T) {
 	for name, r := range renders(t) {
 		t.Run(name, func(t *testing.T) {
 			secretVar := func(n string) bool {
-				return strings.HasPrefix(n, "DRIFTGUARD_SECRETS_") || strings.HasSuffix(n, "_PASSWORD") || n == "DRIFTGUARD_BRIDGE_SECRET" || n == "DRIFTGUARD_ADMIN_TOKEN"
+				return strings.HasPrefix(n, "DRIFTGUARD_SECRETS_") || strings.HasSuffix(n, "_PASSWORD") || n == "DRIFTGUARD_BRIDGE_SECRET" || n == "DRIFTGUARD_BRIDGE_HS256_KEYS" || n == "DRIFTGUARD_ADMIN_TOKEN"
 			}
 			seen := map[string]bool{}
 			for owner, pod := range r.podTemplates() {
@@ -547,6 +547,7 @@ func TestSchemaRefuses(t *testing.T) {
 		"config: {http: {addr: ':8081'}}",
 		"config: {clickhouse: {password: hunter2}}",
 		"config: {bridge: {secret: 0123456789abcdef0123456789abcdef}}",
+		"config: {bridge: {tokens: {hs256_keys: 'k1:0123456789abcdef0123456789abcdef'}}}",
 		"config: {streams: {presence: {signature: {secrets: [whsec_c2VjcmV0LW9mLWF0LWxlYXN0LTI0LWJ5dGVzLW9r]}}}}",
 		"config: {telemetry: {log_level: verbose}}",
 		"webhookSecrets: {tickets: {name: s}}",

@@ -60,7 +60,7 @@ var commands = []command{
 	{name: "sink", args: "[--rebuild [--yes]]", summary: "the ClickHouse sink (--rebuild: empty its tables and refill them from Kafka, every sink stopped)", component: true, flags: sinkFlags},
 	{name: "relay", summary: "the replay relay: POST gapless streams' replay requests to each stream's replay.url, signed", component: true, flags: func(*flag.FlagSet) runner { return runRelay }},
 	{name: "bridge", summary: "the realtime bridge: ordered state to browsers over SSE, and the page", component: true, flags: func(*flag.FlagSet) runner { return runBridge }},
-	{name: "token", args: "--user U [--streams a,b] [--ttl 1h] [--device D]", summary: "print a token for the bridge, signed with bridge.secret", flags: tokenFlags},
+	{name: "token", args: "--user U [--streams a,b] [--ttl 1h] [--device D] [--kid K]", summary: "print a token for the bridge, signed with bridge.secret or the --kid key of bridge.tokens.hs256_keys", flags: tokenFlags},
 	{name: "migrate", args: "[--print]", summary: "create or upgrade the ClickHouse database and tables (--print: only print the DDL)", flags: migrateFlags},
 	{name: "retention", args: "[--dry-run] [--print]", summary: "apply clickhouse.retention: set the tables' TTLs, or drop the months past it on servers without TTL", flags: retentionFlags},
 	{name: "topics", args: "[--check]", summary: "create and check every Kafka topic of the catalogue (--check: only check)", flags: topicsFlags},

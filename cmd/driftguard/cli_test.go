@@ -492,4 +492,16 @@ func TestRunTokenSignsForTheBridge(t *testing.T) {
 	if left := time.Until(claims.ExpiresAt.Time); left <= time.Minute || left > 2*time.Minute {
 		t.Errorf("the token expires in %s, want 2m", left)
 	}
+	// --kid signs with that key of bridge.tokens.hs256_keys and names it.
+	rotated := strings.Repeat("r", config.MinBridgeSecretBytes)
+	t.Setenv("DRIFTGUARD_BRIDGE_HS256_KEYS", "2026-12:"+rotated)
+	if r := runCLI(t, "token", "--user", "alice", "--kid", "2027-01"); r.code != 1 || !strings.Contains(r.stderr, `no key with kid "2027-01"`) {
+		t.Errorf("an unknown --kid: %v", r)
+	}
+	r = runCLI(t, "token", "--user", "alice", "--kid", "2026-12")
+	tok, err = jwt.ParseWithClaims(strings.TrimSpace(r.stdout), &claims, func(*jwt.Token) (any, error) { return []byte(rotated), nil },
+		jwt.WithValidMethods([]string{"HS256"}))
+	if err != nil || !tok.Valid || tok.Header["kid"] != "2026-12" {
+		t.Fatalf("--kid 2026-12: %v %v", r, err)
+	}
 }

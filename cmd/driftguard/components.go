@@ -116,16 +116,26 @@ func tokenFlags(fs *flag.FlagSet) runner {
 	streams := fs.String("streams", "*", "the streams it may read, comma-separated, or * for all")
 	ttl := fs.Duration("ttl", time.Hour, "how long it is valid")
 	device := fs.String("device", "", "the device it is issued to (the device claim): what the user sends through the bridge is this device's; empty, each request names its device with the X-Driftguard-Device header")
+	kid := fs.String("kid", "", "sign with this key id's key of bridge.tokens.hs256_keys, named in the token's header; empty, with bridge.secret")
 	return func(_ context.Context, env *environment) error {
 		switch {
 		case *user == "":
 			return usageError{errors.New("--user is required")}
 		case *ttl <= 0:
 			return usageError{errors.New("--ttl must be positive")}
-		case env.cfg.Bridge.Secret == "":
-			return realtime.ErrNoSecret
 		}
-		tok, err := realtime.SignDevice([]byte(env.cfg.Bridge.Secret), *user, *device, config.SplitList(*streams), time.Now().Add(*ttl))
+		keys, err := env.cfg.Bridge.TokenKeys()
+		if err != nil {
+			return err
+		}
+		key, ok := keys.HS256[*kid]
+		switch {
+		case !ok && *kid == "":
+			return errors.New("token signs with bridge.secret (DRIFTGUARD_BRIDGE_SECRET, at least 32 bytes), or with --kid and a key of bridge.tokens.hs256_keys; neither is set")
+		case !ok:
+			return fmt.Errorf("bridge.tokens.hs256_keys has no key with kid %q", *kid)
+		}
+		tok, err := realtime.SignKID(key, *kid, *user, *device, config.SplitList(*streams), time.Now().Add(*ttl))
 		if err != nil {
 			return err
 		}

@@ -228,10 +228,15 @@ type Bridge struct {
 	// Addr serves the streams, the page and /metrics, /healthz, /readyz.
 	// Default 127.0.0.1:8090.
 	Addr string `yaml:"addr" env:"DRIFTGUARD_BRIDGE_ADDR"`
-	// Secret is the HS256 key of the JWTs clients present, at least 32
-	// bytes. Set it with DRIFTGUARD_BRIDGE_SECRET rather than in the file.
-	// The bridge refuses to start without one, except in dev.
+	// Secret is the HS256 key of the JWTs clients present that name no
+	// key id (kid), at least 32 bytes. Set it with DRIFTGUARD_BRIDGE_SECRET
+	// rather than in the file. The bridge refuses to start without it or
+	// a key of Tokens, except in dev.
 	Secret string `yaml:"secret" env:"DRIFTGUARD_BRIDGE_SECRET" redact:"true"`
+	// Tokens are the other keys of clients' tokens: an identity
+	// provider's (JWKS, PEM files), more HS256 keys for rotation, and the
+	// claims checked (bridge_tokens.go).
+	Tokens BridgeTokens `yaml:"tokens"`
 	// AllowedOrigins may read the streams from another origin's pages
 	// (CORS); empty (the default) allows none: only the bridge's own page.
 	AllowedOrigins []string `yaml:"allowed_origins"`
@@ -479,6 +484,7 @@ func (c *Config) applyDefaults() {
 	orDefault(&c.Bridge.TypingRate, 1)
 	c.Bridge.applySendDefaults()
 	c.Bridge.admissionDefaults()
+	c.Bridge.Tokens.applyDefaults()
 	if c.DataDir == "" {
 		c.DataDir = defaultDataDir()
 	}
@@ -643,9 +649,7 @@ func (c *Config) Validate() error {
 	if c.ClickHouse.BatchPeriod < time.Millisecond {
 		add("clickhouse.batch_period", "must be at least 1ms, got %s", c.ClickHouse.BatchPeriod)
 	}
-	if n := len(c.Bridge.Secret); n > 0 && n < MinBridgeSecretBytes {
-		add("bridge.secret", "is %d bytes; at least %d are needed", n, MinBridgeSecretBytes)
-	}
+	errs = append(errs, c.Bridge.validateTokens()...)
 	for name, v := range map[string]int{"max_entities": c.Bridge.MaxEntities, "window": c.Bridge.Window, "client_lag": c.Bridge.ClientLag, "chat_window": c.Bridge.ChatWindow} {
 		if v < 1 {
 			add("bridge."+name, "must be at least 1, got %d", v)

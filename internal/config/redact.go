@@ -83,6 +83,12 @@ func (b Bridge) String() string { return redactedString(b) }
 // LogValue logs the settings, the secret redacted.
 func (b Bridge) LogValue() slog.Value { return slog.StringValue(b.String()) }
 
+// String shows the settings, the HS256 keys redacted.
+func (t BridgeTokens) String() string { return redactedString(t) }
+
+// LogValue logs the settings, the HS256 keys redacted.
+func (t BridgeTokens) LogValue() slog.Value { return slog.StringValue(t.String()) }
+
 // String shows the entry, its secrets redacted.
 func (s Stream) String() string { return redactedString(s) }
 

@@ -1,6 +1,7 @@
 package realtime
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/problem"
 )
 
@@ -20,6 +22,43 @@ type claims struct {
 	jwt.RegisteredClaims
 	Streams []string `json:"streams"`
 	Device  string   `json:"device"`
+	// streamsClaim names the claim Streams is read from
+	// (bridge.tokens.streams_claim); empty, "streams".
+	streamsClaim string
+}
+
+// UnmarshalJSON reads the token's claims, the streams from the claim the
+// configuration names: an array of names, or one string of names
+// separated by spaces (as OAuth's scope is).
+func (c *claims) UnmarshalJSON(data []byte) error {
+	type plain claims
+	var all struct {
+		*plain
+		// Shadows plain's Streams, read below from the claim named.
+		Streams json.RawMessage `json:"streams"`
+	}
+	all.plain = (*plain)(c)
+	if err := json.Unmarshal(data, &all); err != nil {
+		return err
+	}
+	raw := all.Streams
+	if c.streamsClaim != "" && c.streamsClaim != config.DefaultStreamsClaim {
+		var named map[string]json.RawMessage
+		if err := json.Unmarshal(data, &named); err != nil {
+			return err
+		}
+		raw = named[c.streamsClaim]
+	}
+	c.Streams = nil
+	var one string
+	switch {
+	case len(raw) == 0 || string(raw) == "null":
+		return nil
+	case json.Unmarshal(raw, &one) == nil:
+		c.Streams = strings.Fields(one)
+		return nil
+	}
+	return json.Unmarshal(raw, &c.Streams)
 }
 
 // deviceOf is the request's device: the token's device claim when it has
@@ -43,49 +82,67 @@ type authError struct{ reason string }
 
 func (e authError) Error() string { return e.reason }
 
-// verifier checks HS256 tokens signed with one key. The algorithm is pinned:
-// a token that names none, or another algorithm (RS256 with the key taken
-// for a public key), is refused whatever its signature.
-type verifier struct {
-	key    []byte
-	parser *jwt.Parser
+// queryTokenError is a token in the query string of a request that could
+// have sent it in a header: 400, so that the client moves it there.
+type queryTokenError struct{}
+
+func (queryTokenError) Error() string {
+	return "a token in the query string (?access_token=) is accepted only by the events endpoint, for EventSource, which cannot set headers: send Authorization: Bearer <token>"
 }
 
-func newVerifier(key []byte, now func() time.Time) *verifier {
-	return &verifier{key: key, parser: jwt.NewParser(
-		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
-		jwt.WithExpirationRequired(),
-		jwt.WithTimeFunc(now),
-	)}
-}
+// accessTokenParam is the query parameter of a token for EventSource.
+const accessTokenParam = "access_token"
 
-// token finds the request's token: `Authorization: Bearer`, or for
-// EventSource, which cannot set headers, `?access_token=`.
-func token(r *http.Request) string {
+// token finds the request's token: `Authorization: Bearer`, or, when
+// inQuery (the SSE endpoint: EventSource cannot set headers),
+// `?access_token=`. A token in the query of any other request is refused:
+// a URL is kept in browser history, proxies' logs and Referer headers.
+func token(r *http.Request, inQuery bool) (string, error) {
+	query := r.URL.Query().Has(accessTokenParam)
+	if query && !inQuery {
+		return "", queryTokenError{}
+	}
 	if h := r.Header.Get("Authorization"); h != "" {
 		if t, ok := strings.CutPrefix(h, "Bearer "); ok {
-			return strings.TrimSpace(t)
+			return strings.TrimSpace(t), nil
 		}
-		return ""
+		return "", nil
 	}
-	return r.URL.Query().Get("access_token")
+	if !query {
+		return "", nil
+	}
+	return r.URL.Query().Get(accessTokenParam), nil
 }
 
-// verify returns the request's claims, or why it has none.
-func (v *verifier) verify(r *http.Request) (*claims, error) {
-	raw := token(r)
-	if raw == "" {
+// verify returns the request's claims, or why it has none; inQuery says
+// whether the token may come in the query string.
+func (v *verifier) verify(r *http.Request, inQuery bool) (*claims, error) {
+	raw, err := token(r, inQuery)
+	switch {
+	case err != nil:
+		return nil, err
+	case raw == "" && inQuery:
 		return nil, authError{"no token: send Authorization: Bearer <token> or ?access_token=<token>"}
+	case raw == "":
+		return nil, authError{"no token: send Authorization: Bearer <token>"}
 	}
-	var c claims
-	_, err := v.parser.ParseWithClaims(raw, &c, func(*jwt.Token) (any, error) { return v.key, nil })
+	c := claims{streamsClaim: v.streamsClaim}
+	_, err = v.parser.ParseWithClaims(raw, &c, func(t *jwt.Token) (any, error) { return v.key(r.Context(), t) })
 	switch {
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return nil, authError{"the token has expired"}
+	case errors.Is(err, jwt.ErrTokenNotValidYet):
+		return nil, authError{"the token is not valid yet (nbf in the future)"}
 	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
-		return nil, authError{"the token lacks a required claim (exp)"}
+		return nil, authError{"the token lacks a required claim (exp" + v.required + ")"}
+	case errors.Is(err, jwt.ErrTokenInvalidAudience):
+		return nil, authError{"the token's audience (aud) is not the bridge's"}
+	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
+		return nil, authError{"the token's issuer (iss) is not the bridge's"}
+	case errors.Is(err, errNoKey):
+		return nil, authError{"no key of the bridge has the token's key id (kid) and algorithm"}
 	case errors.Is(err, jwt.ErrTokenSignatureInvalid), errors.Is(err, jwt.ErrTokenUnverifiable):
-		return nil, authError{"the token is not signed with the bridge's key (HS256)"}
+		return nil, authError{"the token is not signed with the bridge's keys (" + v.algs + ")"}
 	case err != nil:
 		return nil, authError{"the token is malformed"}
 	case c.Subject == "":
@@ -103,11 +160,21 @@ func Sign(key []byte, user string, streams []string, exp time.Time) (string, err
 // SignDevice is Sign for a token issued to one device of the user: what
 // the user writes through the bridge (sends, receipts) is that device's.
 func SignDevice(key []byte, user, device string, streams []string, exp time.Time) (string, error) {
-	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims{
+	return SignKID(key, "", user, device, streams, exp)
+}
+
+// SignKID is SignDevice with a key of bridge.tokens.hs256_keys, named in
+// the token's header by kid; empty, the token names none (bridge.secret).
+func SignKID(key []byte, kid, user, device string, streams []string, exp time.Time) (string, error) {
+	t := jwt.NewWithClaims(jwt.SigningMethodHS256, claims{
 		RegisteredClaims: jwt.RegisteredClaims{Subject: user, ExpiresAt: jwt.NewNumericDate(exp)},
 		Streams:          streams,
 		Device:           device,
-	}).SignedString(key)
+	})
+	if kid != "" {
+		t.Header["kid"] = kid
+	}
+	return t.SignedString(key)
 }
 
 // DeviceHeader names the request's device when its token has no device

@@ -16,7 +16,8 @@ import (
 
 // Every way a token can be wrong, and what the bridge answers: 401 with a
 // problem for a request it cannot tie to a valid token, 403 for a stream
-// the token does not name. The algorithm is pinned to HS256.
+// the token does not name, 400 for a token in the query string of another
+// endpoint than the events. The algorithm is pinned to HS256.
 func TestAuth(t *testing.T) {
 	e := newBridgeEnv(t, testenv.Fake(t), nil, "presence", "workflow")
 	e.publish("presence", "alice", 1, `{"presence":"ONLINE"}`)
@@ -52,7 +53,8 @@ func TestAuth(t *testing.T) {
 		detail string
 	}{
 		{"valid, in the header", "Bearer " + good, "", 200, ""},
-		{"valid, as access_token", "", good, 200, ""},
+		{"valid, as access_token outside the events", "", good, 400, "only by the events endpoint"},
+		{"valid in the header, with access_token too", "Bearer " + good, good, 400, "only by the events endpoint"},
 		{"missing", "", "", 401, "no token"},
 		{"not a bearer token", "Basic " + good, "", 401, "no token"},
 		{"malformed", "Bearer not.a.jwt", "", 401, "malformed"},
@@ -93,6 +95,30 @@ func TestAuth(t *testing.T) {
 				t.Error("401 without WWW-Authenticate")
 			}
 		})
+	}
+	// The events take ?access_token=, for EventSource: the stream opens.
+	cursor, _ := e.snapshot("presence", good, 10)
+	req, _ := http.NewRequestWithContext(e.ctx, http.MethodGet, e.url+"/v1/streams/presence/events?cursor="+cursor+"&access_token="+good, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Errorf("events with ?access_token=: %d %s, want 200 text/event-stream", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	// No token, accepted or refused, reaches the bridge's log, at any
+	// level: neither itself nor its signature.
+	e.stop()
+	logged := e.logged.String()
+	for _, tc := range cases {
+		tok := strings.TrimPrefix(strings.TrimPrefix(tc.header, "Bearer "), "Basic ") + tc.query
+		if sig := tok[strings.LastIndex(tok, ".")+1:]; len(sig) > 8 && strings.Contains(logged, sig) {
+			t.Errorf("%s: the bridge logged the token", tc.name)
+		}
+	}
+	if len(logged) == 0 {
+		t.Error("the bridge logged nothing at all: the check above proves nothing")
 	}
 }
 

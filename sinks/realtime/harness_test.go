@@ -43,6 +43,8 @@ type bridgeEnv struct {
 	now     func() time.Time
 	// warnings are the messages the bridge logged at Warn or above.
 	warnings *logRecorder
+	// logged is everything the bridge logged, Debug included, as text.
+	logged *testenv.SyncBuffer
 }
 
 // newBridgeEnv creates the topics of the named shipped streams (renamed
@@ -69,7 +71,7 @@ func newBridgeEnv(t testing.TB, brokers []string, change func(*config.Config), s
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	e := &bridgeEnv{t: t, ctx: ctx, cfg: cfg, brokers: brokers, cl: testenv.Topics(t, ctx, cfg, brokers), now: time.Now, warnings: &logRecorder{}}
+	e := &bridgeEnv{t: t, ctx: ctx, cfg: cfg, brokers: brokers, cl: testenv.Topics(t, ctx, cfg, brokers), now: time.Now, warnings: &logRecorder{}, logged: &testenv.SyncBuffer{}}
 	t.Cleanup(e.cl.Close)
 	e.start()
 	return e
@@ -98,7 +100,8 @@ func (e *bridgeEnv) start() {
 		e.t.Fatal(err)
 	}
 	e.ops = telemetry.NewOps()
-	log := slog.New(slog.NewMultiHandler(testenv.Logger(e.t).Handler(), e.warnings))
+	log := slog.New(slog.NewMultiHandler(testenv.Logger(e.t).Handler(), e.warnings,
+		slog.NewTextHandler(e.logged, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	b, err := realtime.New(realtime.Options{Config: e.cfg, Logger: log, Ops: e.ops, Listener: ln,
 		Now: func() time.Time { return e.now() }})
 	if err != nil {

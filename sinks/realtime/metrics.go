@@ -72,7 +72,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "driftguard_bridge_entities_over_limit", Help: "1 while the stream has dropped entities over bridge.max_entities since the bridge began reading it (the bridge serves the others and stays ready), else 0.",
 		}, []string{"stream"}),
 		forbidden: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "driftguard_bridge_auth_failures_total", Help: "Requests refused by status (401 no valid token, 403 not allowed).",
+			Name: "driftguard_bridge_auth_failures_total", Help: "Requests refused by status (401 no valid token, 403 not allowed, 400 a token in the query string outside the events endpoint).",
 		}, []string{"stream", "status"}),
 		history: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "driftguard_bridge_chat_history_reads_total", Help: "Messages older than bridge.chat_window read back from the stream's outcomes for chat catch-up.",

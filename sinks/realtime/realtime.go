@@ -77,15 +77,17 @@ type Bridge struct {
 	produceTimeout time.Duration
 	// admission caps the SSE streams and their accept rate (admission.go).
 	admission *admission
+	// stopAuth ends the refreshes of the tokens' JWK Set, when Run ends.
+	stopAuth context.CancelFunc
 }
 
-// ErrNoSecret is returned by New without bridge.secret.
-var ErrNoSecret = errors.New("the bridge needs bridge.secret (DRIFTGUARD_BRIDGE_SECRET, at least 32 bytes) to check its clients' tokens")
+// ErrNoSecret is returned by New without a key to check tokens with.
+var ErrNoSecret = errors.New("the bridge needs a key to check its clients' tokens: bridge.secret (DRIFTGUARD_BRIDGE_SECRET, at least 32 bytes), bridge.tokens.hs256_keys, bridge.tokens.jwks_url or bridge.tokens.public_keys")
 
 // New builds the bridge.
 func New(opts Options) (*Bridge, error) {
 	cfg := opts.Config
-	if len(cfg.Bridge.Secret) < config.MinBridgeSecretBytes {
+	if !cfg.Bridge.HasKey() {
 		return nil, ErrNoSecret
 	}
 	kc, err := kafka.Connect(cfg, opts.Brokers)
@@ -102,7 +104,12 @@ func New(opts Options) (*Bridge, error) {
 	}
 	b.metrics = newMetrics(b.ops.Registry)
 	b.typingMetrics = newTypingMetrics(b.ops.Registry)
-	b.auth = newVerifier([]byte(cfg.Bridge.Secret), b.now)
+	authCtx, stopAuth := context.WithCancel(context.Background())
+	if b.auth, err = newVerifier(authCtx, cfg.Bridge, b.now, b.log); err != nil {
+		stopAuth()
+		return nil, err
+	}
+	b.stopAuth = stopAuth
 	b.admission = newAdmission(cfg.Bridge)
 	names := cfg.Kafka.Naming()
 	for _, s := range cfg.StreamList() {
@@ -155,6 +162,7 @@ func (b *Bridge) Name() string { return "bridge" }
 
 // Run reads every stream and serves until ctx is done.
 func (b *Bridge) Run(ctx context.Context) error {
+	defer b.stopAuth()
 	cl, err := kafka.NewClient(b.kc, kafka.ClientMetrics(b.ops.Registry, "bridge")...)
 	if err != nil {
 		return err
@@ -252,7 +260,7 @@ func (b *Bridge) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/streams/{stream}/snapshot", b.authorized(b.snapshot))
 	mux.HandleFunc("GET /v1/streams/{stream}/entities/{key}", b.authorized(b.entity))
 	mux.HandleFunc("GET /v1/streams/{stream}/entities/{key}/messages", b.authorized(b.messages))
-	mux.HandleFunc("GET /v1/streams/{stream}/events", b.authorized(b.events))
+	mux.HandleFunc("GET /v1/streams/{stream}/events", b.authorizedSSE(b.events))
 	mux.HandleFunc("GET /v1/streams/{stream}/sync", b.authorized(b.sync))
 	mux.HandleFunc("POST /v1/streams/{stream}/entities/{key}/typing", b.authorized(b.postTyping))
 	// Clients' writes (send.go, receipts.go).
@@ -275,7 +283,19 @@ type request struct {
 
 // authorized answers what concerns every stream request: CORS, the
 // stream's existence, the token (401) and the token's streams (403).
+// The token comes in the Authorization header: one in the query string is
+// 400 (authorizedSSE takes it).
 func (b *Bridge) authorized(serve func(*request)) http.HandlerFunc {
+	return b.authorize(serve, false)
+}
+
+// authorizedSSE is authorized for the events endpoint, whose token may be
+// ?access_token=: EventSource cannot set headers.
+func (b *Bridge) authorizedSSE(serve func(*request)) http.HandlerFunc {
+	return b.authorize(serve, true)
+}
+
+func (b *Bridge) authorize(serve func(*request), queryToken bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		b.cors(w, r)
 		name := r.PathValue("stream")
@@ -284,7 +304,12 @@ func (b *Bridge) authorized(serve func(*request)) http.HandlerFunc {
 			problem.Write(w, http.StatusNotFound, "unknown_stream", fmt.Sprintf("no stream named %q", name), nil)
 			return
 		}
-		c, err := b.auth.verify(r)
+		c, err := b.auth.verify(r, queryToken)
+		if errors.As(err, new(queryTokenError)) {
+			b.metrics.forbidden.WithLabelValues(name, "400").Inc()
+			problem.Write(w, http.StatusBadRequest, "token_in_query", err.Error(), nil)
+			return
+		}
 		if err != nil {
 			b.metrics.forbidden.WithLabelValues(name, "401").Inc()
 			w.Header().Set("WWW-Authenticate", `Bearer realm="driftguard"`)
