@@ -13,11 +13,19 @@ import (
 // (http.max_connections), and those of one peer
 // (http.max_connections_per_source), so that connections cannot be
 // hoarded: a peer's connection over its cap is closed as soon as it is
-// accepted; at the cap in all, the connection idle the longest (waiting
-// for its first or next request, as the server's ConnState tells) is
-// closed for the new one; and only when every connection is busy with a
-// request, each bounded by its read and write deadlines, does Accept wait
-// for one to close.
+// accepted; at the cap in all, a connection waiting for a request (as the
+// server's ConnState tells) is closed for the new one; and only when every
+// connection is busy with a request, each bounded by its read and write
+// deadlines, does Accept wait for one to close.
+//
+// The connection closed is the one idle the longest among those that have
+// not yet been served a request, and only when there are none, among
+// those that have. Every refusal closes its connection, so a connection
+// that is idle after a request had it accepted: its client holds the
+// secret. An attacker without it can thus hold only connections that go
+// first, and a publisher's keep-alive connection is not closed under it
+// for one of theirs (which, were it reused at that moment, would fail the
+// webhook sent on it).
 //
 // The cap is what bounds the edge's memory under a flood of connections:
 // every refusal closes its connection, and net/http keeps a closed
@@ -36,10 +44,11 @@ type connectionLimit struct {
 	freed    *sync.Cond
 	open     int
 	bySource map[netip.Addr]int
-	// idle holds the *trackedConn waiting for a request, the one idle the
-	// longest first.
-	idle   list.List
-	closed bool
+	// fresh holds the *trackedConn waiting for their first request,
+	// served those waiting for their next, each the one idle the longest
+	// first.
+	fresh, served list.List
+	closed        bool
 
 	// refusedBySource and closedIdle count the connections closed by the
 	// per-source cap and for a new one at the cap.
@@ -68,7 +77,18 @@ func (l *connectionLimit) openConnections() int64 {
 func (l *connectionLimit) idleConnections() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return int64(l.idle.Len())
+	return int64(l.fresh.Len() + l.served.Len())
+}
+
+// oldestIdle is the connection to close for a new one, nil when every
+// connection is busy; l.mu is held.
+func (l *connectionLimit) oldestIdle() *trackedConn {
+	for _, q := range []*list.List{&l.fresh, &l.served} {
+		if e := q.Front(); e != nil {
+			return e.Value.(*trackedConn)
+		}
+	}
+	return nil
 }
 
 // sourceOf is the source a peer's connections count to, and false for a
@@ -103,8 +123,7 @@ func (l *connectionLimit) admit(c net.Conn, src netip.Addr, capped bool) *tracke
 		if l.open < l.max {
 			break
 		}
-		if oldest := l.idle.Front(); oldest != nil {
-			victim := oldest.Value.(*trackedConn)
+		if victim := l.oldestIdle(); victim != nil {
 			l.release(victim)
 			l.closedIdle.Add(1)
 			// The raw connection: its server goroutine, reading it, sees
@@ -121,7 +140,7 @@ func (l *connectionLimit) admit(c net.Conn, src netip.Addr, capped bool) *tracke
 		l.bySource[src]++
 	}
 	// Idle until its first request is read.
-	tc.idle = l.idle.PushBack(tc)
+	tc.wait(&l.fresh)
 	return tc
 }
 
@@ -131,10 +150,7 @@ func (l *connectionLimit) release(c *trackedConn) {
 		return
 	}
 	c.released = true
-	if c.idle != nil {
-		l.idle.Remove(c.idle)
-		c.idle = nil
-	}
+	c.busy()
 	l.open--
 	if c.capped {
 		if l.bySource[c.src] <= 1 {
@@ -161,16 +177,13 @@ func (l *connectionLimit) connState(c net.Conn, state http.ConnState) {
 	}
 	switch state {
 	case http.StateActive, http.StateHijacked:
-		if tc.idle != nil {
-			l.idle.Remove(tc.idle)
-			tc.idle = nil
-		}
+		tc.busy()
 	case http.StateIdle:
-		if tc.idle == nil {
-			tc.idle = l.idle.PushBack(tc)
+		if tc.queue == nil {
+			tc.wait(&l.served)
+			l.freed.Broadcast()
 		}
 	}
-	l.freed.Broadcast()
 }
 
 // trackedOf finds the *trackedConn in c, through the wrappers of
@@ -230,10 +243,25 @@ type trackedConn struct {
 	limit  *connectionLimit
 	src    netip.Addr
 	capped bool
-	// Guarded by limit.mu: idle is the connection's place in limit.idle
-	// while it waits for a request; released once it is uncounted.
-	idle     *list.Element
+	// Guarded by limit.mu: while the connection waits for a request, it
+	// is at place in queue (limit.fresh or limit.served); released once
+	// it is uncounted.
+	queue    *list.List
+	place    *list.Element
 	released bool
+}
+
+// wait queues c as waiting for a request in q; limit.mu is held.
+func (c *trackedConn) wait(q *list.List) {
+	c.queue, c.place = q, q.PushBack(c)
+}
+
+// busy takes c out of its queue, if in one; limit.mu is held.
+func (c *trackedConn) busy() {
+	if c.queue != nil {
+		c.queue.Remove(c.place)
+		c.queue, c.place = nil, nil
+	}
 }
 
 func (c *trackedConn) Close() error {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -134,6 +135,36 @@ func TestConnectionLimitClosesTheConnectionIdleTheLongest(t *testing.T) {
 	}
 	if got := limit.closedIdle.Load(); got != 1 {
 		t.Errorf("%d connections closed for new ones, want 1", got)
+	}
+}
+
+// At the cap, a connection never served a request is closed for a new
+// one before a connection served one, however longer that one was idle:
+// only a client whose request was accepted keeps its connection.
+func TestConnectionLimitClosesAnUnservedConnectionFirst(t *testing.T) {
+	limit, l := listenLimited(t, 2)
+	serveLimited(t, limit, l, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	addr := l.Addr().String()
+	served := dialAndAsk(t, addr, "/")
+	servedR := bufio.NewReader(served)
+	if !answered(served, servedR, 10*time.Second) {
+		t.Fatal("a connection under the cap was not served")
+	}
+	silent, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	testenv.WaitFor(t, testenv.Context(t, 10*time.Second), "two idle connections", func() bool { return limit.idleConnections() == 2 })
+	third := dialAndAsk(t, addr, "/")
+	if !answered(third, bufio.NewReader(third), 10*time.Second) {
+		t.Fatal("a new connection at the cap was not served at once")
+	}
+	if !closedByServer(silent, bufio.NewReader(silent), 10*time.Second) {
+		t.Error("the connection never served was not closed for the new one")
+	}
+	if closedByServer(served, servedR, 200*time.Millisecond) {
+		t.Error("the connection served a request was closed, though one never served was idle")
 	}
 }
 
@@ -292,9 +323,11 @@ func (c *fakeConn) Close() error { c.closed = true; return nil }
 // from a few sources arriving, starting and ending requests and closing,
 // it never holds more than its cap open nor more than the per-source cap
 // of one source; a connection over its source's cap is refused; one at the
-// cap is admitted by closing exactly the connection idle the longest (in
-// the model, the first of the idle queue), never a busy one; and once
-// every connection is closed, nothing is counted.
+// cap is admitted by closing exactly one connection, the one idle the
+// longest of those never served a request or, when there are none, of
+// those served (in the model, the first of the fresh queue, else of the
+// served one), never a busy one; and once every connection is closed,
+// nothing is counted.
 func TestConnectionTrackerAgainstAModel(t *testing.T) {
 	sources := []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2"), netip.MustParseAddr("2001:db8::")}
 	rapid.Check(t, func(t *rapid.T) {
@@ -307,31 +340,27 @@ func TestConnectionTrackerAgainstAModel(t *testing.T) {
 			src  netip.Addr
 			busy bool
 		}
-		var open []*modelConn // in the order they were admitted
-		var idleQueue []*modelConn
+		var open []*modelConn
+		// fresh and served are the model's queues of idle connections.
+		var fresh, served []*modelConn
 		bySource := map[netip.Addr]int{}
-		removeIdle := func(c *modelConn) {
-			for i, x := range idleQueue {
+		remove := func(q []*modelConn, c *modelConn) []*modelConn {
+			for i, x := range q {
 				if x == c {
-					idleQueue = append(idleQueue[:i], idleQueue[i+1:]...)
-					return
+					return append(q[:i], q[i+1:]...)
 				}
 			}
+			return q
 		}
 		drop := func(c *modelConn) {
-			removeIdle(c)
-			for i, x := range open {
-				if x == c {
-					open = append(open[:i], open[i+1:]...)
-				}
-			}
+			fresh, served, open = remove(fresh, c), remove(served, c), remove(open, c)
 			bySource[c.src]--
 		}
 		for range rapid.IntRange(1, 100).Draw(t, "steps") {
 			switch op := rapid.IntRange(0, 3).Draw(t, "op"); {
 			case op == 0 || len(open) == 0:
 				src := rapid.SampledFrom(sources).Draw(t, "source")
-				if bySource[src] < perSource && len(open) == maxOpen && len(idleQueue) == 0 {
+				if bySource[src] < perSource && len(open) == maxOpen && len(fresh)+len(served) == 0 {
 					// Admit would wait for a connection to be idle or to
 					// close: shown by TestConnectionLimitWaitsWhileEveryConnectionIsBusy.
 					continue
@@ -348,26 +377,26 @@ func TestConnectionTrackerAgainstAModel(t *testing.T) {
 					t.Fatalf("refused a connection of %s, which holds %d of %d", src, bySource[src], perSource)
 				}
 				if len(open) == maxOpen {
-					victim := idleQueue[0]
+					victim := append(fresh, served...)[0]
 					if !victim.raw.closed {
-						t.Fatalf("at the cap, the connection idle the longest was not closed")
+						t.Fatalf("at the cap, the connection to close (never served: %v) was not", slices.Contains(fresh, victim))
 					}
 					drop(victim)
 				}
 				c := &modelConn{tc: tc, raw: raw, src: src}
 				open = append(open, c)
-				idleQueue = append(idleQueue, c)
+				fresh = append(fresh, c)
 				bySource[src]++
 			case op == 1:
 				c := open[rapid.IntRange(0, len(open)-1).Draw(t, "started")]
 				l.connState(c.tc, http.StateActive)
-				removeIdle(c)
+				fresh, served = remove(fresh, c), remove(served, c)
 				c.busy = true
 			case op == 2:
 				c := open[rapid.IntRange(0, len(open)-1).Draw(t, "ended")]
 				l.connState(c.tc, http.StateIdle)
 				if c.busy {
-					idleQueue = append(idleQueue, c)
+					served = append(served, c)
 				}
 				c.busy = false
 			default:
@@ -384,8 +413,8 @@ func TestConnectionTrackerAgainstAModel(t *testing.T) {
 			if got := l.openConnections(); got != int64(len(open)) || got > int64(maxOpen) {
 				t.Fatalf("%d open (model %d) of %d", got, len(open), maxOpen)
 			}
-			if got := l.idleConnections(); got != int64(len(idleQueue)) {
-				t.Fatalf("%d idle, model %d", got, len(idleQueue))
+			if l.fresh.Len() != len(fresh) || l.served.Len() != len(served) {
+				t.Fatalf("%d idle never served and %d served, model %d and %d", l.fresh.Len(), l.served.Len(), len(fresh), len(served))
 			}
 			for _, src := range sources {
 				if l.bySource[src] != bySource[src] || bySource[src] > perSource {
