@@ -15,8 +15,9 @@ import (
 
 // The flood: junk at the body limit for 30 s from 128 connections as fast
 // as they go, half of it unsigned, half signed with a wrong key, and from
-// 256 more connections that send wrongly signed bodies slowly, while a
-// publisher sends valid webhooks 20 a second.
+// 256 more connections that send wrongly signed bodies slowly, all from
+// four addresses other than the publisher's, which sends valid webhooks
+// 20 a second.
 const (
 	floodFor         = 30 * time.Second
 	floodConnections = 128
@@ -25,6 +26,11 @@ const (
 	// times the default budget.
 	floodSlowConnections = 256
 	validEvery           = 50 * time.Millisecond
+	// floodSources are the attack's addresses, the publisher's being
+	// 127.0.0.1: four, so that the attack's 384 connections are within
+	// http.max_connections_per_source (128) and its bodies can fill the
+	// budget (four shares of http.max_in_flight_bytes_per_source).
+	floodSources = "127.0.0.2,127.0.0.3,127.0.0.4,127.0.0.5"
 )
 
 // The bound on the edge's memory, a property of its caps: what it holds
@@ -73,7 +79,7 @@ func TestFaultFloodOfJunk(t *testing.T) {
 	}
 	sampler := sampleEdge(ctx, proc.Process.Pid, edge.telemetry, "driftguard_ingest_connections")
 	// The attack and the publisher, each a process of its own.
-	attack := run("-connections", strconv.Itoa(floodConnections), "-slow-connections", strconv.Itoa(floodSlowConnections),
+	attack := run("-connections", strconv.Itoa(floodConnections), "-slow-connections", strconv.Itoa(floodSlowConnections), "-sources", floodSources,
 		"-for", floodFor.String(), "-valid-every", "0", "-body-bytes", strconv.FormatInt(bodyLimit, 10))
 	publish := run("-connections", "0", "-for", floodFor.String(), "-valid-every", validEvery.String(), "-first-id", "100000")
 	r := publish()

@@ -88,9 +88,11 @@ type HTTP struct {
 	// Addr of the webhook listener. Default 127.0.0.1:8080.
 	Addr string `yaml:"addr" env:"DRIFTGUARD_HTTP_ADDR"`
 	// MaxInFlightBytes caps the bytes of request bodies the edge holds at
-	// once, from the start of a body's read until the producer is done
-	// with its record (acked, or failed for good); beyond it a request is
-	// answered 503 with Retry-After before its body is read. Default:
+	// once, taken as they arrive (at most twice what a body has sent, or
+	// its first 4 KiB) until the producer is done with its record (acked,
+	// or failed for good); beyond it a request is answered 503 with
+	// Retry-After, before its body is read or when it outgrows the room
+	// while read. Default:
 	// DefaultInFlightBodies bodies at the largest limits.max_body_bytes
 	// (16 MiB with the shipped 256 KiB), which the producer's buffer is
 	// sized to as well.

@@ -23,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -44,7 +45,7 @@ func main() {
 	duration := flag.Duration("for", 30*time.Second, "how long to flood")
 	every := flag.Duration("valid-every", 50*time.Millisecond, "the pace of valid webhooks; 0 sends none")
 	firstID := flag.Int("first-id", 0, "the number of the first valid event")
-	sources := flag.String("sources", "127.0.0.1", "local addresses the -slow-bodies and -hoard connections come from, comma-separated, each as many")
+	sources := flag.String("sources", "127.0.0.1", "local addresses the attacking connections come from, comma-separated: the junk connections spread over them, and each has -slow-bodies and -hoard of its own")
 	slowBodies := flag.String("slow-bodies", "", "connections per source that each send a head declaring a body of LENGTH, then one byte: COUNTxLENGTH, comma-separated")
 	hoard := flag.Int("hoard", 0, "connections per source left idle, half of them after one request for a stream that does not exist")
 	redial := flag.Duration("redial", 200*time.Millisecond, "how long a -slow-bodies or -hoard connection waits to open again once the edge ended it")
@@ -58,21 +59,19 @@ func main() {
 
 	var junk junkCounter
 	var wg sync.WaitGroup
-	transport := &http.Transport{MaxIdleConnsPerHost: *connections, MaxConnsPerHost: *connections}
 	body := bytes.Repeat([]byte("j"), *bodyBytes)
-	for c := range *connections {
+	from := parseSources(*sources)
+	// Each junk connection sends its requests one after the other, from
+	// the sources in turn.
+	for c := range *connections + *slowConnections {
+		rate := 0
+		if c >= *connections {
+			rate = *slowRate
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			junk.flood(ctx, transport, *url, body, c%2 == 0, 0)
-		}()
-	}
-	slowTransport := &http.Transport{MaxIdleConnsPerHost: *slowConnections, MaxConnsPerHost: *slowConnections}
-	for range *slowConnections {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			junk.flood(ctx, slowTransport, *url, body, false, *slowRate)
+			junk.flood(ctx, sourceTransport(from[c%len(from)]), *url, body, rate == 0 && c%2 == 0, rate)
 		}()
 	}
 	slow := newHolder(*url, parseSources(*sources), *redial)
@@ -184,6 +183,12 @@ func (f *junkCounter) flood(ctx context.Context, transport *http.Transport, url 
 			f.firstOther.CompareAndSwap(nil, &what)
 		}
 	}
+}
+
+// sourceTransport is a transport whose connections come from src.
+func sourceTransport(src net.IP) *http.Transport {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: src}, Timeout: 5 * time.Second}
+	return &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 1}
 }
 
 // pacedReader reads r at rate bytes a second, in 4 KiB steps.
