@@ -32,7 +32,7 @@ func newMetrics(reg prometheus.Registerer, b *budget, bl *backlog, conns *connec
 		}, []string{"stream", "status"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "driftguard_ingest_rejections_total",
-			Help: "Rejected webhooks by stream and reason (signature_*, json, schema, too_large, read_timeout, overloaded, source_limit, unavailable...).",
+			Help: "Rejected webhooks by stream and reason (signature_*, json, schema, too_large, too_slow, overloaded, source_limit, unavailable...).",
 		}, []string{"stream", "reason"}),
 		ephemeral: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "driftguard_ingest_ephemeral_total",
@@ -73,7 +73,7 @@ func newMetrics(reg prometheus.Registerer, b *budget, bl *backlog, conns *connec
 			gauge("driftguard_ingest_in_flight_bytes",
 				"Bytes of request bodies the edge holds, from the start of their read until the producer is done with their records.", b.inUse),
 			gauge("driftguard_ingest_in_flight_bytes_limit",
-				"http.max_in_flight_bytes: beyond it, requests are answered 503 before their bodies are read.", func() int64 { return b.limit }),
+				"http.max_in_flight_bytes: beyond it, requests are answered 503, before their bodies are read or while they are.", func() int64 { return b.limit }),
 			gauge("driftguard_ingest_producer_pending_bytes",
 				"Bytes of records handed to the producer and not yet acked or failed.", bl.pendingBytes),
 			gauge("driftguard_ingest_connections",

@@ -792,10 +792,14 @@ kafka:
 http:
   addr: 127.0.0.1:8080           # DRIFTGUARD_HTTP_ADDR
   # max_in_flight_bytes: 64 bodies at the largest limits.max_body_bytes (16 MiB); 503 beyond it
+  # max_in_flight_bytes_per_source: a quarter of max_in_flight_bytes (4 MiB): one source's bodies
   max_per_source: 0              # requests in flight per source address (IPv6: per /64); 0: off
-  trusted_proxies: []            # proxies (addresses or CIDRs) whose X-Forwarded-For is believed
+  trusted_proxies: []            # proxies (addresses or CIDRs) whose X-Forwarded-For is believed; not capped per source
   read_timeout: 30s              # a request's head and body must arrive within this
-  max_connections: 1024          # open connections; more wait in the accept queue
+  min_body_rate: 4096            # bytes a second a body must keep after its first second; 408 below
+  max_connections: 1024          # open connections; at the cap the one idle the longest is closed for a new one
+  max_connections_per_source: 128 # open connections of one peer address (IPv6: per /64)
+  idle_timeout: 5s               # a keep-alive connection's wait for its next request
   refusal_log_lines: 10          # refused webhooks logged per reason and interval; the rest counted
   refusal_log_interval: 1m
 clickhouse:
