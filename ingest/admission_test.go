@@ -10,46 +10,58 @@ import (
 )
 
 // The budget against a model: any interleaving of takes, growths and gives
-// never holds more than the limit, nor more than the large share in bodies
-// over the small size; a take or growth is refused exactly when it would
-// break one of the two; and when every hold is given back, nothing is held.
+// from a few sources never holds more than the limit, nor more than the
+// large share in bodies over the small size, nor more than a source's
+// share of one source's; a take or growth is refused exactly when it would
+// break one of the three; and when every hold is given back, nothing is
+// held.
 func TestBudgetHoldsNoMoreThanItsLimit(t *testing.T) {
+	sources := []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2"), netip.MustParseAddr("2001:db8::")}
 	rapid.Check(t, func(t *rapid.T) {
 		limit := rapid.Int64Range(256, 1<<20).Draw(t, "limit")
-		b := newBudget(limit)
+		perSource := rapid.Int64Range(1, limit).Draw(t, "per source")
+		b := newBudget(limit, perSource)
 		var holds []hold
 		var used, usedByLarge int64
+		bySource := map[netip.Addr]int64{}
+		fits := func(n int64, large bool, src netip.Addr) bool {
+			return used+n <= limit && (!large || usedByLarge+n <= b.largeLimit) && bySource[src]+n <= perSource
+		}
+		add := func(n int64, large bool, src netip.Addr) {
+			used += n
+			bySource[src] += n
+			if large {
+				usedByLarge += n
+			}
+		}
 		for range rapid.IntRange(1, 200).Draw(t, "steps") {
 			switch op := rapid.IntRange(0, 2).Draw(t, "op"); {
 			case op == 0 || len(holds) == 0:
-				n := rapid.Int64Range(0, limit).Draw(t, "take")
+				declared := rapid.Int64Range(0, limit).Draw(t, "declared")
+				n := min(declared, firstChunk)
 				unknown := rapid.Bool().Draw(t, "unknown length")
-				large := unknown || n > b.small
-				fits := used+n <= limit && (!large || usedByLarge+n <= b.largeLimit)
-				h, ok := b.take(n, unknown)
-				if ok != fits {
-					t.Fatalf("take(%d, large=%v) with %d held (%d large) of %d (%d large): %v, want %v", n, large, used, usedByLarge, limit, b.largeLimit, ok, fits)
+				src := rapid.SampledFrom(sources).Draw(t, "source")
+				large := unknown || declared > b.small
+				want := fits(n, large, src)
+				h, ok := b.take(n, declared, unknown, src)
+				if ok != want {
+					t.Fatalf("take(%d of %d, large=%v) from %s with %d held (%d large, %d of the source's) of %d (%d large, %d a source): %v, want %v",
+						n, declared, large, src, used, usedByLarge, bySource[src], limit, b.largeLimit, perSource, ok, want)
 				}
 				if ok {
 					holds = append(holds, h)
-					used += n
-					if large {
-						usedByLarge += n
-					}
+					add(n, large, src)
 				}
 			case op == 1:
 				i := rapid.IntRange(0, len(holds)-1).Draw(t, "grown")
 				n := rapid.Int64Range(0, limit/4).Draw(t, "grow")
 				h := &holds[i]
-				fits := used+n <= limit && (!h.large || usedByLarge+n <= b.largeLimit)
+				want := fits(n, h.large, h.src)
 				before := h.bytes
-				if ok := b.grow(h, n); ok != fits {
-					t.Fatalf("grow(%d) with %d held: %v, want %v", n, used, ok, fits)
+				if ok := b.grow(h, n); ok != want {
+					t.Fatalf("grow(%d) with %d held, %d of the source's: %v, want %v", n, used, bySource[h.src], ok, want)
 				} else if ok {
-					used += n
-					if h.large {
-						usedByLarge += n
-					}
+					add(n, h.large, h.src)
 				} else if h.bytes != before {
 					t.Fatalf("a refused growth changed the hold from %d to %d", before, h.bytes)
 				}
@@ -58,20 +70,22 @@ func TestBudgetHoldsNoMoreThanItsLimit(t *testing.T) {
 				h := holds[i]
 				holds = append(holds[:i], holds[i+1:]...)
 				b.give(h)
-				used -= h.bytes
-				if h.large {
-					usedByLarge -= h.bytes
-				}
+				add(-h.bytes, h.large, h.src)
 			}
 			if b.inUse() != used || used > limit || usedByLarge > b.largeLimit {
 				t.Fatalf("holds %d (model %d, %d large) of %d (%d large)", b.inUse(), used, usedByLarge, limit, b.largeLimit)
+			}
+			for _, src := range sources {
+				if got := b.heldBy(src); got != bySource[src] || got > perSource {
+					t.Fatalf("%s holds %d (model %d) of its share of %d", src, got, bySource[src], perSource)
+				}
 			}
 		}
 		for _, h := range holds {
 			b.give(h)
 		}
-		if got := b.inUse(); got != 0 {
-			t.Fatalf("%d bytes held after every hold was given back", got)
+		if got := b.inUse(); got != 0 || len(b.bySource) != 0 {
+			t.Fatalf("%d bytes held after every hold was given back, by %d sources", got, len(b.bySource))
 		}
 	})
 }
@@ -79,10 +93,11 @@ func TestBudgetHoldsNoMoreThanItsLimit(t *testing.T) {
 // Bodies at the limit cannot take the share kept for small ones: with the
 // large share full, a small body is still taken, a large one is not.
 func TestBudgetKeepsRoomForSmallBodies(t *testing.T) {
-	b := newBudget(16 << 20)
+	b := newBudget(16<<20, 0)
 	var large []hold
-	for {
-		h, ok := b.take(256<<10, false)
+	for n := 0; ; n++ {
+		// From many sources: the large share is what is measured.
+		h, ok := b.take(256<<10, 256<<10, false, netip.AddrFrom4([4]byte{192, 0, 2, byte(n)}))
 		if !ok {
 			break
 		}
@@ -91,11 +106,37 @@ func TestBudgetKeepsRoomForSmallBodies(t *testing.T) {
 	if got, want := int64(len(large))*256<<10, b.largeLimit; got != want {
 		t.Fatalf("bodies at 256 KiB took %d bytes, want the large share, %d", got, want)
 	}
-	if _, ok := b.take(firstChunk, true); ok {
+	if _, ok := b.take(firstChunk, 0, true, netip.Addr{}); ok {
 		t.Errorf("a body of unknown length was taken beyond the large share")
 	}
-	if _, ok := b.take(2<<10, false); !ok {
+	if _, ok := b.take(2<<10, 2<<10, false, netip.Addr{}); !ok {
 		t.Errorf("a 2 KiB body was refused with %d of %d bytes held", b.inUse(), b.limit)
+	}
+}
+
+// One source cannot hold more than its share: with it full, the source's
+// next body is refused and another source's taken; a body given back
+// makes room for the source again.
+func TestBudgetShareOfOneSource(t *testing.T) {
+	b := newBudget(16<<20, 4<<20)
+	attacker, publisher := netip.MustParseAddr("192.0.2.66"), netip.MustParseAddr("198.51.100.1")
+	var held []hold
+	for {
+		h, ok := b.take(firstChunk, 64<<10, false, attacker)
+		if !ok {
+			break
+		}
+		held = append(held, h)
+	}
+	if got := b.heldBy(attacker); got != 4<<20 {
+		t.Fatalf("one source holds %d bytes, want its share, %d", got, 4<<20)
+	}
+	if _, ok := b.take(firstChunk, 2<<10, false, publisher); !ok {
+		t.Errorf("another source was refused while one held its share (%d of %d held)", b.inUse(), b.limit)
+	}
+	b.give(held[0])
+	if _, ok := b.take(firstChunk, 64<<10, false, attacker); !ok {
+		t.Errorf("a body given back made no room for its source")
 	}
 }
 
@@ -204,20 +245,17 @@ func TestSourceOfARequest(t *testing.T) {
 // A source has at most max requests in flight; another source is not
 // held back by it, and a request that leaves makes room.
 func TestSourceLimit(t *testing.T) {
-	l := newSourceLimit(2, nil)
-	from := func(peer string) *http.Request { return &http.Request{RemoteAddr: peer, Header: http.Header{}} }
-	a1, ok1 := l.enter(from("203.0.113.7:1"))
-	_, ok2 := l.enter(from("203.0.113.7:2"))
-	_, ok3 := l.enter(from("203.0.113.7:3"))
-	_, other := l.enter(from("198.51.100.1:1"))
+	l := newSourceLimit(2)
+	a, b := netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("198.51.100.1")
+	ok1, ok2, ok3, other := l.enter(a), l.enter(a), l.enter(a), l.enter(b)
 	if !ok1 || !ok2 || ok3 || !other {
 		t.Fatalf("entered %v %v %v from one source, %v from another; want true true false, true", ok1, ok2, ok3, other)
 	}
-	l.leave(a1)
-	if _, ok := l.enter(from("203.0.113.7:4")); !ok {
+	l.leave(a)
+	if !l.enter(a) {
 		t.Errorf("a request that left made no room for the next")
 	}
-	if newSourceLimit(0, nil) != nil {
+	if newSourceLimit(0) != nil {
 		t.Errorf("a limit of 0 is not off")
 	}
 }

@@ -1,97 +1,280 @@
 package ingest
 
 import (
+	"container/list"
 	"net"
+	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 )
 
 // connectionLimit caps the connections the edge has open
-// (http.max_connections): at the cap, Accept waits for one to close, and
-// new connections wait in the kernel's accept queue.
+// (http.max_connections), and those of one peer
+// (http.max_connections_per_source), so that connections cannot be
+// hoarded: a peer's connection over its cap is closed as soon as it is
+// accepted; at the cap in all, a connection waiting for a request (as the
+// server's ConnState tells) is closed for the new one; and only when every
+// connection is busy with a request, each bounded by its read and write
+// deadlines, does Accept wait for one to close.
+//
+// The connection closed is the one idle the longest among those that have
+// not yet been served a request, and only when there are none, among
+// those that have. Every refusal closes its connection, so a connection
+// that is idle after a request had it accepted: its client holds the
+// secret. An attacker without it can thus hold only connections that go
+// first, and a publisher's keep-alive connection is not closed under it
+// for one of theirs (which, were it reused at that moment, would fail the
+// webhook sent on it).
 //
 // The cap is what bounds the edge's memory under a flood of connections:
-// every refusal that leaves a body unread (401 before the body, 503 over
-// the in-flight budget) closes its connection, and net/http keeps a closed
+// every refusal closes its connection, and net/http keeps a closed
 // connection's goroutine, stack and structures for half a second after
 // closing its write side, so that the client reads the answer before a
 // reset. A flood that reconnects as fast as it is refused thus holds
 // thousands of such connections at once without a cap. The cap counts
 // them until they are closed for good, so they are part of it.
-//
-// golang.org/x/net/netutil.LimitListener does the same but neither says
-// how many connections are open nor passes CloseWrite through (without
-// which net/http cannot half-close, and the client may see a reset
-// instead of the answer).
 type connectionLimit struct {
-	slots chan struct{}
-	open  atomic.Int64
+	max, perSource int
+	// trusted proxies are not capped per source: their connections carry
+	// many clients' requests.
+	trusted []netip.Prefix
+
+	mu       sync.Mutex
+	freed    *sync.Cond
+	open     int
+	bySource map[netip.Addr]int
+	// fresh holds the *trackedConn waiting for their first request,
+	// served those waiting for their next, each the one idle the longest
+	// first.
+	fresh, served list.List
+	closed        bool
+
+	// refusedBySource and closedIdle count the connections closed by the
+	// per-source cap and for a new one at the cap.
+	refusedBySource, closedIdle atomic.Int64
 }
 
-func newConnectionLimit(max int) *connectionLimit {
-	return &connectionLimit{slots: make(chan struct{}, max)}
+func newConnectionLimit(maxOpen, perSource int, trusted []netip.Prefix) *connectionLimit {
+	l := &connectionLimit{max: maxOpen, perSource: min(max(perSource, 1), maxOpen), trusted: trusted, bySource: map[netip.Addr]int{}}
+	l.freed = sync.NewCond(&l.mu)
+	return l
 }
 
-// listen is ln holding the cap.
+// listen is ln holding the caps.
 func (l *connectionLimit) listen(ln net.Listener) *limitedListener {
-	return &limitedListener{Listener: ln, limit: l, closed: make(chan struct{})}
+	return &limitedListener{Listener: ln, limit: l}
 }
 
 // openConnections is how many accepted connections are not yet closed.
-func (l *connectionLimit) openConnections() int64 { return l.open.Load() }
+func (l *connectionLimit) openConnections() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return int64(l.open)
+}
 
-// max is the cap.
-func (l *connectionLimit) max() int { return cap(l.slots) }
+// idleConnections is how many of them wait for a request.
+func (l *connectionLimit) idleConnections() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return int64(l.fresh.Len() + l.served.Len())
+}
+
+// oldestIdle is the connection to close for a new one, nil when every
+// connection is busy; l.mu is held.
+func (l *connectionLimit) oldestIdle() *trackedConn {
+	for _, q := range []*list.List{&l.fresh, &l.served} {
+		if e := q.Front(); e != nil {
+			return e.Value.(*trackedConn)
+		}
+	}
+	return nil
+}
+
+// sourceOf is the source a peer's connections count to, and false for a
+// trusted proxy, whose are not counted.
+func (l *connectionLimit) sourceOf(peer net.Addr) (netip.Addr, bool) {
+	ap, err := netip.ParseAddrPort(peer.String())
+	if err != nil {
+		// Not a TCP peer: one source for all.
+		return netip.Addr{}, true
+	}
+	a := ap.Addr().Unmap()
+	if isTrusted(a, l.trusted) {
+		return a, false
+	}
+	return sourceKey(a), true
+}
+
+// admit counts c in as src's, closing the connection idle the longest when
+// at the cap, or waiting for one to be idle or closed when none is; nil
+// when src is at its cap, or the listener closed, and c is to be closed.
+func (l *connectionLimit) admit(c net.Conn, src netip.Addr, capped bool) *trackedConn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for {
+		if l.closed {
+			return nil
+		}
+		if capped && l.bySource[src] >= l.perSource {
+			l.refusedBySource.Add(1)
+			return nil
+		}
+		if l.open < l.max {
+			break
+		}
+		if victim := l.oldestIdle(); victim != nil {
+			l.release(victim)
+			l.closedIdle.Add(1)
+			// The raw connection: its server goroutine, reading it, sees
+			// it closed and ends; trackedConn.Close then finds it
+			// released.
+			_ = victim.Conn.Close()
+			continue
+		}
+		l.freed.Wait()
+	}
+	tc := &trackedConn{Conn: c, limit: l, src: src, capped: capped}
+	l.open++
+	if capped {
+		l.bySource[src]++
+	}
+	// Idle until its first request is read.
+	tc.wait(&l.fresh)
+	return tc
+}
+
+// release uncounts c, once; l.mu is held.
+func (l *connectionLimit) release(c *trackedConn) {
+	if c.released {
+		return
+	}
+	c.released = true
+	c.busy()
+	l.open--
+	if c.capped {
+		if l.bySource[c.src] <= 1 {
+			delete(l.bySource, c.src)
+		} else {
+			l.bySource[c.src]--
+		}
+	}
+	l.freed.Broadcast()
+}
+
+// connState follows a connection from idle (new, or between requests) to
+// busy with a request and back: the server's ConnState. A connection not
+// of this limit's listener is ignored.
+func (l *connectionLimit) connState(c net.Conn, state http.ConnState) {
+	tc := trackedOf(c)
+	if tc == nil || tc.limit != l {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if tc.released {
+		return
+	}
+	switch state {
+	case http.StateActive, http.StateHijacked:
+		tc.busy()
+	case http.StateIdle:
+		if tc.queue == nil {
+			tc.wait(&l.served)
+			l.freed.Broadcast()
+		}
+	}
+}
+
+// trackedOf finds the *trackedConn in c, through the wrappers of
+// listeners that wrap this one's (those with NetConn, as tls.Conn).
+func trackedOf(c net.Conn) *trackedConn {
+	for {
+		switch v := c.(type) {
+		case *trackedConn:
+			return v
+		case interface{ NetConn() net.Conn }:
+			c = v.NetConn()
+		default:
+			return nil
+		}
+	}
+}
 
 type limitedListener struct {
 	net.Listener
 	limit *connectionLimit
-
-	closeOnce sync.Once
-	closed    chan struct{}
 }
 
-// Accept waits for a free slot, then for a connection.
+// Accept accepts a connection within the caps: one over its peer's cap is
+// closed and the next accepted.
 func (l *limitedListener) Accept() (net.Conn, error) {
-	select {
-	case l.limit.slots <- struct{}{}:
-	case <-l.closed:
-		return nil, net.ErrClosed
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		src, capped := l.limit.sourceOf(c.RemoteAddr())
+		if tc := l.limit.admit(c, src, capped); tc != nil {
+			return tc, nil
+		}
+		_ = c.Close()
+		l.limit.mu.Lock()
+		closed := l.limit.closed
+		l.limit.mu.Unlock()
+		if closed {
+			return nil, net.ErrClosed
+		}
 	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.limit.slots
-		return nil, err
-	}
-	l.limit.open.Add(1)
-	return &limitedConn{Conn: c, limit: l.limit}, nil
 }
 
 // Close closes the listener and ends an Accept waiting for a slot.
 func (l *limitedListener) Close() error {
-	l.closeOnce.Do(func() { close(l.closed) })
+	l.limit.mu.Lock()
+	l.limit.closed = true
+	l.limit.freed.Broadcast()
+	l.limit.mu.Unlock()
 	return l.Listener.Close()
 }
 
-// limitedConn gives its slot back when first closed.
-type limitedConn struct {
+// trackedConn is a connection counted by its limit until first closed.
+type trackedConn struct {
 	net.Conn
-	limit    *connectionLimit
-	released sync.Once
+	limit  *connectionLimit
+	src    netip.Addr
+	capped bool
+	// Guarded by limit.mu: while the connection waits for a request, it
+	// is at place in queue (limit.fresh or limit.served); released once
+	// it is uncounted.
+	queue    *list.List
+	place    *list.Element
+	released bool
 }
 
-func (c *limitedConn) Close() error {
+// wait queues c as waiting for a request in q; limit.mu is held.
+func (c *trackedConn) wait(q *list.List) {
+	c.queue, c.place = q, q.PushBack(c)
+}
+
+// busy takes c out of its queue, if in one; limit.mu is held.
+func (c *trackedConn) busy() {
+	if c.queue != nil {
+		c.queue.Remove(c.place)
+		c.queue, c.place = nil, nil
+	}
+}
+
+func (c *trackedConn) Close() error {
 	err := c.Conn.Close()
-	c.released.Do(func() {
-		c.limit.open.Add(-1)
-		<-c.limit.slots
-	})
+	c.limit.mu.Lock()
+	c.limit.release(c)
+	c.limit.mu.Unlock()
 	return err
 }
 
 // CloseWrite half-closes a TCP connection, as net/http does before it
 // closes one whose request body it did not read.
-func (c *limitedConn) CloseWrite() error {
+func (c *trackedConn) CloseWrite() error {
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
 	}

@@ -48,8 +48,12 @@ type Handler struct {
 	backlog *backlog
 	// sources caps each source's requests in flight; nil when off.
 	sources *sourceLimit
-	// connections caps the listener's open connections (Listener).
+	// connections caps the listener's open connections, in all and per
+	// source (Listener, ConnState).
 	connections *connectionLimit
+	// minBodyRate (bytes a second) and readTimeout pace a body's read.
+	minBodyRate int64
+	readTimeout time.Duration
 	// trusted are the proxies whose X-Forwarded-For names the source.
 	trusted []netip.Prefix
 	// refusals logs refused requests, sampled per reason.
@@ -95,12 +99,26 @@ type Options struct {
 	// MaxInFlightBytes caps the bytes of bodies held (http.max_in_flight_bytes).
 	// Default config.InFlightBytesFor the streams.
 	MaxInFlightBytes int64
+	// MaxInFlightBytesPerSource caps the bytes of one source's bodies
+	// (http.max_in_flight_bytes_per_source). Default
+	// config.InFlightBytesPerSource.
+	MaxInFlightBytesPerSource int64
 	// MaxPerSource caps each source's requests in flight
 	// (http.max_per_source); 0 is off.
 	MaxPerSource int
 	// MaxConnections caps the open connections of the listeners Listener
 	// wraps (http.max_connections); 0 means config.DefaultMaxConnections.
 	MaxConnections int
+	// MaxConnectionsPerSource caps the open connections of one peer
+	// (http.max_connections_per_source); 0 means
+	// config.DefaultMaxConnectionsPerSource, at most MaxConnections.
+	MaxConnectionsPerSource int
+	// MinBodyRate is the slowest a body may arrive after its first second,
+	// in bytes a second (http.min_body_rate); 0 means
+	// config.DefaultMinBodyRate.
+	MinBodyRate int64
+	// ReadTimeout bounds a body's read (http.read_timeout); 0 means 30s.
+	ReadTimeout time.Duration
 	// TrustedProxies are the proxies whose X-Forwarded-For names the source
 	// (http.trusted_proxies).
 	TrustedProxies []netip.Prefix
@@ -131,13 +149,17 @@ func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Han
 		now:             opts.Now,
 		maxMessageBytes: cmp.Or(opts.MaxMessageBytes, record.DefaultMaxMessageBytes),
 		backlog:         newBacklog(time.Now),
-		sources:         newSourceLimit(opts.MaxPerSource, opts.TrustedProxies),
+		sources:         newSourceLimit(opts.MaxPerSource),
 		trusted:         opts.TrustedProxies,
+		minBodyRate:     cmp.Or(opts.MinBodyRate, config.DefaultMinBodyRate),
+		readTimeout:     cmp.Or(opts.ReadTimeout, 30*time.Second),
 	}
 	h.refusals = newRefusalLog(h.log, opts.RefusalLogLines, opts.RefusalLogInterval)
 	h.deadlines = newDeadlines(cmp.Or(opts.ProduceTimeout, 5*time.Second))
-	h.budget = newBudget(cmp.Or(opts.MaxInFlightBytes, config.InFlightBytesFor(streams)))
-	h.connections = newConnectionLimit(cmp.Or(opts.MaxConnections, config.DefaultMaxConnections))
+	budget := cmp.Or(opts.MaxInFlightBytes, config.InFlightBytesFor(streams))
+	h.budget = newBudget(budget, cmp.Or(opts.MaxInFlightBytesPerSource, config.InFlightBytesPerSource(budget, streams)))
+	maxConns := cmp.Or(opts.MaxConnections, config.DefaultMaxConnections)
+	h.connections = newConnectionLimit(maxConns, cmp.Or(opts.MaxConnectionsPerSource, min(config.DefaultMaxConnectionsPerSource, maxConns)), opts.TrustedProxies)
 	h.metrics = newMetrics(opts.Registerer, h.budget, h.backlog, h.connections)
 	if h.now == nil {
 		h.now = time.Now
@@ -167,10 +189,16 @@ func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Han
 }
 
 // Listener is ln holding at most Options.MaxConnections connections open,
-// counted by the handler's metrics. Serve the handler on it: the cap is
+// and Options.MaxConnectionsPerSource of one peer, counted by the
+// handler's metrics. Serve the handler on it with ConnState as the
+// server's ConnState, which tells it the connections that are idle: at
+// the cap, the one idle the longest is closed for a new one. The cap is
 // what bounds the edge's memory when a flood reconnects as fast as it is
 // refused.
 func (h *Handler) Listener(ln net.Listener) net.Listener { return h.connections.listen(ln) }
+
+// ConnState is the http.Server ConnState of a server on Listener.
+func (h *Handler) ConnState(c net.Conn, state http.ConnState) { h.connections.connState(c, state) }
 
 // Register adds the webhook route to mux.
 func (h *Handler) Register(mux *http.ServeMux) {
@@ -232,14 +260,14 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, s *
 	if r.ContentLength > s.cfg.Limits.MaxBodyBytes {
 		return tooLarge(w, s)
 	}
+	src := sourceKey(clientAddr(r, h.trusted))
 	if h.sources != nil {
-		src, ok := h.sources.enter(r)
-		if !ok {
+		if !h.sources.enter(src) {
 			return h.unavailable(w, "source_limit", fmt.Sprintf("this source has %d requests in flight, the most it may", h.sources.max))
 		}
 		defer h.sources.leave(src)
 	}
-	body, held, err := h.readBody(r, s.cfg.Limits.MaxBodyBytes)
+	body, held, err := h.readBody(w, r, s.cfg.Limits.MaxBodyBytes, src)
 	if err != nil {
 		return h.refuseBody(w, s, err)
 	}
@@ -295,21 +323,18 @@ func tooLarge(w http.ResponseWriter, s *edgeStream) result {
 	return writeProblem(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the body is over %d bytes", s.cfg.Limits.MaxBodyBytes), nil)
 }
 
-// refuseBody answers for a body readBody did not return. One it stopped
-// reading midway closes the connection: the rest of it is not read.
+// refuseBody answers for a body readBody did not return (its connection
+// closed, as every refusal's: the rest of the body is not read).
 func (h *Handler) refuseBody(w http.ResponseWriter, s *edgeStream, err error) result {
 	switch {
-	case errors.Is(err, errOverBudget):
-		return h.unavailable(w, "overloaded", "the edge holds as many request bytes as it may; retry later")
-	case errors.Is(err, errOverBudgetWhileReading):
-		w.Header().Set("Connection", "close")
-		return h.unavailable(w, "overloaded", "the edge holds as many request bytes as it may; retry later")
+	case errors.Is(err, errOverBudget), errors.Is(err, errOverBudgetWhileReading):
+		return h.unavailable(w, "overloaded", "the edge holds as many request bytes as it may, or this source its share; retry later")
 	case errors.Is(err, errTooLarge):
-		w.Header().Set("Connection", "close")
 		return tooLarge(w, s)
 	case isTimeout(err):
-		res := writeProblem(w, http.StatusBadRequest, "read", "the body did not arrive within the read timeout", nil)
-		res.reason = "read_timeout"
+		res := writeProblem(w, http.StatusRequestTimeout, "too_slow",
+			fmt.Sprintf("the body arrived slower than %d bytes a second after its first second, or not within %s", h.minBodyRate, h.readTimeout), nil)
+		res.reason = "too_slow"
 		return res
 	}
 	return writeProblem(w, http.StatusBadRequest, "read", "the body could not be read", nil)

@@ -3,6 +3,7 @@ package ingest
 import (
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,7 +32,7 @@ func newMetrics(reg prometheus.Registerer, b *budget, bl *backlog, conns *connec
 		}, []string{"stream", "status"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "driftguard_ingest_rejections_total",
-			Help: "Rejected webhooks by stream and reason (signature_*, json, schema, too_large, read_timeout, overloaded, source_limit, unavailable...).",
+			Help: "Rejected webhooks by stream and reason (signature_*, json, schema, too_large, too_slow, overloaded, source_limit, unavailable...).",
 		}, []string{"stream", "reason"}),
 		ephemeral: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "driftguard_ingest_ephemeral_total",
@@ -62,17 +63,27 @@ func newMetrics(reg prometheus.Registerer, b *budget, bl *backlog, conns *connec
 		gauge := func(name, help string, read func() int64) prometheus.Collector {
 			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(read()) })
 		}
+		// shed counts the connections the edge closed for reason.
+		shed := func(reason string, n *atomic.Int64) prometheus.Collector {
+			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "driftguard_ingest_connections_shed_total",
+				Help:        "Connections the edge closed to hold its caps, by reason: source_limit (over http.max_connections_per_source, closed once accepted), idle_at_limit (idle the longest at http.max_connections, closed for a new one).",
+				ConstLabels: prometheus.Labels{"reason": reason}}, func() float64 { return float64(n.Load()) })
+		}
 		reg.MustRegister(m.requests, m.rejections, m.ephemeral, m.inFlight, m.produceLatency, m.retryAfter, m.duration,
 			gauge("driftguard_ingest_in_flight_bytes",
 				"Bytes of request bodies the edge holds, from the start of their read until the producer is done with their records.", b.inUse),
 			gauge("driftguard_ingest_in_flight_bytes_limit",
-				"http.max_in_flight_bytes: beyond it, requests are answered 503 before their bodies are read.", func() int64 { return b.limit }),
+				"http.max_in_flight_bytes: beyond it, requests are answered 503, before their bodies are read or while they are.", func() int64 { return b.limit }),
 			gauge("driftguard_ingest_producer_pending_bytes",
 				"Bytes of records handed to the producer and not yet acked or failed.", bl.pendingBytes),
 			gauge("driftguard_ingest_connections",
 				"Open connections of the webhook listener, those closing included.", conns.openConnections),
+			gauge("driftguard_ingest_idle_connections",
+				"Open connections of the webhook listener waiting for a request: at http.max_connections, the one idle the longest is closed for a new one.", conns.idleConnections),
 			gauge("driftguard_ingest_connections_limit",
-				"http.max_connections: at it, new connections wait in the accept queue.", func() int64 { return int64(conns.max()) }))
+				"http.max_connections: at it, the connection idle the longest is closed for a new one, or new ones wait in the accept queue when none is idle.", func() int64 { return int64(conns.max) }),
+			shed("source_limit", &conns.refusedBySource),
+			shed("idle_at_limit", &conns.closedIdle))
 	}
 	return m
 }

@@ -35,7 +35,7 @@ func TestRejectionsAreCountedByReason(t *testing.T) {
 	valid.with(func(d *delivery) { d.contentType = "text/plain" }).send(t, ctx, srv.URL)
 
 	want := `
-# HELP driftguard_ingest_rejections_total Rejected webhooks by stream and reason (signature_*, json, schema, too_large, read_timeout, overloaded, source_limit, unavailable...).
+# HELP driftguard_ingest_rejections_total Rejected webhooks by stream and reason (signature_*, json, schema, too_large, too_slow, overloaded, source_limit, unavailable...).
 # TYPE driftguard_ingest_rejections_total counter
 driftguard_ingest_rejections_total{reason="content_type",stream="presence"} 1
 driftguard_ingest_rejections_total{reason="json",stream="presence"} 1

@@ -19,7 +19,15 @@ type result struct {
 	reason string
 }
 
+// writeProblem refuses a request with a problem document, and closes its
+// connection: a connection is worth keeping for a publisher whose
+// webhooks are taken, and never for a stranger, whose requests are all
+// refused (a 404 or a 401 would otherwise leave it a connection to hold
+// idle, one of http.max_connections).
+var connectionClose = []string{"close"}
+
 func writeProblem(w http.ResponseWriter, status int, kind, detail string, errs []FieldProblem) result {
+	w.Header()["Connection"] = connectionClose
 	problem.Write(w, status, kind, detail, errs)
 	return result{status: status, reason: kind}
 }

@@ -121,18 +121,22 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	h, err := NewHandler(s.cfg.StreamList(), cl, Options{
-		ProduceTimeout:     s.cfg.Kafka.ProduceTimeout,
-		Logger:             s.log,
-		Registerer:         s.ops.Registry,
-		Now:                s.now,
-		MaxInFlightBytes:   s.cfg.HTTP.MaxInFlightBytes,
-		MaxPerSource:       s.cfg.HTTP.MaxPerSource,
-		TrustedProxies:     trusted,
-		MaxConnections:     s.cfg.HTTP.MaxConnections,
-		ExplainKafka:       s.kc.Explain,
-		Naming:             s.cfg.Kafka.Naming(),
-		RefusalLogLines:    s.cfg.HTTP.RefusalLogLines,
-		RefusalLogInterval: s.cfg.HTTP.RefusalLogInterval,
+		ProduceTimeout:            s.cfg.Kafka.ProduceTimeout,
+		Logger:                    s.log,
+		Registerer:                s.ops.Registry,
+		Now:                       s.now,
+		MaxInFlightBytes:          s.cfg.HTTP.MaxInFlightBytes,
+		MaxInFlightBytesPerSource: s.cfg.HTTP.MaxInFlightBytesPerSource,
+		MaxPerSource:              s.cfg.HTTP.MaxPerSource,
+		TrustedProxies:            trusted,
+		MaxConnections:            s.cfg.HTTP.MaxConnections,
+		MaxConnectionsPerSource:   s.cfg.HTTP.MaxConnectionsPerSource,
+		MinBodyRate:               s.cfg.HTTP.MinBodyRate,
+		ReadTimeout:               s.cfg.HTTP.ReadTimeout,
+		ExplainKafka:              s.kc.Explain,
+		Naming:                    s.cfg.Kafka.Naming(),
+		RefusalLogLines:           s.cfg.HTTP.RefusalLogLines,
+		RefusalLogInterval:        s.cfg.HTTP.RefusalLogInterval,
 	})
 	if err != nil {
 		return err
@@ -153,7 +157,10 @@ func (s *Service) Run(ctx context.Context) error {
 	// answers nothing: not ready again.
 	defer s.ops.AddReadiness(readinessCheck, func(context.Context) error { return errNotListening })
 	s.log.Info("ingest listening", "addr", ln.Addr().String(), "streams", s.cfg.StreamNames(),
-		"max_in_flight_bytes", s.cfg.HTTP.MaxInFlightBytes, "max_per_source", s.cfg.HTTP.MaxPerSource,
-		"max_connections", s.cfg.HTTP.MaxConnections)
-	return telemetry.ServeListener(ctx, h.Listener(ln), mux, s.log, telemetry.WithReadTimeout(s.cfg.HTTP.ReadTimeout))
+		"max_in_flight_bytes", s.cfg.HTTP.MaxInFlightBytes, "max_in_flight_bytes_per_source", s.cfg.HTTP.MaxInFlightBytesPerSource,
+		"max_per_source", s.cfg.HTTP.MaxPerSource, "max_connections", s.cfg.HTTP.MaxConnections,
+		"max_connections_per_source", s.cfg.HTTP.MaxConnectionsPerSource, "idle_timeout", s.cfg.HTTP.IdleTimeout,
+		"min_body_rate", s.cfg.HTTP.MinBodyRate)
+	return telemetry.ServeListener(ctx, h.Listener(ln), mux, s.log, telemetry.WithReadTimeout(s.cfg.HTTP.ReadTimeout),
+		telemetry.WithIdleTimeout(s.cfg.HTTP.IdleTimeout), telemetry.WithConnState(h.ConnState))
 }

@@ -13,31 +13,29 @@ import (
 // IPv6 sources are counted per /64, the smallest block a site is given, so
 // that one host cannot pass for many by changing its interface id.
 type sourceLimit struct {
-	max     int
-	trusted []netip.Prefix
+	max int
 
 	mu     sync.Mutex
 	active map[netip.Addr]int
 }
 
-func newSourceLimit(max int, trusted []netip.Prefix) *sourceLimit {
+func newSourceLimit(max int) *sourceLimit {
 	if max <= 0 {
 		return nil
 	}
-	return &sourceLimit{max: max, trusted: trusted, active: map[netip.Addr]int{}}
+	return &sourceLimit{max: max, active: map[netip.Addr]int{}}
 }
 
-// enter counts a request of r's source in; false when the source has max
-// in flight already. A true enter is matched by leave(source).
-func (l *sourceLimit) enter(r *http.Request) (netip.Addr, bool) {
-	src := sourceKey(clientAddr(r, l.trusted))
+// enter counts a request of src (sourceKey) in; false when the source
+// has max in flight already. A true enter is matched by leave(src).
+func (l *sourceLimit) enter(src netip.Addr) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.active[src] >= l.max {
-		return src, false
+		return false
 	}
 	l.active[src]++
-	return src, true
+	return true
 }
 
 func (l *sourceLimit) leave(src netip.Addr) {

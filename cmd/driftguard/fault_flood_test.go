@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,8 +15,9 @@ import (
 
 // The flood: junk at the body limit for 30 s from 128 connections as fast
 // as they go, half of it unsigned, half signed with a wrong key, and from
-// 256 more connections that send wrongly signed bodies slowly, while a
-// publisher sends valid webhooks 20 a second.
+// 256 more connections that send wrongly signed bodies slowly, all from
+// four addresses other than the publisher's, which sends valid webhooks
+// 20 a second.
 const (
 	floodFor         = 30 * time.Second
 	floodConnections = 128
@@ -26,6 +26,11 @@ const (
 	// times the default budget.
 	floodSlowConnections = 256
 	validEvery           = 50 * time.Millisecond
+	// floodSources are the attack's addresses, the publisher's being
+	// 127.0.0.1: four, so that the attack's 384 connections are within
+	// http.max_connections_per_source (128) and its bodies can fill the
+	// budget (four shares of http.max_in_flight_bytes_per_source).
+	floodSources = "127.0.0.2,127.0.0.3,127.0.0.4,127.0.0.5"
 )
 
 // The bound on the edge's memory, a property of its caps: what it holds
@@ -64,25 +69,7 @@ func TestFaultFloodOfJunk(t *testing.T) {
 	proc := edge.start()
 	bodyLimit := cfg.Streams[stream].Limits.MaxBodyBytes
 	budget := cfg.HTTP.MaxInFlightBytes
-	flood := buildBinary(t, "github.com/driftguard/driftguard/internal/testenv/flood")
-	// run starts a flood process and returns a function that waits for
-	// its report.
-	run := func(args ...string) func() testenv.FloodReport {
-		t.Helper()
-		var out bytes.Buffer
-		cmd := startDriftguardTo(t, &out, flood, append([]string{"-url", edge.url(stream), "-secret", faultSecret}, args...))
-		return func() testenv.FloodReport {
-			t.Helper()
-			if err := cmd.Wait(); err != nil {
-				t.Fatalf("flood %v: %v", args, err)
-			}
-			var r testenv.FloodReport
-			if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-				t.Fatalf("flood %v: %v\n%s", args, err, out.Bytes())
-			}
-			return r
-		}
-	}
+	run := func(args ...string) func() testenv.FloodReport { return startFlood(t, edge, stream, args...) }
 
 	// Warm up with valid webhooks alone, then take the edge's memory.
 	warm := run("-connections", "0", "-for", "2s")()
@@ -90,48 +77,30 @@ func TestFaultFloodOfJunk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	var peakSeen, peakConnections atomic.Int64
-	sampling, stopSampling := context.WithCancel(ctx)
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for sampling.Err() == nil {
-			if rss, _, err := procstat.Memory(proc.Process.Pid); err == nil && rss > peakSeen.Load() {
-				peakSeen.Store(rss)
-			}
-			if n, ok := servedGauge(edge.telemetry, "driftguard_ingest_connections"); ok && int64(n) > peakConnections.Load() {
-				peakConnections.Store(int64(n))
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}()
+	sampler := sampleEdge(ctx, proc.Process.Pid, edge.telemetry, "driftguard_ingest_connections")
 	// The attack and the publisher, each a process of its own.
-	attack := run("-connections", strconv.Itoa(floodConnections), "-slow-connections", strconv.Itoa(floodSlowConnections),
+	attack := run("-connections", strconv.Itoa(floodConnections), "-slow-connections", strconv.Itoa(floodSlowConnections), "-sources", floodSources,
 		"-for", floodFor.String(), "-valid-every", "0", "-body-bytes", strconv.FormatInt(bodyLimit, 10))
 	publish := run("-connections", "0", "-for", floodFor.String(), "-valid-every", validEvery.String(), "-first-id", "100000")
 	r := publish()
 	r.Junk = attack().Junk
-	stopSampling()
-	<-sampled
+	peakSeen, peaks := sampler.wait()
 	rss, peak, err := procstat.Memory(proc.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	connections := int64(cfg.HTTP.MaxConnections)
-	bound := baseline + 2*(budget+connections*floodConnectionBytes) + floodMargin
-	latency := func(level float64) time.Duration {
-		return time.Duration(quantile(r.Valid.Latencies, level) * float64(time.Second)).Round(time.Millisecond)
-	}
+	bound := edgeMemoryBound(baseline, budget, connections)
+	latency := func(level float64) time.Duration { return validLatency(r.Valid, level) }
 	p99 := latency(0.99)
 	j := r.Junk
 	t.Logf("junk: %d sent: %d unsigned refused before the body, %d wrongly signed refused after it, %d over the budget (503), %d transport errors, %d other",
 		j.Sent, j.Unsigned, j.BodiesRead, j.OverBudget, j.Transport, j.Other)
 	t.Logf("valid: %d accepted, %d refused; latency p50 %s, p99 %s, max %s", len(r.Valid.Accepted), len(r.Valid.Refused), latency(0.5), p99, latency(1))
-	t.Logf("connections: at most %d open in the samples, of %d allowed", peakConnections.Load(), connections)
+	t.Logf("connections: at most %.0f open in the samples, of %d allowed", peaks["driftguard_ingest_connections"], connections)
 	t.Logf("memory: %s before the flood, %s peak (VmHWM; %s seen in samples), %s after; bound %s = before + 2 × (%s budget + %d connections at most × %d KiB) + %s",
-		mib(baseline), mib(peak), mib(peakSeen.Load()), mib(rss), mib(bound), mib(budget), connections, floodConnectionBytes>>10, mib(floodMargin))
+		mib(baseline), mib(peak), mib(peakSeen), mib(rss), mib(bound), mib(budget), connections, floodConnectionBytes>>10, mib(floodMargin))
 
 	if peak > bound {
 		t.Errorf("peak resident memory %s is over the bound %s", mib(peak), mib(bound))
@@ -171,6 +140,78 @@ func TestFaultFloodOfJunk(t *testing.T) {
 			t.Errorf("accepted webhook %s is in the input %d times", id, seen[id])
 		}
 	}
+}
+
+// startFlood starts a flood process (internal/testenv/flood, built without
+// the race detector) on the stream's edge with args, and returns a
+// function that waits for its report.
+func startFlood(t *testing.T, edge *ingestRunner, stream string, args ...string) func() testenv.FloodReport {
+	t.Helper()
+	flood := buildBinary(t, "github.com/driftguard/driftguard/internal/testenv/flood")
+	var out bytes.Buffer
+	cmd := startDriftguardTo(t, &out, flood, append([]string{"-url", edge.url(stream), "-secret", faultSecret}, args...))
+	return func() testenv.FloodReport {
+		t.Helper()
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("flood %v: %v", args, err)
+		}
+		var r testenv.FloodReport
+		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+			t.Fatalf("flood %v: %v\n%s", args, err, out.Bytes())
+		}
+		return r
+	}
+}
+
+// edgeSampler samples an edge's resident memory and gauges every 200 ms,
+// keeping the largest value of each.
+type edgeSampler struct {
+	stop    context.CancelFunc
+	done    chan struct{}
+	peakRSS int64
+	peaks   map[string]float64
+}
+
+// sampleEdge samples the edge of process pid serving metrics on telemetry
+// until wait.
+func sampleEdge(ctx context.Context, pid int, telemetry string, gauges ...string) *edgeSampler {
+	ctx, stop := context.WithCancel(ctx)
+	s := &edgeSampler{stop: stop, done: make(chan struct{}), peaks: map[string]float64{}}
+	go func() {
+		defer close(s.done)
+		for ctx.Err() == nil {
+			if rss, _, err := procstat.Memory(pid); err == nil {
+				s.peakRSS = max(s.peakRSS, rss)
+			}
+			for _, g := range gauges {
+				if v, ok := servedGauge(telemetry, g); ok {
+					s.peaks[g] = max(s.peaks[g], v)
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	return s
+}
+
+// wait stops the sampling and returns the largest resident memory and
+// gauge values seen.
+func (s *edgeSampler) wait() (int64, map[string]float64) {
+	s.stop()
+	<-s.done
+	return s.peakRSS, s.peaks
+}
+
+// validLatency is the level quantile (0.5, 0.99, 1) of the valid
+// webhooks' latencies.
+func validLatency(v testenv.FloodValid, level float64) time.Duration {
+	return time.Duration(quantile(v.Latencies, level) * float64(time.Second)).Round(time.Millisecond)
+}
+
+// edgeMemoryBound is the bound on the edge's resident memory under an
+// attack, a property of its caps (see floodConnectionBytes).
+func edgeMemoryBound(baseline, budget, connections int64) int64 {
+	return baseline + 2*(budget+connections*floodConnectionBytes) + floodMargin
 }
 
 // servedGauge is the value of an unlabelled gauge served on the telemetry

@@ -88,9 +88,11 @@ type HTTP struct {
 	// Addr of the webhook listener. Default 127.0.0.1:8080.
 	Addr string `yaml:"addr" env:"DRIFTGUARD_HTTP_ADDR"`
 	// MaxInFlightBytes caps the bytes of request bodies the edge holds at
-	// once, from the start of a body's read until the producer is done
-	// with its record (acked, or failed for good); beyond it a request is
-	// answered 503 with Retry-After before its body is read. Default:
+	// once, taken as they arrive (at most twice what a body has sent, or
+	// its first 4 KiB) until the producer is done with its record (acked,
+	// or failed for good); beyond it a request is answered 503 with
+	// Retry-After, before its body is read or when it outgrows the room
+	// while read. Default:
 	// DefaultInFlightBodies bodies at the largest limits.max_body_bytes
 	// (16 MiB with the shipped 256 KiB), which the producer's buffer is
 	// sized to as well.
@@ -105,14 +107,35 @@ type HTTP struct {
 	// right-most address of the header that is not a trusted proxy. Empty
 	// (the default): the header is ignored and the peer address counts.
 	TrustedProxies []string `yaml:"trusted_proxies"`
+	// MaxInFlightBytesPerSource caps the bytes of bodies one source holds
+	// of MaxInFlightBytes, so that one address (an IPv6 /64; behind a
+	// trusted proxy, the client X-Forwarded-For names) cannot hold the
+	// whole budget. Default: a quarter of MaxInFlightBytes, and at least
+	// the largest limits.max_body_bytes.
+	MaxInFlightBytesPerSource int64 `yaml:"max_in_flight_bytes_per_source"`
 	// ReadTimeout bounds reading one request, head and body: a body that
 	// trickles in slower is cut off and its connection closed. Default 30s.
 	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// MinBodyRate is the slowest a body may arrive, in bytes a second,
+	// after its first second: a body that falls behind it is cut off with
+	// 408 and its connection closed. A body's deadline is thus its first
+	// second plus its declared length at this rate (at most ReadTimeout).
+	// Default DefaultMinBodyRate.
+	MinBodyRate int64 `yaml:"min_body_rate"`
 	// MaxConnections caps the webhook listener's open connections, those
-	// closing included; at the cap, new ones wait in the accept queue.
-	// With MaxInFlightBytes it bounds the edge's memory under a flood.
-	// Default DefaultMaxConnections.
+	// closing included; at the cap, the connection idle the longest is
+	// closed for a new one, and only when none is idle do new ones wait in
+	// the accept queue. With MaxInFlightBytes it bounds the edge's memory
+	// under a flood. Default DefaultMaxConnections.
 	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerSource caps the connections one peer address (an
+	// IPv6 /64) holds open; one more is closed as soon as it is accepted.
+	// Trusted proxies are not capped. Default
+	// DefaultMaxConnectionsPerSource (at most MaxConnections).
+	MaxConnectionsPerSource int `yaml:"max_connections_per_source"`
+	// IdleTimeout is how long a keep-alive connection may wait for its
+	// next request. Default DefaultIdleTimeout.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// RefusalLogLines is how many refused webhooks of one reason (a bad
 	// signature, an unknown stream...) are logged per
 	// RefusalLogInterval; the rest are counted, and the next line of that
@@ -128,6 +151,22 @@ type HTTP struct {
 // at about 32 KiB a connection, 32 MiB.
 const DefaultMaxConnections = 1024
 
+// DefaultMaxConnectionsPerSource is http.max_connections_per_source by
+// default: an eighth of the default http.max_connections, so that at
+// least eight addresses are needed to fill it, and more than a publisher
+// (or a proxy that is not trusted) keeps open to one edge.
+const DefaultMaxConnectionsPerSource = 128
+
+// DefaultIdleTimeout is http.idle_timeout by default: long enough for a
+// publisher's next webhook to reuse its connection, short enough that an
+// idle connection is not worth hoarding.
+const DefaultIdleTimeout = 5 * time.Second
+
+// DefaultMinBodyRate is http.min_body_rate by default, in bytes a second:
+// 32 kbit/s, far below any server's link, so that only a body sent on
+// purpose slowly falls behind it.
+const DefaultMinBodyRate = 4 << 10
+
 // DefaultInFlightBodies is how many bodies at the largest
 // limits.max_body_bytes http.max_in_flight_bytes holds by default: at
 // 256 KiB a body, 16 MiB, a small share of an edge's memory, yet room for
@@ -136,11 +175,24 @@ const DefaultInFlightBodies = 64
 
 // InFlightBytesFor is the default http.max_in_flight_bytes for streams.
 func InFlightBytesFor(streams []*Stream) int64 {
+	return DefaultInFlightBodies * largestBody(streams)
+}
+
+// largestBody is the largest limits.max_body_bytes of the streams.
+func largestBody(streams []*Stream) int64 {
 	var largest int64
 	for _, s := range streams {
 		largest = max(largest, s.Limits.MaxBodyBytes)
 	}
-	return DefaultInFlightBodies * largest
+	return largest
+}
+
+// InFlightBytesPerSource is http.max_in_flight_bytes_per_source by
+// default: a quarter of the budget, so that at least four sources are
+// needed to fill it, and no less than one body at the largest
+// limits.max_body_bytes (nor more than the budget).
+func InFlightBytesPerSource(budget int64, streams []*Stream) int64 {
+	return min(budget, max(budget/4, largestBody(streams)))
 }
 
 // MaxBatchRows is ClickHouse's default max_insert_block_size, the most
@@ -498,10 +550,14 @@ func (c *Config) applyDefaults() {
 	}
 	orDefault(&c.HTTP.ReadTimeout, 30*time.Second)
 	orDefault(&c.HTTP.MaxConnections, DefaultMaxConnections)
+	orDefault(&c.HTTP.MaxConnectionsPerSource, min(DefaultMaxConnectionsPerSource, c.HTTP.MaxConnections))
+	orDefault(&c.HTTP.IdleTimeout, DefaultIdleTimeout)
+	orDefault(&c.HTTP.MinBodyRate, DefaultMinBodyRate)
 	orDefault(&c.HTTP.RefusalLogLines, 10)
 	orDefault(&c.HTTP.RefusalLogInterval, time.Minute)
 	// After the streams: sized from their body limits.
 	orDefault(&c.HTTP.MaxInFlightBytes, InFlightBytesFor(c.StreamList()))
+	orDefault(&c.HTTP.MaxInFlightBytesPerSource, InFlightBytesPerSource(c.HTTP.MaxInFlightBytes, c.StreamList()))
 }
 
 // orDefault sets *field to def when it holds its zero value: in this
@@ -740,10 +796,14 @@ kafka:
 http:
   addr: 127.0.0.1:8080           # DRIFTGUARD_HTTP_ADDR
   # max_in_flight_bytes: 64 bodies at the largest limits.max_body_bytes (16 MiB); 503 beyond it
+  # max_in_flight_bytes_per_source: a quarter of max_in_flight_bytes (4 MiB): one source's bodies
   max_per_source: 0              # requests in flight per source address (IPv6: per /64); 0: off
-  trusted_proxies: []            # proxies (addresses or CIDRs) whose X-Forwarded-For is believed
+  trusted_proxies: []            # proxies (addresses or CIDRs) whose X-Forwarded-For is believed; not capped per source
   read_timeout: 30s              # a request's head and body must arrive within this
-  max_connections: 1024          # open connections; more wait in the accept queue
+  min_body_rate: 4096            # bytes a second a body must keep after its first second; 408 below
+  max_connections: 1024          # open connections; at the cap the one idle the longest is closed for a new one
+  max_connections_per_source: 128 # open connections of one peer address (IPv6: per /64)
+  idle_timeout: 5s               # a keep-alive connection's wait for its next request
   refusal_log_lines: 10          # refused webhooks logged per reason and interval; the rest counted
   refusal_log_interval: 1m
 clickhouse:

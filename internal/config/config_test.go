@@ -70,6 +70,11 @@ func TestLoadWithoutFileGivesWorkingDefaults(t *testing.T) {
 		{"HTTP.MaxPerSource (off)", cfg.HTTP.MaxPerSource, 0},
 		{"HTTP.TrustedProxies", len(cfg.HTTP.TrustedProxies), 0},
 		{"HTTP.ReadTimeout", cfg.HTTP.ReadTimeout, 30 * time.Second},
+		{"HTTP.MaxInFlightBytesPerSource (a quarter of the budget)", cfg.HTTP.MaxInFlightBytesPerSource, int64(4 << 20)},
+		{"HTTP.MinBodyRate", cfg.HTTP.MinBodyRate, int64(4 << 10)},
+		{"HTTP.MaxConnections", cfg.HTTP.MaxConnections, 1024},
+		{"HTTP.MaxConnectionsPerSource", cfg.HTTP.MaxConnectionsPerSource, 128},
+		{"HTTP.IdleTimeout", cfg.HTTP.IdleTimeout, 5 * time.Second},
 		{"ClickHouse.Addr", cfg.ClickHouse.Addr, "127.0.0.1:9000"},
 		{"ClickHouse.Database", cfg.ClickHouse.Database, "driftguard"},
 		{"ClickHouse.Username", cfg.ClickHouse.Username, "default"},
@@ -251,6 +256,31 @@ func TestLoadRejectsInvalidFileNamingTheConfigPath(t *testing.T) {
 			name: "in-flight budget under one body at the limit for large bodies",
 			yaml: "http: {max_in_flight_bytes: 300000}",
 			want: []string{"in http.max_in_flight_bytes:", "limits.max_body_bytes (262144)", "at least 349528"},
+		},
+		{
+			name: "a source's share under one body at the limit",
+			yaml: "http: {max_in_flight_bytes_per_source: 100000}",
+			want: []string{"in http.max_in_flight_bytes_per_source:", "largest limits.max_body_bytes (262144)", "got 100000"},
+		},
+		{
+			name: "a source's share over the budget",
+			yaml: "http: {max_in_flight_bytes_per_source: 20000000}",
+			want: []string{"in http.max_in_flight_bytes_per_source:", "http.max_in_flight_bytes (16777216)", "got 20000000"},
+		},
+		{
+			name: "connections per source over the cap",
+			yaml: "http: {max_connections: 64, max_connections_per_source: 65}",
+			want: []string{"in http.max_connections_per_source:", "from 1 to http.max_connections (64)", "got 65"},
+		},
+		{
+			name: "idle timeout under a second",
+			yaml: "http: {idle_timeout: 500ms}",
+			want: []string{"in http.idle_timeout:", "at least 1s"},
+		},
+		{
+			name: "negative minimum body rate",
+			yaml: "http: {min_body_rate: -1}",
+			want: []string{"in http.min_body_rate:", "got -1"},
 		},
 		{
 			name: "generation of a stream not in the catalogue",

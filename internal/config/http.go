@@ -74,6 +74,14 @@ func (h *HTTP) validate(streams []*Stream) []error {
 	}
 	if h.MaxConnections < 1 {
 		add("http.max_connections", "must be positive, got %d", h.MaxConnections)
+	} else if h.MaxConnectionsPerSource < 1 || h.MaxConnectionsPerSource > h.MaxConnections {
+		add("http.max_connections_per_source", "must be from 1 to http.max_connections (%d), got %d", h.MaxConnections, h.MaxConnectionsPerSource)
+	}
+	if h.IdleTimeout < time.Second {
+		add("http.idle_timeout", "must be at least 1s, got %s", h.IdleTimeout)
+	}
+	if h.MinBodyRate < 1 {
+		add("http.min_body_rate", "must be at least 1 byte a second, got %d", h.MinBodyRate)
 	}
 	if h.RefusalLogLines < 1 {
 		add("http.refusal_log_lines", "must be at least 1, got %d", h.RefusalLogLines)
@@ -87,6 +95,10 @@ func (h *HTTP) validate(streams []*Stream) []error {
 	if h.MaxInFlightBytes < 1 {
 		add("http.max_in_flight_bytes", "must be positive, got %d", h.MaxInFlightBytes)
 		return errs
+	}
+	if largest := largestBody(streams); h.MaxInFlightBytesPerSource < largest || h.MaxInFlightBytesPerSource > h.MaxInFlightBytes {
+		add("http.max_in_flight_bytes_per_source", "must be from the largest limits.max_body_bytes (%d) to http.max_in_flight_bytes (%d), got %d",
+			largest, h.MaxInFlightBytes, h.MaxInFlightBytesPerSource)
 	}
 	for _, s := range streams {
 		body := s.Limits.MaxBodyBytes

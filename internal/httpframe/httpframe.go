@@ -63,6 +63,10 @@ func (c *conn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// NetConn is the connection the listener accepted, for an http.Server's
+// ConnState that follows its own listener's connections.
+func (c *conn) NetConn() net.Conn { return c.Conn }
+
 // CloseWrite half-closes a TCP connection, as net/http does before it
 // closes one whose request body it did not read.
 func (c *conn) CloseWrite() error {

@@ -135,6 +135,20 @@ func WithReadTimeout(d time.Duration) ServerOption {
 	return func(s *http.Server) { s.ReadTimeout = d }
 }
 
+// WithIdleTimeout bounds how long a keep-alive connection waits for its
+// next request, instead of the default 120s (the ingest edge's
+// http.idle_timeout).
+func WithIdleTimeout(d time.Duration) ServerOption {
+	return func(s *http.Server) { s.IdleTimeout = d }
+}
+
+// WithConnState has the server report each connection's state changes to
+// f (the connection as the listener gave it, wrapped in httpframe's, whose
+// NetConn unwraps it).
+func WithConnState(f func(net.Conn, http.ConnState)) ServerOption {
+	return func(s *http.Server) { s.ConnState = f }
+}
+
 // Serve runs an HTTP server for handler on addr until ctx is done, with the
 // timeouts every driftguard listener uses.
 func Serve(ctx context.Context, addr string, handler http.Handler, log *slog.Logger) error {

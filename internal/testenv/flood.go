@@ -5,6 +5,28 @@ package testenv
 type FloodReport struct {
 	Junk  FloodJunk  `json:"junk"`
 	Valid FloodValid `json:"valid"`
+	// Slow and Hoard are what the connections that hold the edge's
+	// resources saw: slow bodies at declared lengths, and connections
+	// left idle.
+	Slow  FloodHeld `json:"slow"`
+	Hoard FloodHeld `json:"hoard"`
+}
+
+// FloodHeld tallies connections that each hold what they can of the edge
+// until it closes them, and are then opened again.
+type FloodHeld struct {
+	// Dials are the connections opened (DialErrors failed).
+	Dials      int64 `json:"dials"`
+	DialErrors int64 `json:"dial_errors"`
+	// Answers counts how the edge ended them, by HTTP status, "0" for a
+	// close without an answer (a connection over its source's cap, closed
+	// for a new one at the cap, or at a timeout of the server's).
+	Answers map[string]int64 `json:"answers"`
+	// HeldAtEnd were still open and unanswered when the attack ended.
+	HeldAtEnd int64 `json:"held_at_end"`
+	// LongestOpen is the longest a connection stayed open before the edge
+	// ended it, in seconds.
+	LongestOpen float64 `json:"longest_open"`
 }
 
 // FloodJunk tallies the junk's answers.

@@ -1,9 +1,12 @@
-// Command flood attacks an ingest edge the way TestFaultFloodOfJunk needs:
+// Command flood attacks an ingest edge the way the fault tests need:
 // junk at the body limit from many connections, as fast as they go, half
 // of it unsigned and half signed with a wrong key; more wrongly signed
 // junk from connections that each send their body at a slow pace, so
-// that many bodies are in flight at once; and meanwhile a publisher sends
-// valid presence webhooks at a steady pace. Then it prints what all of
+// that many bodies are in flight at once; connections from chosen local
+// addresses that hold what they can without the secret (a head declaring
+// a large body, then one byte; or nothing at all), opened again as soon
+// as the edge ends them; and meanwhile a publisher sends valid presence
+// webhooks at a steady pace. Then it prints what all of
 // them saw as JSON. The publisher and the attackers are best run as two
 // of these processes, as they would be two machines: the scheduler then
 // shares the CPU between them, not the attack's goroutines. It is
@@ -20,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -41,6 +45,10 @@ func main() {
 	duration := flag.Duration("for", 30*time.Second, "how long to flood")
 	every := flag.Duration("valid-every", 50*time.Millisecond, "the pace of valid webhooks; 0 sends none")
 	firstID := flag.Int("first-id", 0, "the number of the first valid event")
+	sources := flag.String("sources", "127.0.0.1", "local addresses the attacking connections come from, comma-separated: the junk connections spread over them, and each has -slow-bodies and -hoard of its own")
+	slowBodies := flag.String("slow-bodies", "", "connections per source that each send a head declaring a body of LENGTH, then one byte: COUNTxLENGTH, comma-separated")
+	hoard := flag.Int("hoard", 0, "connections per source left idle, half of them after one request for a stream that does not exist")
+	redial := flag.Duration("redial", 200*time.Millisecond, "how long a -slow-bodies or -hoard connection waits to open again once the edge ended it")
 	flag.Parse()
 	if *url == "" || *secret == "" && *every > 0 {
 		fmt.Fprintln(os.Stderr, "flood: -url, and -secret for valid webhooks, are required")
@@ -51,30 +59,35 @@ func main() {
 
 	var junk junkCounter
 	var wg sync.WaitGroup
-	transport := &http.Transport{MaxIdleConnsPerHost: *connections, MaxConnsPerHost: *connections}
 	body := bytes.Repeat([]byte("j"), *bodyBytes)
-	for c := range *connections {
+	from := parseSources(*sources)
+	// Each junk connection sends its requests one after the other, from
+	// the sources in turn.
+	for c := range *connections + *slowConnections {
+		rate := 0
+		if c >= *connections {
+			rate = *slowRate
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			junk.flood(ctx, transport, *url, body, c%2 == 0, 0)
+			junk.flood(ctx, sourceTransport(from[c%len(from)]), *url, body, rate == 0 && c%2 == 0, rate)
 		}()
 	}
-	slowTransport := &http.Transport{MaxIdleConnsPerHost: *slowConnections, MaxConnsPerHost: *slowConnections}
-	for range *slowConnections {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			junk.flood(ctx, slowTransport, *url, body, false, *slowRate)
-		}()
+	slow := newHolder(*url, parseSources(*sources), *redial)
+	for length, n := range parseSlowBodies(*slowBodies) {
+		slow.start(ctx, n, slow.slowBody(length))
 	}
+	hoarder := newHolder(*url, parseSources(*sources), *redial)
+	hoarder.start(ctx, *hoard, hoarder.idle)
 	var valid testenv.FloodValid
 	if *every > 0 {
 		valid = publish(ctx, *url, *secret, *every, *firstID)
 	}
 	<-ctx.Done()
 	wg.Wait()
-	if err := json.NewEncoder(os.Stdout).Encode(testenv.FloodReport{Junk: junk.report(), Valid: valid}); err != nil {
+	report := testenv.FloodReport{Junk: junk.report(), Valid: valid, Slow: slow.wait(), Hoard: hoarder.wait()}
+	if err := json.NewEncoder(os.Stdout).Encode(report); err != nil {
 		fmt.Fprintln(os.Stderr, "flood:", err)
 		os.Exit(1)
 	}
@@ -170,6 +183,12 @@ func (f *junkCounter) flood(ctx context.Context, transport *http.Transport, url 
 			f.firstOther.CompareAndSwap(nil, &what)
 		}
 	}
+}
+
+// sourceTransport is a transport whose connections come from src.
+func sourceTransport(src net.IP) *http.Transport {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: src}, Timeout: 5 * time.Second}
+	return &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 1}
 }
 
 // pacedReader reads r at rate bytes a second, in 4 KiB steps.
