@@ -33,6 +33,15 @@ const (
 	floodSources = "127.0.0.2,127.0.0.3,127.0.0.4,127.0.0.5"
 )
 
+// servedCeiling is the p99 of valid webhooks under an attack above which
+// the edge counts as held by it: an attack that holds it makes them wait
+// for their read timeout (10 s and more) or refuses them, and an edge
+// that withstands it serves them in tens of milliseconds. The ceiling is
+// wide between the two because the tests run on machines shared with
+// other tests: the flood's p99 was once measured at 2.8 s with a load
+// average of 15.
+const servedCeiling = 5 * time.Second
+
 // The bound on the edge's memory, a property of its caps: what it holds
 // before the flood, plus twice what the caps let it hold live (Go's heap
 // grows to twice what is live before it collects): the in-flight budget
@@ -111,8 +120,8 @@ func TestFaultFloodOfJunk(t *testing.T) {
 	if len(r.Valid.Accepted) < int(floodFor/validEvery)/2 {
 		t.Errorf("only %d valid webhooks were accepted during %s", len(r.Valid.Accepted), floodFor)
 	}
-	if p99 >= 2*time.Second {
-		t.Errorf("valid webhooks were served with p99 latency %s during the flood, want under 2s", p99)
+	if p99 >= servedCeiling {
+		t.Errorf("valid webhooks were served with p99 latency %s during the flood, want under %s", p99, servedCeiling)
 	}
 	if j.BodiesRead == 0 || j.Unsigned == 0 {
 		t.Errorf("the flood did not reach the edge: %+v", j)
