@@ -46,6 +46,12 @@ type BridgeTokens struct {
 	// StreamsClaim is the claim that lists the streams a token may read.
 	// Default streams.
 	StreamsClaim string `yaml:"streams_claim"`
+	// Leeway is how far the bridge's clock may be from the token issuer's:
+	// a token is taken until Leeway after its `exp`, and from Leeway
+	// before its `nbf` and `iat`. Default 0 (an issuer on the same clock,
+	// bridge.secret's); a few seconds to a minute for an identity provider
+	// whose clock drifts from the bridge's. At most 5m.
+	Leeway time.Duration `yaml:"leeway"`
 }
 
 // PublicKeyFile is a static public key of the bridge's tokens.
@@ -64,6 +70,10 @@ const (
 	DefaultJWKSRefresh    = 15 * time.Minute
 	DefaultJWKSMinRefresh = time.Minute
 	DefaultStreamsClaim   = "streams"
+	// MaxTokenLeeway bounds bridge.tokens.leeway: clocks kept by NTP are
+	// within seconds of each other, and a token must not outlive its
+	// expiry by much more.
+	MaxTokenLeeway = 5 * time.Minute
 	// minRSABits is the shortest RSA key that verifies tokens: shorter
 	// ones are factorable by a determined attacker.
 	minRSABits = 2048
@@ -222,6 +232,9 @@ func (b *Bridge) validateTokens() []error {
 	}
 	if t.StreamsClaim == "" || strings.ContainsFunc(t.StreamsClaim, func(r rune) bool { return r <= ' ' }) {
 		add("bridge.tokens.streams_claim", "%q is not a claim name", t.StreamsClaim)
+	}
+	if t.Leeway < 0 || t.Leeway > MaxTokenLeeway {
+		add("bridge.tokens.leeway", "must be between 0 and %s (a token is taken this long past its expiry), got %s", MaxTokenLeeway, t.Leeway)
 	}
 	for i, aud := range t.Audience {
 		if aud == "" {

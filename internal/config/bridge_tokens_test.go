@@ -105,6 +105,8 @@ func TestBridgeTokenKeys(t *testing.T) {
 		"bridge: {tokens: {jwks_refresh: 10ms}}":                                                                 "in bridge.tokens.jwks_refresh: must be at least 1s",
 		"bridge: {tokens: {jwks_min_refresh: 0s, jwks_url: https://idp.example/j}}":                              "", // 0 is the default
 		"bridge: {tokens: {jwks_min_refresh: 500ms}}":                                                            "in bridge.tokens.jwks_min_refresh: must be at least 1s",
+		"bridge: {tokens: {leeway: 10m}}":                                                                        "in bridge.tokens.leeway",
+		"bridge: {tokens: {leeway: -1s}}":                                                                        "in bridge.tokens.leeway",
 		"bridge: {tokens: {streams_claim: 'a b'}}":                                                               "in bridge.tokens.streams_claim",
 		"bridge: {tokens: {audience: ['']}}":                                                                     "in bridge.tokens.audience[0]: is empty",
 		"bridge: {secret: short}":                                                                                "in bridge.secret: is 5 bytes; at least 32 are needed",

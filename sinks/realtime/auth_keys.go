@@ -77,7 +77,7 @@ func newVerifier(ctx context.Context, cfg config.Bridge, now func() time.Time, l
 	slices.Sort(algs)
 	algs = slices.Compact(algs)
 	v.algs = strings.Join(algs, ", ")
-	opts := []jwt.ParserOption{jwt.WithValidMethods(algs), jwt.WithExpirationRequired(), jwt.WithTimeFunc(now)}
+	opts := []jwt.ParserOption{jwt.WithValidMethods(algs), jwt.WithExpirationRequired(), jwt.WithTimeFunc(now), jwt.WithLeeway(t.Leeway)}
 	if t.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(t.Issuer))
 		v.required += ", iss"

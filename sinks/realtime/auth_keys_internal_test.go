@@ -338,6 +338,25 @@ func TestIssuerAndAudience(t *testing.T) {
 	mustAccept(t, open, "any issuer and audience when none is configured", tok(func(c jwt.MapClaims) { c["aud"], c["iss"] = "billing", "x" }))
 }
 
+// bridge.tokens.leeway takes a token that much past its exp and before
+// its nbf, and not a second more; without it, neither.
+func TestTokenLeeway(t *testing.T) {
+	key := strings.Repeat("k", 32)
+	at := func(exp, nbf time.Duration) string {
+		return signed(t, jwt.SigningMethodHS256, []byte(key), "", bob(func(c jwt.MapClaims) {
+			c["exp"], c["nbf"] = time.Now().Add(exp).Unix(), time.Now().Add(nbf).Unix()
+		}))
+	}
+	lenient := testVerifier(t, func(c *config.Bridge) { c.Secret, c.Tokens.Leeway = key, 30*time.Second })
+	strict := testVerifier(t, func(c *config.Bridge) { c.Secret = key })
+	mustAccept(t, lenient, "expired 10 s ago, within the leeway", at(-10*time.Second, -time.Hour))
+	mustAccept(t, lenient, "valid from 10 s ahead, within the leeway", at(time.Hour, 10*time.Second))
+	mustRefuse(t, lenient, "expired 60 s ago, past the leeway", at(-time.Minute, -time.Hour), "expired")
+	mustRefuse(t, lenient, "valid from 60 s ahead, past the leeway", at(time.Hour, time.Minute), "not valid yet")
+	mustRefuse(t, strict, "expired 10 s ago, without leeway", at(-10*time.Second, -time.Hour), "expired")
+	mustRefuse(t, strict, "valid from 10 s ahead, without leeway", at(time.Hour, 10*time.Second), "not valid yet")
+}
+
 // ES256 tokens verify with a static P-256 key read from a PEM file, by
 // its kid; a key without kid verifies the tokens that name none.
 func TestES256WithAStaticPEM(t *testing.T) {
