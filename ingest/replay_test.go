@@ -2,10 +2,6 @@ package ingest
 
 import (
 	"bytes"
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -17,10 +13,8 @@ import (
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
 	"github.com/driftguard/driftguard/internal/naming"
-	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
 	"github.com/driftguard/driftguard/internal/webhook"
-	"github.com/driftguard/driftguard/processors"
 )
 
 // bodySecret is a body-HMAC scheme's secret, used as is.
@@ -79,89 +73,6 @@ func TestGitHubEventIDIsTheBodyDigest(t *testing.T) {
 			t.Fatalf("delivery %s: id %q err %v, want %s", delivery, id, err, digestOfHelloWorld)
 		}
 	}
-}
-
-// Issue #26: a captured github request replayed with new, unsigned
-// X-GitHub-Delivery ids is the same event, decided `duplicate` by the
-// processors, end to end; so is GitHub's own redelivery (same body, same
-// id). Another body under a used delivery id is another event. The stream
-// has no event id pointer, as GitHub's bodies carry none of their own, and
-// is versioned, so a replay that slipped past dedup would be `stale`, not
-// `duplicate`: the outcome tells the two apart.
-func TestGitHubReplaysWithNewDeliveryIDsAreDuplicates(t *testing.T) {
-	testenv.OnBothBrokers(t, func(t *testing.T, brokers []string) {
-		ctx := testenv.Context(t, 3*time.Minute)
-		s := bodyStream(t, testenv.UniqueName("ghreplay"), config.SchemeGitHub)
-		s.EventID = ""
-		s.Limits.Partitions = 1
-		cfg := testenv.OnlyStream(t, s)
-		cfg.Kafka.Brokers = brokers
-		testenv.Topics(t, ctx, cfg, brokers).Close()
-		edge := serveEdge(t, brokers, s, Options{})
-		runProcessors(t, ctx, cfg, brokers)
-
-		first := testenv.Presence{EventID: "ignored", User: "octocat", Version: 1}.Body()
-		captured := bodySigned(t, config.SchemeGitHub, s.Name, "72d3162e-cc78-11e3-81ab-4c9367dc0958", first)
-		sends := []delivery{
-			captured,
-			captured.withHeader(webhook.HeaderGitHubDelivery, "replay-1"),
-			captured.withHeader(webhook.HeaderGitHubDelivery, "replay-2"),
-			captured.withHeader(webhook.HeaderGitHubDelivery, "replay-3"),
-			captured, // GitHub's redelivery
-			bodySigned(t, config.SchemeGitHub, s.Name, "72d3162e-cc78-11e3-81ab-4c9367dc0958", testenv.Presence{EventID: "ignored", User: "octocat", Version: 2}.Body()),
-		}
-		var ids []string
-		for i, d := range sends {
-			r := d.send(t, ctx, edge.URL)
-			var a Accepted
-			if r.status != http.StatusAccepted || json.Unmarshal(r.body, &a) != nil {
-				t.Fatalf("send %d: status %d: %s", i, r.status, r.body)
-			}
-			ids = append(ids, a.EventID)
-		}
-		sum := sha256.Sum256(first)
-		firstID := "sha256:" + hex.EncodeToString(sum[:])
-		for i, id := range ids[:5] {
-			if id != firstID {
-				t.Fatalf("send %d: event id %q, want the body's digest %s", i, id, firstID)
-			}
-		}
-		if ids[5] == firstID {
-			t.Fatalf("another body has the first one's event id %s", firstID)
-		}
-
-		var got []string
-		for _, o := range testenv.ReadOutcomes(t, ctx, brokers, naming.Prefixes{}.For(s.Name).Outcomes, len(sends)) {
-			got = append(got, fmt.Sprintf("%s %s", o.EventID, o.Outcome))
-		}
-		want := []string{
-			firstID + " " + string(record.Applied),
-			firstID + " " + string(record.Duplicate),
-			firstID + " " + string(record.Duplicate),
-			firstID + " " + string(record.Duplicate),
-			firstID + " " + string(record.Duplicate),
-			ids[5] + " " + string(record.Applied),
-		}
-		if strings.Join(got, "\n") != strings.Join(want, "\n") {
-			t.Fatalf("outcomes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-		}
-	})
-}
-
-// runProcessors decides cfg's streams until the test ends, and fails the
-// test if they stopped with an error.
-func runProcessors(t *testing.T, ctx context.Context, cfg *config.Config, brokers []string) {
-	t.Helper()
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	svc := processors.NewService(processors.ServiceOptions{Config: cfg, Brokers: brokers, Logger: testenv.Logger(t), InMemoryTables: true})
-	go func() { done <- svc.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && runCtx.Err() == nil {
-			t.Errorf("processors: %v", err)
-		}
-	})
 }
 
 // A body-HMAC stream that names its bodies' time refuses, with 401 and

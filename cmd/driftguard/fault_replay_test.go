@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -13,12 +16,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/ingest"
+	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/telemetry"
 	"github.com/driftguard/driftguard/internal/testenv"
-
 	"github.com/driftguard/driftguard/internal/webhook"
 	"github.com/driftguard/driftguard/processors"
 )
@@ -151,4 +154,86 @@ func (r *outcomeReader) waitFor(t *testing.T, ctx context.Context, id string, n 
 		t.Fatalf("%s: %d decisions of %s, want %d: %v", r.topic, len(r.byID[id]), id, n, r.byID[id])
 	}
 	return r.byID[id]
+}
+
+// A captured github request replayed with new, unsigned X-GitHub-Delivery
+// ids is the same event, decided `duplicate` by the processor; so is
+// GitHub's own redelivery (same body, same id). Another body under a used
+// delivery id is another event. The stream has no event id pointer, as
+// GitHub's bodies carry none of their own, and is versioned, so a replay
+// that slipped past dedup would be `stale`, not `duplicate`: the outcome
+// tells the two apart.
+func TestFaultGitHubReplaysWithNewDeliveryIDsAreDuplicates(t *testing.T) {
+	ctx := testenv.Context(t, 2*time.Minute)
+	brokers := testenv.Kafka(t)
+	s := testenv.Shipped(t, "presence")
+	s.Name = testenv.UniqueName("ghreplay")
+	s.Signature.Scheme, s.Signature.Secrets = config.SchemeGitHub, []string{faultSecret}
+	s.EventID = ""
+	s.Limits.Partitions = 1
+	cfg := testenv.OnlyStream(t, s)
+	cfg.Kafka.Brokers = brokers
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Topics(t, ctx, cfg, brokers).Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := telemetry.NewOps()
+	runServices(t, ctx, "ingest and processor",
+		ingest.NewService(ingest.ServiceOptions{Config: cfg, Brokers: brokers, Logger: testenv.Logger(t), Ops: ops, Listener: ln}),
+		processors.NewService(processors.ServiceOptions{Config: cfg, Brokers: brokers, Logger: testenv.Logger(t), Ops: ops, InMemoryTables: true}))
+	url := "http://" + ln.Addr().String() + "/v1/webhooks/" + s.Name
+	signer, err := webhook.NewSigner(config.SchemeGitHub, faultSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// send posts body signed under the delivery id signedAs, with the
+	// X-GitHub-Delivery header then set to sentAs, and returns the event
+	// id the edge took it by.
+	send := func(signedAs, sentAs string, body []byte) string {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		signer.Sign(req.Header, signedAs, body, time.Now())
+		req.Header.Set(webhook.HeaderGitHubDelivery, sentAs)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var a ingest.Accepted
+		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil || resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("delivery %s: status %d, %v", sentAs, resp.StatusCode, err)
+		}
+		return a.EventID
+	}
+
+	const delivery = "72d3162e-cc78-11e3-81ab-4c9367dc0958"
+	first := testenv.Presence{EventID: "ignored", User: "octocat", Version: 1}.Body()
+	sum := sha256.Sum256(first)
+	firstID := "sha256:" + hex.EncodeToString(sum[:])
+	for _, sentAs := range []string{delivery, "replay-1", "replay-2", "replay-3", delivery} {
+		if id := send(delivery, sentAs, first); id != firstID {
+			t.Fatalf("delivery %s: event id %q, want the body's digest %s", sentAs, id, firstID)
+		}
+	}
+	second := send(delivery, delivery, testenv.Presence{EventID: "ignored", User: "octocat", Version: 2}.Body())
+	if second == firstID {
+		t.Fatalf("another body has the first one's event id %s", firstID)
+	}
+
+	outcomes := newOutcomeReader(t, brokers, naming.Prefixes{}.For(s.Name).Outcomes)
+	if got, want := outcomes.waitFor(t, ctx, firstID, 5), []record.Result{record.Applied,
+		record.Duplicate, record.Duplicate, record.Duplicate, record.Duplicate}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("the request, 3 replays with new delivery ids and GitHub's redelivery were decided %v, want %v", got, want)
+	}
+	if got := outcomes.waitFor(t, ctx, second, 1); got[0] != record.Applied {
+		t.Errorf("another body under the same delivery id was decided %s, want applied", got[0])
+	}
 }
