@@ -24,11 +24,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/connlimit"
 	"github.com/driftguard/driftguard/internal/envelope"
 	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/schemacheck"
+	"github.com/driftguard/driftguard/internal/source"
 	"github.com/driftguard/driftguard/internal/telemetry"
 )
 
@@ -50,7 +52,7 @@ type Handler struct {
 	sources *sourceLimit
 	// connections caps the listener's open connections, in all and per
 	// source (Listener, ConnState).
-	connections *connectionLimit
+	connections *connlimit.Limit
 	// minBodyRate (bytes a second) and readTimeout pace a body's read.
 	minBodyRate int64
 	readTimeout time.Duration
@@ -159,7 +161,7 @@ func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Han
 	budget := cmp.Or(opts.MaxInFlightBytes, config.InFlightBytesFor(streams))
 	h.budget = newBudget(budget, cmp.Or(opts.MaxInFlightBytesPerSource, config.InFlightBytesPerSource(budget, streams)))
 	maxConns := cmp.Or(opts.MaxConnections, config.DefaultMaxConnections)
-	h.connections = newConnectionLimit(maxConns, cmp.Or(opts.MaxConnectionsPerSource, min(config.DefaultMaxConnectionsPerSource, maxConns)), opts.TrustedProxies)
+	h.connections = connlimit.New(maxConns, cmp.Or(opts.MaxConnectionsPerSource, min(config.DefaultMaxConnectionsPerSource, maxConns)), opts.TrustedProxies)
 	h.metrics = newMetrics(opts.Registerer, h.budget, h.backlog, h.connections)
 	if h.now == nil {
 		h.now = time.Now
@@ -195,10 +197,10 @@ func NewHandler(streams []*config.Stream, producer Producer, opts Options) (*Han
 // the cap, the one idle the longest is closed for a new one. The cap is
 // what bounds the edge's memory when a flood reconnects as fast as it is
 // refused.
-func (h *Handler) Listener(ln net.Listener) net.Listener { return h.connections.listen(ln) }
+func (h *Handler) Listener(ln net.Listener) net.Listener { return h.connections.Listen(ln) }
 
 // ConnState is the http.Server ConnState of a server on Listener.
-func (h *Handler) ConnState(c net.Conn, state http.ConnState) { h.connections.connState(c, state) }
+func (h *Handler) ConnState(c net.Conn, state http.ConnState) { h.connections.ConnState(c, state) }
 
 // Register adds the webhook route to mux.
 func (h *Handler) Register(mux *http.ServeMux) {
@@ -236,7 +238,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if s == nil {
 			name = "unknown"
 		}
-		h.refusals.refused(r, clientAddr(r, h.trusted), name, res.status, res.reason, h.now())
+		h.refusals.refused(r, source.ClientAddr(r, h.trusted), name, res.status, res.reason, h.now())
 	}
 }
 
@@ -260,7 +262,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, s *
 	if r.ContentLength > s.cfg.Limits.MaxBodyBytes {
 		return tooLarge(w, s)
 	}
-	src := sourceKey(clientAddr(r, h.trusted))
+	src := source.Key(source.ClientAddr(r, h.trusted))
 	if h.sources != nil {
 		if !h.sources.enter(src) {
 			return h.unavailable(w, "source_limit", fmt.Sprintf("this source has %d requests in flight, the most it may", h.sources.max))

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/driftguard/driftguard/internal/connlimit"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -24,7 +25,7 @@ type metrics struct {
 // kafka.produce_timeout and a slow body up to http.read_timeout.
 var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
-func newMetrics(reg prometheus.Registerer, b *budget, bl *backlog, conns *connectionLimit) *metrics {
+func newMetrics(reg prometheus.Registerer, b *budget, bl *backlog, conns *connlimit.Limit) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "driftguard_ingest_requests_total",
@@ -77,13 +78,13 @@ func newMetrics(reg prometheus.Registerer, b *budget, bl *backlog, conns *connec
 			gauge("driftguard_ingest_producer_pending_bytes",
 				"Bytes of records handed to the producer and not yet acked or failed.", bl.pendingBytes),
 			gauge("driftguard_ingest_connections",
-				"Open connections of the webhook listener, those closing included.", conns.openConnections),
+				"Open connections of the webhook listener, those closing included.", conns.Open),
 			gauge("driftguard_ingest_idle_connections",
-				"Open connections of the webhook listener waiting for a request: at http.max_connections, the one idle the longest is closed for a new one.", conns.idleConnections),
+				"Open connections of the webhook listener waiting for a request: at http.max_connections, the one idle the longest is closed for a new one.", conns.Idle),
 			gauge("driftguard_ingest_connections_limit",
-				"http.max_connections: at it, the connection idle the longest is closed for a new one, or new ones wait in the accept queue when none is idle.", func() int64 { return int64(conns.max) }),
-			shed("source_limit", &conns.refusedBySource),
-			shed("idle_at_limit", &conns.closedIdle))
+				"http.max_connections: at it, the connection idle the longest is closed for a new one, or new ones wait in the accept queue when none is idle.", func() int64 { return int64(conns.Max()) }),
+			shed("source_limit", &conns.RefusedBySource),
+			shed("idle_at_limit", &conns.ClosedIdle))
 	}
 	return m
 }

@@ -1,4 +1,4 @@
-package ingest
+package connlimit
 
 import (
 	"bufio"
@@ -19,22 +19,22 @@ import (
 
 // listenLimited listens on loopback with a cap of max connections, the
 // test's own (from 127.0.0.1, a trusted proxy) not capped per source.
-func listenLimited(t *testing.T, max int) (*connectionLimit, *limitedListener) {
+func listenLimited(t *testing.T, max int) (*Limit, *Listener) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	limit := newConnectionLimit(max, 1, []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})
-	l := limit.listen(ln)
+	limit := New(max, 1, []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})
+	l := limit.Listen(ln)
 	t.Cleanup(func() { _ = l.Close() })
 	return limit, l
 }
 
 // serveLimited serves handler on l as the edge does: with the limit's
 // ConnState.
-func serveLimited(t *testing.T, limit *connectionLimit, l net.Listener, handler http.HandlerFunc) {
-	srv := &http.Server{Handler: handler, ConnState: limit.connState}
+func serveLimited(t *testing.T, limit *Limit, l net.Listener, handler http.HandlerFunc) {
+	srv := &http.Server{Handler: handler, ConnState: limit.ConnState}
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
 }
@@ -117,7 +117,7 @@ func TestConnectionLimitClosesTheConnectionIdleTheLongest(t *testing.T) {
 	}
 	ctx := testenv.Context(t, 30*time.Second)
 	testenv.WaitFor(t, ctx, "two idle connections of three", func() bool {
-		return limit.openConnections() == 3 && limit.idleConnections() == 2
+		return limit.Open() == 3 && limit.Idle() == 2
 	})
 	fourth, fourthR := ask("/")
 	if !answered(fourth, fourthR, 10*time.Second) {
@@ -133,7 +133,7 @@ func TestConnectionLimitClosesTheConnectionIdleTheLongest(t *testing.T) {
 	if !answered(busy, busyR, 10*time.Second) {
 		t.Error("the busy connection was not answered")
 	}
-	if got := limit.closedIdle.Load(); got != 1 {
+	if got := limit.ClosedIdle.Load(); got != 1 {
 		t.Errorf("%d connections closed for new ones, want 1", got)
 	}
 }
@@ -155,7 +155,7 @@ func TestConnectionLimitClosesAnUnservedConnectionFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer silent.Close()
-	testenv.WaitFor(t, testenv.Context(t, 10*time.Second), "two idle connections", func() bool { return limit.idleConnections() == 2 })
+	testenv.WaitFor(t, testenv.Context(t, 10*time.Second), "two idle connections", func() bool { return limit.Idle() == 2 })
 	third := dialAndAsk(t, addr, "/")
 	if !answered(third, bufio.NewReader(third), 10*time.Second) {
 		t.Fatal("a new connection at the cap was not served at once")
@@ -184,7 +184,7 @@ func TestConnectionLimitWaitsWhileEveryConnectionIsBusy(t *testing.T) {
 	first, second := dialAndAsk(t, addr, "/busy"), dialAndAsk(t, addr, "/busy")
 	ctx := testenv.Context(t, 30*time.Second)
 	testenv.WaitFor(t, ctx, "two busy connections", func() bool {
-		return limit.openConnections() == 2 && limit.idleConnections() == 0
+		return limit.Open() == 2 && limit.Idle() == 0
 	})
 	third := dialAndAsk(t, addr, "/")
 	thirdR := bufio.NewReader(third)
@@ -216,8 +216,8 @@ func TestConnectionLimitPerSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	limit := newConnectionLimit(10, 1, []netip.Prefix{netip.MustParsePrefix("127.0.0.3/32")})
-	l := limit.listen(ln)
+	limit := New(10, 1, []netip.Prefix{netip.MustParsePrefix("127.0.0.3/32")})
+	l := limit.Listen(ln)
 	t.Cleanup(func() { _ = l.Close() })
 	serveLimited(t, limit, l, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	from := func(src string) (net.Conn, *bufio.Reader) {
@@ -250,7 +250,7 @@ func TestConnectionLimitPerSource(t *testing.T) {
 			t.Error("a trusted proxy's connection was capped")
 		}
 	}
-	if got := limit.refusedBySource.Load(); got != 1 {
+	if got := limit.RefusedBySource.Load(); got != 1 {
 		t.Errorf("%d connections refused by the per-source cap, want 1", got)
 	}
 }
@@ -262,7 +262,7 @@ func TestConnectionLimitCloseReleasesOnceAndEndsAWaitingAccept(t *testing.T) {
 	_, c := connectThrough(t, l)
 	_ = c.Close()
 	_ = c.Close()
-	if got := limit.openConnections(); got != 0 {
+	if got := limit.Open(); got != 0 {
 		t.Fatalf("open connections after a double close = %d, want 0", got)
 	}
 	// The slot is free: one more connection is accepted, and the cap is
@@ -333,9 +333,9 @@ func TestConnectionTrackerAgainstAModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		maxOpen := rapid.IntRange(1, 8).Draw(t, "max")
 		perSource := rapid.IntRange(1, maxOpen).Draw(t, "per source")
-		l := newConnectionLimit(maxOpen, perSource, nil)
+		l := New(maxOpen, perSource, nil)
 		type modelConn struct {
-			tc   *trackedConn
+			tc   *conn
 			raw  *fakeConn
 			src  netip.Addr
 			busy bool
@@ -389,12 +389,12 @@ func TestConnectionTrackerAgainstAModel(t *testing.T) {
 				bySource[src]++
 			case op == 1:
 				c := open[rapid.IntRange(0, len(open)-1).Draw(t, "started")]
-				l.connState(c.tc, http.StateActive)
+				l.ConnState(c.tc, http.StateActive)
 				fresh, served = remove(fresh, c), remove(served, c)
 				c.busy = true
 			case op == 2:
 				c := open[rapid.IntRange(0, len(open)-1).Draw(t, "ended")]
-				l.connState(c.tc, http.StateIdle)
+				l.ConnState(c.tc, http.StateIdle)
 				if c.busy {
 					served = append(served, c)
 				}
@@ -410,7 +410,7 @@ func TestConnectionTrackerAgainstAModel(t *testing.T) {
 					t.Fatalf("an open connection (busy %v) was closed", c.busy)
 				}
 			}
-			if got := l.openConnections(); got != int64(len(open)) || got > int64(maxOpen) {
+			if got := l.Open(); got != int64(len(open)) || got > int64(maxOpen) {
 				t.Fatalf("%d open (model %d) of %d", got, len(open), maxOpen)
 			}
 			if l.fresh.Len() != len(fresh) || l.served.Len() != len(served) {
@@ -425,8 +425,8 @@ func TestConnectionTrackerAgainstAModel(t *testing.T) {
 		for _, c := range open {
 			_ = c.tc.Close()
 		}
-		if l.openConnections() != 0 || l.idleConnections() != 0 || len(l.bySource) != 0 {
-			t.Fatalf("after every close: %d open, %d idle, %d sources", l.openConnections(), l.idleConnections(), len(l.bySource))
+		if l.Open() != 0 || l.Idle() != 0 || len(l.bySource) != 0 {
+			t.Fatalf("after every close: %d open, %d idle, %d sources", l.Open(), l.Idle(), len(l.bySource))
 		}
 	})
 }

@@ -1,4 +1,8 @@
-package ingest
+// Package connlimit caps the connections a listener holds open, in all and
+// per source, so that connections cannot be hoarded: at the cap, the one
+// idle the longest is closed for a new one. The edge's webhook listener
+// and the bridge's public one hold their connections under it.
+package connlimit
 
 import (
 	"container/list"
@@ -7,11 +11,13 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+
+	"github.com/driftguard/driftguard/internal/source"
 )
 
-// connectionLimit caps the connections the edge has open
-// (http.max_connections), and those of one peer
-// (http.max_connections_per_source), so that connections cannot be
+// Limit caps the connections a listener has open (the edge's
+// http.max_connections, the bridge's bridge.max_tcp_connections), and
+// those of one peer (…_per_source), so that connections cannot be
 // hoarded: a peer's connection over its cap is closed as soon as it is
 // accepted; at the cap in all, a connection waiting for a request (as the
 // server's ConnState tells) is closed for the new one; and only when every
@@ -34,7 +40,7 @@ import (
 // reset. A flood that reconnects as fast as it is refused thus holds
 // thousands of such connections at once without a cap. The cap counts
 // them until they are closed for good, so they are part of it.
-type connectionLimit struct {
+type Limit struct {
 	max, perSource int
 	// trusted proxies are not capped per source: their connections carry
 	// many clients' requests.
@@ -44,37 +50,41 @@ type connectionLimit struct {
 	freed    *sync.Cond
 	open     int
 	bySource map[netip.Addr]int
-	// fresh holds the *trackedConn waiting for their first request,
+	// fresh holds the *conn waiting for their first request,
 	// served those waiting for their next, each the one idle the longest
 	// first.
 	fresh, served list.List
 	closed        bool
 
-	// refusedBySource and closedIdle count the connections closed by the
+	// RefusedBySource and ClosedIdle count the connections closed by the
 	// per-source cap and for a new one at the cap.
-	refusedBySource, closedIdle atomic.Int64
+	RefusedBySource, ClosedIdle atomic.Int64
 }
 
-func newConnectionLimit(maxOpen, perSource int, trusted []netip.Prefix) *connectionLimit {
-	l := &connectionLimit{max: maxOpen, perSource: min(max(perSource, 1), maxOpen), trusted: trusted, bySource: map[netip.Addr]int{}}
+// New caps a listener at maxOpen connections, perSource of one source;
+// the trusted proxies' are not capped per source.
+func New(maxOpen, perSource int, trusted []netip.Prefix) *Limit {
+	l := &Limit{max: maxOpen, perSource: min(max(perSource, 1), maxOpen), trusted: trusted, bySource: map[netip.Addr]int{}}
 	l.freed = sync.NewCond(&l.mu)
 	return l
 }
 
-// listen is ln holding the caps.
-func (l *connectionLimit) listen(ln net.Listener) *limitedListener {
-	return &limitedListener{Listener: ln, limit: l}
+// Listen is ln holding the caps. Serve it with ConnState as the
+// http.Server's ConnState, which tells the limit the connections that
+// are idle.
+func (l *Limit) Listen(ln net.Listener) *Listener {
+	return &Listener{Listener: ln, limit: l}
 }
 
-// openConnections is how many accepted connections are not yet closed.
-func (l *connectionLimit) openConnections() int64 {
+// Open is how many accepted connections are not yet closed.
+func (l *Limit) Open() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return int64(l.open)
 }
 
-// idleConnections is how many of them wait for a request.
-func (l *connectionLimit) idleConnections() int64 {
+// Idle is how many of them wait for a request.
+func (l *Limit) Idle() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return int64(l.fresh.Len() + l.served.Len())
@@ -82,10 +92,10 @@ func (l *connectionLimit) idleConnections() int64 {
 
 // oldestIdle is the connection to close for a new one, nil when every
 // connection is busy; l.mu is held.
-func (l *connectionLimit) oldestIdle() *trackedConn {
+func (l *Limit) oldestIdle() *conn {
 	for _, q := range []*list.List{&l.fresh, &l.served} {
 		if e := q.Front(); e != nil {
-			return e.Value.(*trackedConn)
+			return e.Value.(*conn)
 		}
 	}
 	return nil
@@ -93,23 +103,23 @@ func (l *connectionLimit) oldestIdle() *trackedConn {
 
 // sourceOf is the source a peer's connections count to, and false for a
 // trusted proxy, whose are not counted.
-func (l *connectionLimit) sourceOf(peer net.Addr) (netip.Addr, bool) {
+func (l *Limit) sourceOf(peer net.Addr) (netip.Addr, bool) {
 	ap, err := netip.ParseAddrPort(peer.String())
 	if err != nil {
 		// Not a TCP peer: one source for all.
 		return netip.Addr{}, true
 	}
 	a := ap.Addr().Unmap()
-	if isTrusted(a, l.trusted) {
+	if source.Trusted(a, l.trusted) {
 		return a, false
 	}
-	return sourceKey(a), true
+	return source.Key(a), true
 }
 
 // admit counts c in as src's, closing the connection idle the longest when
 // at the cap, or waiting for one to be idle or closed when none is; nil
 // when src is at its cap, or the listener closed, and c is to be closed.
-func (l *connectionLimit) admit(c net.Conn, src netip.Addr, capped bool) *trackedConn {
+func (l *Limit) admit(c net.Conn, src netip.Addr, capped bool) *conn {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for {
@@ -117,7 +127,7 @@ func (l *connectionLimit) admit(c net.Conn, src netip.Addr, capped bool) *tracke
 			return nil
 		}
 		if capped && l.bySource[src] >= l.perSource {
-			l.refusedBySource.Add(1)
+			l.RefusedBySource.Add(1)
 			return nil
 		}
 		if l.open < l.max {
@@ -125,16 +135,16 @@ func (l *connectionLimit) admit(c net.Conn, src netip.Addr, capped bool) *tracke
 		}
 		if victim := l.oldestIdle(); victim != nil {
 			l.release(victim)
-			l.closedIdle.Add(1)
+			l.ClosedIdle.Add(1)
 			// The raw connection: its server goroutine, reading it, sees
-			// it closed and ends; trackedConn.Close then finds it
+			// it closed and ends; conn.Close then finds it
 			// released.
 			_ = victim.Conn.Close()
 			continue
 		}
 		l.freed.Wait()
 	}
-	tc := &trackedConn{Conn: c, limit: l, src: src, capped: capped}
+	tc := &conn{Conn: c, limit: l, src: src, capped: capped}
 	l.open++
 	if capped {
 		l.bySource[src]++
@@ -145,7 +155,7 @@ func (l *connectionLimit) admit(c net.Conn, src netip.Addr, capped bool) *tracke
 }
 
 // release uncounts c, once; l.mu is held.
-func (l *connectionLimit) release(c *trackedConn) {
+func (l *Limit) release(c *conn) {
 	if c.released {
 		return
 	}
@@ -162,10 +172,10 @@ func (l *connectionLimit) release(c *trackedConn) {
 	l.freed.Broadcast()
 }
 
-// connState follows a connection from idle (new, or between requests) to
+// ConnState follows a connection from idle (new, or between requests) to
 // busy with a request and back: the server's ConnState. A connection not
 // of this limit's listener is ignored.
-func (l *connectionLimit) connState(c net.Conn, state http.ConnState) {
+func (l *Limit) ConnState(c net.Conn, state http.ConnState) {
 	tc := trackedOf(c)
 	if tc == nil || tc.limit != l {
 		return
@@ -186,12 +196,12 @@ func (l *connectionLimit) connState(c net.Conn, state http.ConnState) {
 	}
 }
 
-// trackedOf finds the *trackedConn in c, through the wrappers of
+// trackedOf finds the *conn in c, through the wrappers of
 // listeners that wrap this one's (those with NetConn, as tls.Conn).
-func trackedOf(c net.Conn) *trackedConn {
+func trackedOf(c net.Conn) *conn {
 	for {
 		switch v := c.(type) {
-		case *trackedConn:
+		case *conn:
 			return v
 		case interface{ NetConn() net.Conn }:
 			c = v.NetConn()
@@ -201,14 +211,14 @@ func trackedOf(c net.Conn) *trackedConn {
 	}
 }
 
-type limitedListener struct {
+type Listener struct {
 	net.Listener
-	limit *connectionLimit
+	limit *Limit
 }
 
 // Accept accepts a connection within the caps: one over its peer's cap is
 // closed and the next accepted.
-func (l *limitedListener) Accept() (net.Conn, error) {
+func (l *Listener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
@@ -229,7 +239,7 @@ func (l *limitedListener) Accept() (net.Conn, error) {
 }
 
 // Close closes the listener and ends an Accept waiting for a slot.
-func (l *limitedListener) Close() error {
+func (l *Listener) Close() error {
 	l.limit.mu.Lock()
 	l.limit.closed = true
 	l.limit.freed.Broadcast()
@@ -237,10 +247,10 @@ func (l *limitedListener) Close() error {
 	return l.Listener.Close()
 }
 
-// trackedConn is a connection counted by its limit until first closed.
-type trackedConn struct {
+// conn is a connection counted by its limit until first closed.
+type conn struct {
 	net.Conn
-	limit  *connectionLimit
+	limit  *Limit
 	src    netip.Addr
 	capped bool
 	// Guarded by limit.mu: while the connection waits for a request, it
@@ -252,19 +262,19 @@ type trackedConn struct {
 }
 
 // wait queues c as waiting for a request in q; limit.mu is held.
-func (c *trackedConn) wait(q *list.List) {
+func (c *conn) wait(q *list.List) {
 	c.queue, c.place = q, q.PushBack(c)
 }
 
 // busy takes c out of its queue, if in one; limit.mu is held.
-func (c *trackedConn) busy() {
+func (c *conn) busy() {
 	if c.queue != nil {
 		c.queue.Remove(c.place)
 		c.queue, c.place = nil, nil
 	}
 }
 
-func (c *trackedConn) Close() error {
+func (c *conn) Close() error {
 	err := c.Conn.Close()
 	c.limit.mu.Lock()
 	c.limit.release(c)
@@ -274,9 +284,12 @@ func (c *trackedConn) Close() error {
 
 // CloseWrite half-closes a TCP connection, as net/http does before it
 // closes one whose request body it did not read.
-func (c *trackedConn) CloseWrite() error {
+func (c *conn) CloseWrite() error {
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
 	}
 	return nil
 }
+
+// Max is the cap on open connections.
+func (l *Limit) Max() int { return l.max }
