@@ -39,4 +39,3 @@ func TestClientAddrAndKey(t *testing.T) {
 		}
 	}
 }
-
