@@ -252,7 +252,7 @@ func checkSecurity(t *testing.T, where string, c corev1.Container) {
 }
 
 // opsPort is the port of each container's /metrics, /healthz and /readyz.
-var opsPort = map[string]int32{"ingest": 9464, "process": 9464, "sink": 9464, "relay": 9464, "bridge": 8090}
+var opsPort = map[string]int32{"ingest": 9464, "process": 9464, "sink": 9464, "relay": 9464, "bridge": 9464}
 
 func checkProbes(t *testing.T, where string, c corev1.Container) {
 	t.Helper()
@@ -287,14 +287,14 @@ func resolvePort(c corev1.Container, port intstr.IntOrString) int32 {
 	return -1
 }
 
-// The listeners the chart sets: webhooks on 8080, ops on 9464, the bridge
-// on 8090.
+// The listeners the chart sets: webhooks on 8080, ops on 9464 (the
+// bridge's too), the bridge on 8090.
 func TestListeners(t *testing.T) {
 	r := render(t, nil)
 	want := map[string]map[string]string{
 		"ingest": {"DRIFTGUARD_HTTP_ADDR": ":8080", "DRIFTGUARD_TELEMETRY_ADDR": ":9464"},
 		"sink":   {"DRIFTGUARD_TELEMETRY_ADDR": ":9464"},
-		"bridge": {"DRIFTGUARD_BRIDGE_ADDR": ":8090"},
+		"bridge": {"DRIFTGUARD_BRIDGE_ADDR": ":8090", "DRIFTGUARD_TELEMETRY_ADDR": ":9464"},
 	}
 	for component, vars := range want {
 		env := envOf(r.deployment(t, component).Spec.Template.Spec.Containers[0])

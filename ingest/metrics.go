@@ -3,7 +3,6 @@ package ingest
 import (
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/driftguard/driftguard/internal/connlimit"
@@ -64,27 +63,14 @@ func newMetrics(reg prometheus.Registerer, b *budget, bl *backlog, conns *connli
 		gauge := func(name, help string, read func() int64) prometheus.Collector {
 			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(read()) })
 		}
-		// shed counts the connections the edge closed for reason.
-		shed := func(reason string, n *atomic.Int64) prometheus.Collector {
-			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "driftguard_ingest_connections_shed_total",
-				Help:        "Connections the edge closed to hold its caps, by reason: source_limit (over http.max_connections_per_source, closed once accepted), idle_at_limit (idle the longest at http.max_connections, closed for a new one).",
-				ConstLabels: prometheus.Labels{"reason": reason}}, func() float64 { return float64(n.Load()) })
-		}
 		reg.MustRegister(m.requests, m.rejections, m.ephemeral, m.inFlight, m.produceLatency, m.retryAfter, m.duration,
 			gauge("driftguard_ingest_in_flight_bytes",
 				"Bytes of request bodies the edge holds, from the start of their read until the producer is done with their records.", b.inUse),
 			gauge("driftguard_ingest_in_flight_bytes_limit",
 				"http.max_in_flight_bytes: beyond it, requests are answered 503, before their bodies are read or while they are.", func() int64 { return b.limit }),
 			gauge("driftguard_ingest_producer_pending_bytes",
-				"Bytes of records handed to the producer and not yet acked or failed.", bl.pendingBytes),
-			gauge("driftguard_ingest_connections",
-				"Open connections of the webhook listener, those closing included.", conns.Open),
-			gauge("driftguard_ingest_idle_connections",
-				"Open connections of the webhook listener waiting for a request: at http.max_connections, the one idle the longest is closed for a new one.", conns.Idle),
-			gauge("driftguard_ingest_connections_limit",
-				"http.max_connections: at it, the connection idle the longest is closed for a new one, or new ones wait in the accept queue when none is idle.", func() int64 { return int64(conns.Max()) }),
-			shed("source_limit", &conns.RefusedBySource),
-			shed("idle_at_limit", &conns.ClosedIdle))
+				"Bytes of records handed to the producer and not yet acked or failed.", bl.pendingBytes))
+		reg.MustRegister(conns.Collectors("ingest", "http.max_connections")...)
 	}
 	return m
 }

@@ -29,7 +29,8 @@ import (
 func startBridgeProcess(t *testing.T, ctx context.Context, bin, configFile string, brokers []string, addr, secret string) *exec.Cmd {
 	t.Helper()
 	cmd := startDriftguard(t, bin, []string{"bridge", "--config", configFile}, "DRIFTGUARD_KAFKA_BROKERS="+strings.Join(brokers, ","),
-		"DRIFTGUARD_BRIDGE_ADDR="+addr, "DRIFTGUARD_BRIDGE_SECRET="+secret, "DRIFTGUARD_LOG_LEVEL=warn")
+		"DRIFTGUARD_BRIDGE_ADDR="+addr, "DRIFTGUARD_BRIDGE_SECRET="+secret, "DRIFTGUARD_LOG_LEVEL=warn",
+		"DRIFTGUARD_TELEMETRY_ADDR="+bridgeOpsAddr(t, "http://"+addr))
 	waitReady(t, ctx, "the bridge", "http://"+addr)
 	return cmd
 }

@@ -87,9 +87,12 @@ func TestBridgeReconnectStorm(t *testing.T) {
 	dir := t.TempDir()
 	stormConfig := func(name string, acceptRate, acceptBurst int) string {
 		return testenv.WriteFile(t, dir, name, fmt.Sprintf(
-			"bridge: {window: %d, accept_rate: %d, accept_burst: %d, max_connections: %d, max_connections_per_user: 16, catchup_readers: 2}\nstreams:\n%s",
-			stormWindow, acceptRate, acceptBurst, clients+500, presenceStreamYAML(stream)))
+			"bridge: {window: %d, accept_rate: %d, accept_burst: %d, max_connections: %d, max_connections_per_user: 16, max_streams_per_token: 16, catchup_readers: 2,"+
+				" max_tcp_connections: %d, max_tcp_connections_per_source: %d, source_rate: {rate: 1000000}}\nstreams:\n%s",
+			stormWindow, acceptRate, acceptBurst, clients+500, 2*clients+500, 2*clients+500, presenceStreamYAML(stream)))
 	}
+	// Every client is on 127.0.0.1, where thousands of users would be
+	// as many addresses: the bridge's limits per source are set for them.
 	configFile := stormConfig("driftguard.yaml", 400, 100)
 	// The restarted bridge lets in fewer new streams a second than any
 	// machine running this test takes them: whether the clients (under
@@ -628,7 +631,7 @@ func (c *stormClient) holdsStates(want map[string]stormHeld) error {
 // scrapeBridge reads the bridge's metrics.
 func scrapeBridge(t *testing.T, base string) map[string]*dto.MetricFamily {
 	t.Helper()
-	body, err := readMetrics(base + "/metrics")
+	body, err := readMetrics(opsOf(base) + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -101,8 +101,8 @@ func runRelay(ctx context.Context, env *environment) error {
 	})
 }
 
-// runBridge serves the streams, the page and its operational endpoints on
-// bridge.addr.
+// runBridge serves the streams and the page on bridge.addr, and its
+// operational endpoints on telemetry.addr.
 func runBridge(ctx context.Context, env *environment) error {
 	b, err := realtime.New(realtime.Options{Config: env.cfg, Logger: env.log})
 	if err != nil {

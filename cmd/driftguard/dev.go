@@ -171,7 +171,7 @@ func devBridge(cfg *config.Config, brokers []string, log *slog.Logger, ops *tele
 	if err != nil {
 		return nil, "", fmt.Errorf("the bridge cannot listen on %s (set DRIFTGUARD_BRIDGE_ADDR to another address): %w", cfg.Bridge.Addr, err)
 	}
-	b, err := realtime.New(realtime.Options{Config: cfg, Brokers: brokers, Logger: log, Ops: ops, Listener: ln})
+	b, err := realtime.New(realtime.Options{Config: cfg, Brokers: brokers, Logger: log, Ops: ops, Listener: ln, OpsServedElsewhere: true})
 	if err != nil {
 		ln.Close()
 		return nil, "", err

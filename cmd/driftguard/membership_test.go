@@ -113,12 +113,13 @@ func startChatRig(t *testing.T, brokers []string, viaIngest bool) *chatRig {
 		bs.Assign.History = history
 		bcfg.Streams = map[string]*config.Stream{s.Name: &bs}
 		ln := listen(t)
-		b, err := realtime.New(realtime.Options{Config: &bcfg, Brokers: brokers, Logger: log, Listener: ln})
+		base := "http://" + ln.Addr().String()
+		b, err := realtime.New(realtime.Options{Config: &bcfg, Brokers: brokers, Logger: log, Listener: ln, OpsListener: bridgeOpsListener(t, base)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		svcs = append(svcs, b)
-		r.bridges[history] = "http://" + ln.Addr().String()
+		r.bridges[history] = base
 		ready = append(ready, r.bridges[history])
 	}
 	runServices(t, ctx, "chat pipeline", svcs...)

@@ -218,7 +218,7 @@ func postBridge(t *testing.T, ctx context.Context, base, tok, what string, body 
 // bridgeMetric is one series of the bridge's /metrics, 0 when absent.
 func bridgeMetric(t *testing.T, base, series string) float64 {
 	t.Helper()
-	body, err := readMetrics(base + "/metrics")
+	body, err := readMetrics(opsOf(base) + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,8 @@ func TestPageInARealBrowser(t *testing.T) {
 	pageAddr := freeLoopbackAddr(t)
 	startBridge := func() *exec.Cmd {
 		cmd := startDriftguard(t, bin, []string{"bridge"}, "DRIFTGUARD_KAFKA_BROKERS="+strings.Join(banner.brokers, ","),
-			"DRIFTGUARD_BRIDGE_ADDR="+pageAddr, "DRIFTGUARD_BRIDGE_SECRET="+pageSecret)
+			"DRIFTGUARD_BRIDGE_ADDR="+pageAddr, "DRIFTGUARD_BRIDGE_SECRET="+pageSecret,
+			"DRIFTGUARD_TELEMETRY_ADDR="+bridgeOpsAddr(t, "http://"+pageAddr))
 		waitReady(t, ctx, "the page's bridge", "http://"+pageAddr)
 		return cmd
 	}
@@ -265,9 +266,11 @@ func screenshotsDir(t *testing.T) string {
 func startDevForPage(t *testing.T, ctx context.Context, bin string) (devBanner, string) {
 	t.Helper()
 	var devOut syncBuffer
-	bridge := freeLoopbackAddr(t)
+	bridge, edge := freeLoopbackAddr(t), freeLoopbackAddr(t)
+	// dev serves every component's operational endpoints with ingest's.
+	bridgeOps.Store("http://"+bridge, "http://"+edge)
 	startDriftguardTo(t, &devOut, bin, []string{"dev", "--no-sink"},
-		"DRIFTGUARD_HTTP_ADDR="+freeLoopbackAddr(t), "DRIFTGUARD_BRIDGE_ADDR="+bridge,
+		"DRIFTGUARD_HTTP_ADDR="+edge, "DRIFTGUARD_BRIDGE_ADDR="+bridge,
 		"DRIFTGUARD_BRIDGE_SECRET="+pageSecret)
 	var banner devBanner
 	if !testenv.Poll(ctx, func() bool { banner = parseBanner(devOut.String()); return banner.complete() }) {
@@ -283,7 +286,37 @@ const pageConversation = "team-room"
 // expiringMember's claim expires while nothing is sent.
 const expiringMember = "erin"
 
-func freeLoopbackAddr(t *testing.T) string {
+// bridgeOps maps a bridge's public base URL to the one of its
+// operational endpoints (/metrics, /healthz, /readyz), which the bridge
+// serves apart, on telemetry.addr.
+var bridgeOps sync.Map
+
+// bridgeOpsAddr is a free loopback address for the operational endpoints
+// of the bridge at base, recorded for opsOf.
+func bridgeOpsAddr(t testing.TB, base string) string {
+	addr := freeLoopbackAddr(t)
+	bridgeOps.Store(base, "http://"+addr)
+	return addr
+}
+
+// bridgeOpsListener is bridgeOpsAddr as a listener, for a bridge run in
+// the test's process.
+func bridgeOpsListener(t testing.TB, base string) net.Listener {
+	ln := listen(t)
+	bridgeOps.Store(base, "http://"+ln.Addr().String())
+	return ln
+}
+
+// opsOf is where the component at base serves its operational
+// endpoints: a bridge's apart, any other's with its public ones.
+func opsOf(base string) string {
+	if ops, ok := bridgeOps.Load(base); ok {
+		return ops.(string)
+	}
+	return base
+}
+
+func freeLoopbackAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -324,7 +357,7 @@ func waitClients(t *testing.T, ctx context.Context, base, what string) {
 func waitReady(t testing.TB, ctx context.Context, what, base string) {
 	t.Helper()
 	testenv.WaitFor(t, ctx, what+" ready", func() bool {
-		resp, err := http.Get(base + "/readyz")
+		resp, err := http.Get(opsOf(base) + "/readyz")
 		if err != nil {
 			return false
 		}

@@ -240,7 +240,7 @@ func runSecurePipeline(t *testing.T, ctx context.Context, as func(component stri
 	log := testenv.Logger(t)
 	ops := telemetry.NewOps()
 	bln := listen(t)
-	bridge, err := realtime.New(realtime.Options{Config: as(kafka.ComponentBridge), Logger: log, Listener: bln})
+	bridge, err := realtime.New(realtime.Options{Config: as(kafka.ComponentBridge), Logger: log, Listener: bln, OpsListener: listen(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +321,7 @@ func everywhere(want string) map[string]string {
 // ClickHouse, with an error containing want[its name].
 func expectStartError(t *testing.T, ctx context.Context, cfg *config.Config, want map[string]string) {
 	t.Helper()
-	bridge, err := realtime.New(realtime.Options{Config: cfg, Listener: listen(t)})
+	bridge, err := realtime.New(realtime.Options{Config: cfg, Listener: listen(t), OpsListener: listen(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,12 +68,12 @@ func startSendRig(t testing.TB, brokers []string, change func(*config.Config)) *
 	r := &sendRig{t: t, ctx: ctx, cfg: cfg, s: s, brokers: brokers, cl: testenv.Topics(t, ctx, cfg, brokers)}
 	t.Cleanup(r.cl.Close)
 	ln := listen(t)
-	b, err := realtime.New(realtime.Options{Config: cfg, Brokers: brokers, Logger: testenv.Logger(t), Listener: ln})
+	r.bridge = "http://" + ln.Addr().String()
+	b, err := realtime.New(realtime.Options{Config: cfg, Brokers: brokers, Logger: testenv.Logger(t), Listener: ln, OpsListener: bridgeOpsListener(t, r.bridge)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	runServices(t, ctx, "bridge", b)
-	r.bridge = "http://" + ln.Addr().String()
 	r.startProcessor()
 	t.Cleanup(func() {
 		if r.stopProcessor != nil {

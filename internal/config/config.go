@@ -277,8 +277,8 @@ const MinBridgeSecretBytes = 32
 
 // Bridge configures the realtime bridge (`driftguard bridge`).
 type Bridge struct {
-	// Addr serves the streams, the page and /metrics, /healthz, /readyz.
-	// Default 127.0.0.1:8090.
+	// Addr serves the streams and the page; /metrics, /healthz and
+	// /readyz are on telemetry.addr only. Default 127.0.0.1:8090.
 	Addr string `yaml:"addr" env:"DRIFTGUARD_BRIDGE_ADDR"`
 	// Secret is the HS256 key of the JWTs clients present that name no
 	// key id (kid), at least 32 bytes. Set it with DRIFTGUARD_BRIDGE_SECRET
@@ -327,6 +327,30 @@ type Bridge struct {
 	AcceptRate float64 `yaml:"accept_rate"`
 	// AcceptBurst is the bucket's size. Default: AcceptRate, rounded up.
 	AcceptBurst int `yaml:"accept_burst"`
+	// Limits of the public listener (bridge_limits.go): what one source
+	// may take of the bridge without a token, and one token with it.
+	//
+	// MaxTCPConnections caps the connections the public listener holds
+	// open; at the cap, the one idle the longest is closed for a new one.
+	// Default 25000.
+	MaxTCPConnections int `yaml:"max_tcp_connections"`
+	// MaxTCPConnectionsPerSource caps one source's connections (an IPv4
+	// address, an IPv6 /64, the client a trusted proxy names); one more is
+	// closed as it is accepted. Default 4096.
+	MaxTCPConnectionsPerSource int `yaml:"max_tcp_connections_per_source"`
+	// TrustedProxies are the proxies (addresses or CIDRs) whose
+	// X-Forwarded-For names the source; they are not capped per source.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+	// IdleTimeout closes a keep-alive connection that waits this long
+	// for its next request, and one that sent none. Default 20s.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxStreamsPerToken caps the SSE streams open on one token; one more
+	// is 429 too_many_streams. Default 32.
+	MaxStreamsPerToken int `yaml:"max_streams_per_token"`
+	// SourceRate limits the requests of one source on the public port;
+	// beyond it, 429 rate_limited with Retry-After. Default 1000 a second
+	// in bursts of 2000.
+	SourceRate TokenBucket `yaml:"source_rate"`
 	// CatchupReaders is how many Kafka readers per stream serve the
 	// clients that resume from cursors older than the log, each shared by
 	// every client waiting when it starts. Default 2.
@@ -358,8 +382,8 @@ type Bridge struct {
 
 // Telemetry configures the operational endpoints of the non-HTTP components.
 type Telemetry struct {
-	// Addr serves /metrics, /healthz and /readyz of ingest, process and
-	// sink, apart from any public listener. Default 127.0.0.1:9464.
+	// Addr serves /metrics, /healthz and /readyz of every component,
+	// apart from any public listener. Default 127.0.0.1:9464.
 	Addr string `yaml:"addr" env:"DRIFTGUARD_TELEMETRY_ADDR"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `yaml:"log_level" env:"DRIFTGUARD_LOG_LEVEL"`
@@ -536,6 +560,7 @@ func (c *Config) applyDefaults() {
 	orDefault(&c.Bridge.TypingRate, 1)
 	c.Bridge.applySendDefaults()
 	c.Bridge.admissionDefaults()
+	c.Bridge.limitDefaults()
 	c.Bridge.Tokens.applyDefaults()
 	if c.DataDir == "" {
 		c.DataDir = defaultDataDir()
@@ -712,6 +737,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.Bridge.validateAdmission()...)
+	errs = append(errs, c.Bridge.validateLimits()...)
 	if c.Bridge.ChatHistory < 0 {
 		add("bridge.chat_history", "must be 0 (read the outcomes from their log start) or positive, got %s", c.Bridge.ChatHistory)
 	}
@@ -848,6 +874,12 @@ bridge:
   heartbeat: 15s
   max_connections: 20000         # SSE streams open at once; one more is 503 with Retry-After
   max_connections_per_user: 64   # SSE streams of one user; one more is 429
+  max_streams_per_token: 32      # SSE streams on one token; one more is 429
+  max_tcp_connections: 25000     # connections of the public listener; at it the longest idle is closed
+  max_tcp_connections_per_source: 4096 # connections of one address (IPv6: /64)
+  trusted_proxies: []            # proxies (addresses or CIDRs) whose X-Forwarded-For names the source
+  idle_timeout: 20s              # a keep-alive connection waits this long for its next request
+  source_rate: {rate: 1000, burst: 2000} # requests a second of one source; beyond them 429
   accept_rate: 1000              # new SSE streams a second; beyond them 503 with a spread Retry-After
   accept_burst: 1000             # the accept rate's bucket; default: one second's worth
   catchup_readers: 2             # Kafka readers per stream shared by resumes older than the window

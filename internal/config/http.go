@@ -29,11 +29,16 @@ func LargeBodiesBudget(budget int64) int64 { return budget / LargeBodyShareDen *
 // TrustedPrefixes parses http.trusted_proxies: an address stands for
 // itself alone.
 func (h *HTTP) TrustedPrefixes() ([]netip.Prefix, error) {
+	return parsePrefixes("http.trusted_proxies", h.TrustedProxies)
+}
+
+// parsePrefixes parses the list at path of addresses and CIDR prefixes.
+func parsePrefixes(path string, list []string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
-	for i, s := range h.TrustedProxies {
+	for i, s := range list {
 		p, err := parsePrefix(s)
 		if err != nil {
-			return nil, fmt.Errorf("http.trusted_proxies[%d]: %q is neither an address nor a CIDR prefix", i, s)
+			return nil, fmt.Errorf("%s[%d]: %q is neither an address nor a CIDR prefix", path, i, s)
 		}
 		out = append(out, p)
 	}

@@ -6,11 +6,14 @@ package connlimit
 
 import (
 	"container/list"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
 	"sync"
 	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/driftguard/driftguard/internal/source"
 )
@@ -293,3 +296,28 @@ func (c *conn) CloseWrite() error {
 
 // Max is the cap on open connections.
 func (l *Limit) Max() int { return l.max }
+
+// Collectors are the limit's metrics, named for component (ingest,
+// bridge) and its setting of the cap (http.max_connections): the open
+// and idle connections, the cap, and the connections closed to hold it
+// by reason.
+func (l *Limit) Collectors(component, setting string) []prometheus.Collector {
+	gauge := func(name, help string, read func() int64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "driftguard_" + component + "_" + name, Help: help},
+			func() float64 { return float64(read()) })
+	}
+	shed := func(reason string, n *atomic.Int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "driftguard_" + component + "_connections_shed_total",
+			Help: fmt.Sprintf("Connections closed to hold the caps, by reason: source_limit (over %s_per_source, closed once accepted), idle_at_limit (idle the longest at %s, closed for a new one).",
+				setting, setting),
+			ConstLabels: prometheus.Labels{"reason": reason}}, func() float64 { return float64(n.Load()) })
+	}
+	return []prometheus.Collector{
+		gauge("connections", "Open connections of the public listener, those closing included.", l.Open),
+		gauge("idle_connections", fmt.Sprintf("Open connections of the public listener waiting for a request: at %s, the one idle the longest is closed for a new one.", setting), l.Idle),
+		gauge("connections_limit", setting+": at it, the connection idle the longest is closed for a new one, or new ones wait in the accept queue when none is idle.",
+			func() int64 { return int64(l.Max()) }),
+		shed("source_limit", &l.RefusedBySource),
+		shed("idle_at_limit", &l.ClosedIdle),
+	}
+}

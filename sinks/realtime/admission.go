@@ -30,11 +30,13 @@ const (
 	refusedBusy = "busy"                 // over bridge.accept_rate: 503
 	refusedFull = "full"                 // at bridge.max_connections: 503
 	refusedUser = "too_many_connections" // at bridge.max_connections_per_user: 429
+	// refusedToken is at bridge.max_streams_per_token: 429.
+	refusedToken = "too_many_streams"
 )
 
 // admission decides which new SSE streams the bridge takes: at most
-// maxTotal open, maxPerUser of one user, and new ones at the accept
-// rate. A refused client is told when to come back, so that a storm of
+// maxTotal open, maxPerUser of one user, maxPerToken on one token, and
+// new ones at the accept rate. A refused client is told when to come back, so that a storm of
 // reconnects (every client of a restarted bridge at once) is spread over
 // the seconds that follow rather than answered in one crowd that comes
 // back together.
@@ -43,11 +45,12 @@ const (
 // the user), so that another key (a source address, a token) is another
 // streamCount.
 type admission struct {
-	bucket  *rate.Limiter
-	perSec  float64
-	mu      sync.Mutex
-	total   streamCount
-	perUser streamCount
+	bucket   *rate.Limiter
+	perSec   float64
+	mu       sync.Mutex
+	total    streamCount
+	perUser  streamCount
+	perToken streamCount
 	// jitter draws a duration in [0, n); rand.N, or a test's.
 	jitter func(n time.Duration) time.Duration
 	// promised is the latest time a client refused by the rate was told
@@ -61,7 +64,8 @@ func newAdmission(cfg config.Bridge) *admission {
 	return &admission{
 		bucket: rate.NewLimiter(rate.Limit(cfg.AcceptRate), cfg.AcceptBurst), perSec: cfg.AcceptRate,
 		total: streamCount{max: cfg.MaxConnections}, perUser: streamCount{max: cfg.MaxConnectionsPerUser},
-		jitter: rand.N[time.Duration],
+		perToken: streamCount{max: cfg.MaxStreamsPerToken},
+		jitter:   rand.N[time.Duration],
 	}
 }
 
@@ -96,14 +100,18 @@ func (r *refusal) write(w http.ResponseWriter) {
 	problem.Write(w, r.status, r.reason, r.detail, nil)
 }
 
-// enter admits a stream of user at now, or says why not; an admitted
-// stream is matched by leave(user). The caps are looked at first, so that
-// a refusal at a cap does not spend the bucket; the user's first, so that
-// a client over its own share hears so (429) even when the bridge is full.
-func (a *admission) enter(user string, now time.Time) *refusal {
+// enter admits a stream of user on token at now, or says why not; an
+// admitted stream is matched by leave(user, token). The caps are looked
+// at first, so that a refusal at a cap does not spend the bucket; the
+// token's and the user's first, so that a client over its own share hears
+// so (429) even when the bridge is full.
+func (a *admission) enter(user, token string, now time.Time) *refusal {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
+	case a.perToken.full(token):
+		return &refusal{http.StatusTooManyRequests, refusedToken,
+			fmt.Sprintf("the token holds bridge.max_streams_per_token (%d) streams on this bridge; close one first", a.perToken.max), a.spread(capRetrySpread)}
 	case a.perUser.full(user):
 		return &refusal{http.StatusTooManyRequests, refusedUser,
 			fmt.Sprintf("the user holds bridge.max_connections_per_user (%d) streams on this bridge; close one first", a.perUser.max), a.spread(capRetrySpread)}
@@ -116,15 +124,17 @@ func (a *admission) enter(user string, now time.Time) *refusal {
 	}
 	a.total.add("", 1)
 	a.perUser.add(user, 1)
+	a.perToken.add(token, 1)
 	return nil
 }
 
-// leave gives back an admitted stream of user.
-func (a *admission) leave(user string) {
+// leave gives back an admitted stream of user on token.
+func (a *admission) leave(user, token string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.total.add("", -1)
 	a.perUser.add(user, -1)
+	a.perToken.add(token, -1)
 }
 
 // comeBack is when a client refused by the rate at now should try again:
@@ -200,7 +210,7 @@ func reconnectOutcome(status int) string {
 // admit takes an events request through admission; false once it has
 // answered the refusal. An admitted request is matched by leave.
 func (b *Bridge) admit(q *request, rec *reconnect) bool {
-	r := b.admission.enter(q.user.Subject, time.Now())
+	r := b.admission.enter(q.user.Subject, string(q.user.id[:]), time.Now())
 	if r == nil {
 		return true
 	}

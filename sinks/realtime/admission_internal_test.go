@@ -25,7 +25,7 @@ func TestRefusedClientsAreSpreadAndGetIn(t *testing.T) {
 		perSec := rapid.IntRange(10, 500).Draw(rt, "accept rate")
 		burst := rapid.IntRange((perSec+1)/2, 2*perSec).Draw(rt, "burst")
 		crowd := rapid.IntRange(1, 1000).Draw(rt, "clients")
-		a := newAdmission(config.Bridge{MaxConnections: crowd, MaxConnectionsPerUser: crowd, AcceptRate: float64(perSec), AcceptBurst: burst})
+		a := newAdmission(config.Bridge{MaxConnections: crowd, MaxConnectionsPerUser: crowd, MaxStreamsPerToken: crowd, AcceptRate: float64(perSec), AcceptBurst: burst})
 		start := time.Unix(1_700_000_000, 0)
 		jitter := rand.New(rand.NewPCG(rapid.Uint64().Draw(rt, "jitter seed"), 0))
 		a.jitter = func(n time.Duration) time.Duration { return time.Duration(jitter.Int64N(int64(n))) }
@@ -47,7 +47,7 @@ func TestRefusedClientsAreSpreadAndGetIn(t *testing.T) {
 			p := pending[next]
 			pending = append(pending[:next], pending[next+1:]...)
 			for range p.n {
-				r := a.enter("u", p.at)
+				r := a.enter("u", "token", p.at)
 				if r == nil {
 					last = p.at
 					continue
@@ -95,34 +95,38 @@ func TestRefusedClientsAreSpreadAndGetIn(t *testing.T) {
 	})
 }
 
-// The caps: a user's streams over bridge.max_connections_per_user are 429,
-// the bridge's over bridge.max_connections 503, neither spends the
-// bucket, and a stream that ends frees its place.
+// The caps: a token's streams over bridge.max_streams_per_token and a
+// user's over bridge.max_connections_per_user are 429, the bridge's over
+// bridge.max_connections 503, none spends the bucket, and a stream that
+// ends frees its place.
 func TestCapsRefuseAndFree(t *testing.T) {
-	a := newAdmission(config.Bridge{MaxConnections: 3, MaxConnectionsPerUser: 2, AcceptRate: 1000, AcceptBurst: 4})
+	a := newAdmission(config.Bridge{MaxConnections: 3, MaxConnectionsPerUser: 2, MaxStreamsPerToken: 1, AcceptRate: 1000, AcceptBurst: 4})
 	now := time.Unix(1_700_000_000, 0)
-	for _, u := range []string{"ann", "ann", "ben"} {
-		if r := a.enter(u, now); r != nil {
-			t.Fatalf("%s refused: %+v", u, r)
+	for _, s := range [][2]string{{"ann", "ann-1"}, {"ann", "ann-2"}, {"ben", "ben-1"}} {
+		if r := a.enter(s[0], s[1], now); r != nil {
+			t.Fatalf("%s refused: %+v", s, r)
 		}
 	}
-	if r := a.enter("cat", now); r == nil || r.status != http.StatusServiceUnavailable || r.reason != refusedFull {
+	if r := a.enter("ben", "ben-1", now); r == nil || r.status != http.StatusTooManyRequests || r.reason != refusedToken {
+		t.Fatalf("over the token's cap: %+v, want 429 too_many_streams", r)
+	}
+	if r := a.enter("cat", "cat-1", now); r == nil || r.status != http.StatusServiceUnavailable || r.reason != refusedFull {
 		t.Fatalf("over the bridge's cap: %+v, want 503 full", r)
 	}
-	a.leave("ben")
-	if r := a.enter("ann", now); r == nil || r.status != http.StatusTooManyRequests || r.reason != refusedUser {
+	a.leave("ben", "ben-1")
+	if r := a.enter("ann", "ann-3", now); r == nil || r.status != http.StatusTooManyRequests || r.reason != refusedUser {
 		t.Fatalf("over the user's cap: %+v, want 429", r)
 	}
-	if r := a.enter("cat", now); r != nil {
+	if r := a.enter("cat", "cat-1", now); r != nil {
 		t.Fatalf("cat after ben left: %+v", r)
 	}
 	// Four of the burst's tokens went to four admissions; refusals took
 	// none, so the burst is spent only now.
-	a.leave("cat")
-	if r := a.enter("cat", now); r == nil || r.reason != refusedBusy {
+	a.leave("cat", "cat-1")
+	if r := a.enter("cat", "cat-1", now); r == nil || r.reason != refusedBusy {
 		t.Fatalf("the fifth in the same instant with a burst of 4: %+v, want busy", r)
 	}
-	if len(a.perUser.open) != 1 || a.perUser.open["ann"] != 2 || a.total.open[""] != 2 {
-		t.Fatalf("open: %v, %v", a.perUser.open, a.total.open)
+	if len(a.perUser.open) != 1 || a.perUser.open["ann"] != 2 || a.total.open[""] != 2 || len(a.perToken.open) != 2 {
+		t.Fatalf("open: %v, %v, %v", a.perUser.open, a.total.open, a.perToken.open)
 	}
 }

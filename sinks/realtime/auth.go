@@ -1,6 +1,7 @@
 package realtime
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +26,9 @@ type claims struct {
 	// streamsClaim names the claim Streams is read from
 	// (bridge.tokens.streams_claim); empty, "streams".
 	streamsClaim string
+	// id tells one token from another (bridge.max_streams_per_token): a
+	// hash of it, so that no token is kept beyond its request.
+	id [sha256.Size]byte
 }
 
 // UnmarshalJSON reads the token's claims, the streams from the claim the
@@ -148,6 +152,7 @@ func (v *verifier) verify(r *http.Request, inQuery bool) (*claims, error) {
 	case c.Subject == "":
 		return nil, authError{"the token names no user (sub)"}
 	}
+	c.id = sha256.Sum256([]byte(raw))
 	return &c, nil
 }
 

@@ -236,7 +236,7 @@ func TestEntityLimit(t *testing.T) {
 	testenv.WaitFor(t, e.ctx, "two entities dropped", func() bool {
 		return gathered(t, e, "driftguard_bridge_entities_dropped_total") == 2
 	})
-	resp, err := http.Get(e.url + "/readyz")
+	resp, err := http.Get(e.opsURL + "/readyz")
 	if err != nil {
 		t.Fatal(err)
 	}

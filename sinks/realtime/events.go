@@ -61,7 +61,7 @@ func (b *Bridge) events(q *request) {
 	if !b.admit(q, rec) {
 		return
 	}
-	defer b.admission.leave(q.user.Subject)
+	defer b.admission.leave(q.user.Subject, string(q.user.id[:]))
 	s := q.stream.store.Load()
 	answered := *q
 	answered.w = &statusWriter{ResponseWriter: q.w}
@@ -91,7 +91,14 @@ func (b *Bridge) events(q *request) {
 	b.metrics.clients.WithLabelValues(name).Inc()
 	defer b.metrics.clients.WithLabelValues(name).Dec()
 	defer b.followTyping(c)()
-	err := c.run(q.r.Context())
+	// The stream lasts as long as its token: at its expiry (and the
+	// leeway) the client is told so and gets a new token to resume with.
+	valid, stop := context.WithDeadline(q.r.Context(), b.tokenEnd(q.user))
+	defer stop()
+	err := c.run(valid)
+	if q.r.Context().Err() == nil && errors.Is(valid.Err(), context.DeadlineExceeded) {
+		err = c.end(reasonTokenExpired)
+	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		// A client that took nothing for writeTimeout is as good as
 		// reset: its connection ends the same way.
@@ -511,10 +518,28 @@ func (c *client) extendDeadline(at time.Duration) {
 // its connection: memory per client stays bounded.
 func (c *client) reset(reason string) error {
 	c.b.metrics.resets.WithLabelValues(c.q.stream.cfg.Name).Inc()
+	return c.end(reason)
+}
+
+// reasonTokenExpired is the reason of the reset that ends a stream whose
+// token expired: the client resumes from its last id with a new token,
+// no new snapshot needed.
+const reasonTokenExpired = "token_expired"
+
+// end sends what is queued and `event: reset` with reason, and ends the
+// connection.
+func (c *client) end(reason string) error {
 	c.rec.end(outcomeReset)
 	_ = c.writeRun(time.Since(c.clock))
 	_ = c.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	_, _ = fmt.Fprintf(c.q.w, "event: reset\ndata: {\"reason\":%q}\n\n", reason)
 	_ = c.rc.Flush()
 	return errors.New(reason)
+}
+
+// tokenEnd is when a stream on the token of user ends: its expiry plus
+// bridge.tokens.leeway, on the bridge's clock, as a time of the system's.
+func (b *Bridge) tokenEnd(user *claims) time.Time {
+	left := user.ExpiresAt.Add(b.cfg.Tokens.Leeway).Sub(b.now())
+	return time.Now().Add(left)
 }

@@ -38,9 +38,11 @@ type bridgeEnv struct {
 	brokers []string
 	cl      *kgo.Client
 	url     string
-	ops     *telemetry.Ops
-	stop    func()
-	now     func() time.Time
+	// opsURL serves the bridge's /metrics, /healthz and /readyz.
+	opsURL string
+	ops    *telemetry.Ops
+	stop   func()
+	now    func() time.Time
 	// warnings are the messages the bridge logged at Warn or above.
 	warnings *logRecorder
 	// logged is everything the bridge logged, Debug included, as text.
@@ -99,15 +101,20 @@ func (e *bridgeEnv) start() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	opsLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	e.ops = telemetry.NewOps()
 	log := slog.New(slog.NewMultiHandler(testenv.Logger(e.t).Handler(), e.warnings,
 		slog.NewTextHandler(e.logged, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	b, err := realtime.New(realtime.Options{Config: e.cfg, Logger: log, Ops: e.ops, Listener: ln,
+	b, err := realtime.New(realtime.Options{Config: e.cfg, Logger: log, Ops: e.ops, Listener: ln, OpsListener: opsLn,
 		Now: func() time.Time { return e.now() }})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	e.url = "http://" + ln.Addr().String()
+	e.opsURL = "http://" + opsLn.Addr().String()
 	runCtx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	go func() { done <- service.RunAll(runCtx, b) }()
@@ -124,7 +131,7 @@ func (e *bridgeEnv) start() {
 	}
 	e.t.Cleanup(e.stop)
 	testenv.WaitFor(e.t, e.ctx, "the bridge ready", func() bool {
-		resp, err := http.Get(e.url + "/readyz")
+		resp, err := http.Get(e.opsURL + "/readyz")
 		if err != nil {
 			return false
 		}

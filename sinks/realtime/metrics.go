@@ -211,7 +211,7 @@ func newAdmissionMetrics(reg prometheus.Registerer) *admissionMetrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 13),
 		}, []string{"stream"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "driftguard_bridge_admission_refused_total", Help: "SSE streams refused by reason: busy (over bridge.accept_rate), full (at bridge.max_connections), too_many_connections (at bridge.max_connections_per_user).",
+			Name: "driftguard_bridge_admission_refused_total", Help: "SSE streams refused by reason: busy (over bridge.accept_rate), full (at bridge.max_connections), too_many_connections (at bridge.max_connections_per_user), too_many_streams (at bridge.max_streams_per_token).",
 		}, []string{"stream", "reason"}),
 		catchupReaders: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "driftguard_bridge_catchup_readers", Help: "Kafka readers serving clients that resume from cursors older than the log (at most bridge.catchup_readers a stream).",

@@ -10,6 +10,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/testenv"
 )
 
@@ -18,7 +19,9 @@ import (
 // applies the pages and then those events, each only when its version is
 // above the one it holds, ends with every key's last version.
 func TestPublicationsDuringPaginationAreRecovered(t *testing.T) {
-	e := newBridgeEnv(t, testenv.Fake(t), nil, "presence")
+	// The property's runs page from one address faster than any one
+	// client would: bridge.source_rate is raised for them.
+	e := newBridgeEnv(t, testenv.Fake(t), func(c *config.Config) { c.Bridge.SourceRate.Rate = 1e6 }, "presence")
 	tok := e.token("watcher", "presence")
 	iteration := 0
 	rapid.Check(t, func(rt *rapid.T) {

@@ -43,11 +43,17 @@ type Options struct {
 	Brokers []string
 	// Logger; nil discards.
 	Logger *slog.Logger
-	// Ops receives the metrics and readiness, served with the streams;
-	// nil means ones of its own.
+	// Ops receives the metrics and readiness; nil means ones of its own.
 	Ops *telemetry.Ops
 	// Listener is used instead of listening on bridge.addr.
 	Listener net.Listener
+	// OpsListener serves /metrics, /healthz and /readyz instead of one
+	// on telemetry.addr; never on the public listener, where anyone could
+	// read what the bridge holds.
+	OpsListener net.Listener
+	// OpsServedElsewhere leaves serving the Ops to the caller (dev serves
+	// every component's on one listener).
+	OpsServedElsewhere bool
 	// Now is the clock of `expired` and of token expiry; nil means
 	// time.Now.
 	Now func() time.Time
@@ -55,12 +61,19 @@ type Options struct {
 
 // Bridge serves every stream of the catalogue.
 type Bridge struct {
-	cfg     config.Bridge
-	kc      kafka.Conn
-	need    kafka.Access
-	log     *slog.Logger
-	ops     *telemetry.Ops
-	ln      net.Listener
+	cfg  config.Bridge
+	kc   kafka.Conn
+	need kafka.Access
+	log  *slog.Logger
+	ops  *telemetry.Ops
+	ln   net.Listener
+	// opsLn serves the Ops, nil with opsAddr to listen on; opsElsewhere
+	// when the caller serves them.
+	opsLn        net.Listener
+	opsAddr      string
+	opsElsewhere bool
+	// limits hold the public listener's sources to their share.
+	limits  *publicLimits
 	now     func() time.Time
 	metrics *metrics
 	auth    *verifier
@@ -95,7 +108,8 @@ func New(opts Options) (*Bridge, error) {
 		return nil, err
 	}
 	b := &Bridge{cfg: cfg.Bridge, kc: kc, need: kafka.Needs(kafka.ComponentBridge, cfg), log: telemetry.OrDiscard(opts.Logger),
-		ops: opts.Ops, ln: opts.Listener, now: opts.Now, streams: map[string]*stream{}, linger: cfg.Kafka.Linger, produceTimeout: cfg.Kafka.ProduceTimeout}
+		ops: opts.Ops, ln: opts.Listener, now: opts.Now, streams: map[string]*stream{}, linger: cfg.Kafka.Linger, produceTimeout: cfg.Kafka.ProduceTimeout,
+		opsLn: opts.OpsListener, opsAddr: cfg.Telemetry.Addr, opsElsewhere: opts.OpsServedElsewhere}
 	if b.ops == nil {
 		b.ops = telemetry.NewOps()
 	}
@@ -111,6 +125,10 @@ func New(opts Options) (*Bridge, error) {
 	}
 	b.stopAuth = stopAuth
 	b.admission = newAdmission(cfg.Bridge)
+	if b.limits, err = b.newPublicLimits(); err != nil {
+		stopAuth()
+		return nil, err
+	}
 	names := cfg.Kafka.Naming()
 	for _, s := range cfg.StreamList() {
 		t := names.For(s.Name)
@@ -192,8 +210,22 @@ func (b *Bridge) Run(ctx context.Context) error {
 		}
 	}
 	services := []service.Service{service.Func{Label: "bridge http", Fn: func(ctx context.Context) error {
-		return telemetry.ServeListener(ctx, smallSendBuffers{ln}, b.Handler(), b.log)
+		return telemetry.ServeListener(ctx, b.limits.listen(smallSendBuffers{ln}), b.Handler(), b.log,
+			telemetry.WithIdleTimeout(b.cfg.IdleTimeout), telemetry.WithConnState(b.limits.conns.ConnState))
 	}}}
+	if !b.opsElsewhere {
+		opsLn := b.opsLn
+		if opsLn == nil {
+			if opsLn, err = net.Listen("tcp", b.opsAddr); err != nil {
+				return fmt.Errorf("bridge cannot serve its metrics and probes on %s (set DRIFTGUARD_TELEMETRY_ADDR to another address): %w", b.opsAddr, err)
+			}
+		}
+		opsMux := http.NewServeMux()
+		b.ops.Register(opsMux)
+		services = append(services, service.Func{Label: "bridge telemetry", Fn: func(ctx context.Context) error {
+			return telemetry.ServeListener(ctx, opsLn, opsMux, b.log)
+		}})
+	}
 	for _, name := range slices.Sorted(maps.Keys(b.streams)) {
 		st := b.streams[name]
 		services = append(services, service.Func{Label: "bridge " + name, Fn: func(ctx context.Context) error { return b.readState(ctx, st) }})
@@ -204,7 +236,9 @@ func (b *Bridge) Run(ctx context.Context) error {
 			services = append(services, service.Func{Label: "bridge typing " + name, Fn: func(ctx context.Context) error { return b.readTyping(ctx, st) }})
 		}
 	}
-	b.log.Info("bridge listening", "addr", ln.Addr().String(), "streams", len(b.streams))
+	b.log.Info("bridge listening", "addr", ln.Addr().String(), "streams", len(b.streams),
+		"max_tcp_connections", b.cfg.MaxTCPConnections, "max_tcp_connections_per_source", b.cfg.MaxTCPConnectionsPerSource,
+		"idle_timeout", b.cfg.IdleTimeout, "source_rate", b.cfg.SourceRate.Rate, "max_streams_per_token", b.cfg.MaxStreamsPerToken)
 	return service.RunAll(ctx, services...)
 }
 
@@ -254,7 +288,8 @@ func (b *Bridge) ready(context.Context) error {
 	return nil
 }
 
-// Handler serves the streams, the page and the operational endpoints.
+// Handler serves the streams and the page, each source held to
+// bridge.source_rate; the operational endpoints are served apart (Run).
 func (b *Bridge) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/streams/{stream}/snapshot", b.authorized(b.snapshot))
@@ -267,10 +302,9 @@ func (b *Bridge) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/streams/{stream}/entities/{key}/messages", b.authorized(b.send))
 	mux.HandleFunc("POST /v1/streams/{stream}/entities/{key}/receipts", b.authorized(b.receipt))
 	mux.HandleFunc("OPTIONS /v1/streams/", b.preflight)
-	b.ops.Register(mux)
 	frame := frameAncestors(b.cfg.FrameAncestors)
 	registerPage(mux, frame)
-	return securityHeaders(mux, frame)
+	return securityHeaders(b.limits.perSource(mux), frame)
 }
 
 // request is an authorized request for one stream.
@@ -313,6 +347,9 @@ func (b *Bridge) authorize(serve func(*request), queryToken bool) http.HandlerFu
 		if err != nil {
 			b.metrics.forbidden.WithLabelValues(name, "401").Inc()
 			w.Header().Set("WWW-Authenticate", `Bearer realm="driftguard"`)
+			// A client without a valid token keeps no connection: it
+			// pays a new one for each try.
+			w.Header().Set("Connection", "close")
 			problem.Write(w, http.StatusUnauthorized, "unauthorized", err.Error(), nil)
 			return
 		}

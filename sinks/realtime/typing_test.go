@@ -253,7 +253,7 @@ func abs(n int64) int64 { return max(n, -n) }
 // metricValue reads one series of the bridge's /metrics, 0 when absent.
 func metricValue(t *testing.T, e *bridgeEnv, series string) float64 {
 	t.Helper()
-	resp, err := http.Get(e.url + "/metrics")
+	resp, err := http.Get(e.opsURL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
