@@ -1,8 +1,6 @@
 package config_test
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,13 +10,7 @@ import (
 // The admission keys: defaults when unset, the burst following the rate,
 // and each invalid value refused with its path.
 func TestBridgeAdmissionKeys(t *testing.T) {
-	load := func(yaml string) (*config.Config, error) {
-		path := filepath.Join(t.TempDir(), "driftguard.yaml")
-		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return config.Load(path, nil)
-	}
+	load := func(yaml string, environ ...string) (*config.Config, error) { return loadYAML(t, yaml, environ...) }
 	cfg, err := load("bridge: {}")
 	if err != nil {
 		t.Fatal(err)

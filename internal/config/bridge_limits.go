@@ -43,14 +43,7 @@ func (b *Bridge) validateLimits() []error {
 	add := func(path, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("in %s: %s", path, fmt.Sprintf(format, args...)))
 	}
-	if b.MaxTCPConnections < 1 {
-		add("bridge.max_tcp_connections", "must be positive, got %d", b.MaxTCPConnections)
-	} else if b.MaxTCPConnectionsPerSource < 1 || b.MaxTCPConnectionsPerSource > b.MaxTCPConnections {
-		add("bridge.max_tcp_connections_per_source", "must be from 1 to bridge.max_tcp_connections (%d), got %d", b.MaxTCPConnections, b.MaxTCPConnectionsPerSource)
-	}
-	if b.IdleTimeout < time.Second {
-		add("bridge.idle_timeout", "must be at least 1s, got %s", b.IdleTimeout)
-	}
+	validateConnectionCaps(add, "bridge.max_tcp_connections", b.MaxTCPConnections, b.MaxTCPConnectionsPerSource, "bridge.idle_timeout", b.IdleTimeout)
 	if b.MaxStreamsPerToken < 1 {
 		add("bridge.max_streams_per_token", "must be at least 1, got %d", b.MaxStreamsPerToken)
 	}

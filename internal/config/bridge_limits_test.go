@@ -14,13 +14,7 @@ import (
 // within a lowered per-user one, and each invalid value refused with its
 // path.
 func TestBridgeLimitKeys(t *testing.T) {
-	load := func(yaml string) (*config.Config, error) {
-		path := filepath.Join(t.TempDir(), "driftguard.yaml")
-		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return config.Load(path, nil)
-	}
+	load := func(yaml string, environ ...string) (*config.Config, error) { return loadYAML(t, yaml, environ...) }
 	cfg, err := load("bridge: {}")
 	if err != nil {
 		t.Fatal(err)
@@ -48,4 +42,14 @@ func TestBridgeLimitKeys(t *testing.T) {
 			t.Errorf("%s: %v, want %q", yaml, err, want)
 		}
 	}
+}
+
+// loadYAML loads a configuration file holding yaml, with environ.
+func loadYAML(t *testing.T, yaml string, environ ...string) (*config.Config, error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "driftguard.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return config.Load(path, environ)
 }

@@ -29,13 +29,7 @@ func writePEM(t *testing.T, typ string, der []byte) string {
 // The token keys: defaults, the keys read with their algorithms, and
 // every invalid setting refused at start with its path.
 func TestBridgeTokenKeys(t *testing.T) {
-	load := func(yaml string, environ ...string) (*config.Config, error) {
-		path := filepath.Join(t.TempDir(), "driftguard.yaml")
-		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return config.Load(path, environ)
-	}
+	load := func(yaml string, environ ...string) (*config.Config, error) { return loadYAML(t, yaml, environ...) }
 	cfg, err := load("bridge: {}")
 	if err != nil {
 		t.Fatal(err)

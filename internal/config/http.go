@@ -77,14 +77,7 @@ func (h *HTTP) validate(streams []*Stream) []error {
 	if h.MaxPerSource < 0 {
 		add("http.max_per_source", "must be 0 (off) or positive, got %d", h.MaxPerSource)
 	}
-	if h.MaxConnections < 1 {
-		add("http.max_connections", "must be positive, got %d", h.MaxConnections)
-	} else if h.MaxConnectionsPerSource < 1 || h.MaxConnectionsPerSource > h.MaxConnections {
-		add("http.max_connections_per_source", "must be from 1 to http.max_connections (%d), got %d", h.MaxConnections, h.MaxConnectionsPerSource)
-	}
-	if h.IdleTimeout < time.Second {
-		add("http.idle_timeout", "must be at least 1s, got %s", h.IdleTimeout)
-	}
+	validateConnectionCaps(add, "http.max_connections", h.MaxConnections, h.MaxConnectionsPerSource, "http.idle_timeout", h.IdleTimeout)
 	if h.MinBodyRate < 1 {
 		add("http.min_body_rate", "must be at least 1 byte a second, got %d", h.MinBodyRate)
 	}
@@ -114,4 +107,18 @@ func (h *HTTP) validate(streams []*Stream) []error {
 		}
 	}
 	return errs
+}
+
+// validateConnectionCaps checks the caps of a public listener: its
+// connections (at the path capPath), those of one source (capPath +
+// "_per_source") within them, and its idle timeout.
+func validateConnectionCaps(add func(path, format string, args ...any), capPath string, maxOpen, perSource int, idlePath string, idle time.Duration) {
+	if maxOpen < 1 {
+		add(capPath, "must be positive, got %d", maxOpen)
+	} else if perSource < 1 || perSource > maxOpen {
+		add(capPath+"_per_source", "must be from 1 to %s (%d), got %d", capPath, maxOpen, perSource)
+	}
+	if idle < time.Second {
+		add(idlePath, "must be at least 1s, got %s", idle)
+	}
 }
