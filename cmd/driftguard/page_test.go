@@ -203,7 +203,7 @@ func TestPageInARealBrowser(t *testing.T) {
 	// in sessionStorage; coming back resumes from it. A cursor the bridge
 	// cannot resume (forged here, on a page of the same origin) is 410
 	// Gone: that stream takes a new snapshot.
-	if err := chromedp.Do(b.ctx, chromedp.Navigate("http://"+pageAddr+"/healthz")); err != nil {
+	if err := chromedp.Do(b.ctx, chromedp.Navigate("http://"+pageAddr+"/style.css")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := chromedp.Run(b.ctx, chromedp.Evaluate[chromedp.Void](forgeCursorJS)); err != nil {
@@ -333,7 +333,7 @@ func waitClients(t *testing.T, ctx context.Context, base, what string) {
 	var last string
 	if !testenv.Poll(ctx, func() bool {
 		last = ""
-		resp, err := http.Get(base + "/metrics")
+		resp, err := http.Get(opsOf(base) + "/metrics")
 		if err != nil {
 			return false
 		}

@@ -232,7 +232,7 @@ func (r *sendRig) sendUntilDecided(t testenv.Fataler, conv, tok, clientID string
 // metric is the value of the bridge's series named by its text (name and
 // labels as /metrics prints them), -1 when absent.
 func (r *sendRig) metric(series string) float64 {
-	resp, err := http.Get(r.bridge + "/metrics")
+	resp, err := http.Get(opsOf(r.bridge) + "/metrics")
 	if err != nil {
 		return -1
 	}
