@@ -89,7 +89,14 @@ func (ws *Workspace) startChatStack(ctx context.Context) (*chatStack, error) {
 		append(slices.Clone(env), telemetry(3)), filepath.Join(dir, "process.log")); err != nil {
 		return nil, err
 	}
-	if st.bridge, err = spawn("bridge", bin, []string{"bridge"},
+	// Every member the bench plays comes from 127.0.0.1, where in
+	// production they would be as many addresses: the bridge's limits per
+	// source are lifted for them.
+	bridgeConfig := filepath.Join(dir, "bridge.yaml")
+	if err := os.WriteFile(bridgeConfig, []byte("bridge: {max_tcp_connections_per_source: 25000, source_rate: {rate: 1000000}}\n"), 0o600); err != nil {
+		return nil, err
+	}
+	if st.bridge, err = spawn("bridge", bin, []string{"bridge", "--config", bridgeConfig},
 		append(slices.Clone(env), telemetry(4)), filepath.Join(dir, "bridge.log")); err != nil {
 		return nil, err
 	}
@@ -98,7 +105,7 @@ func (ws *Workspace) startChatStack(ctx context.Context) (*chatStack, error) {
 		p   *proc
 	}{{fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[2]), st.ingest},
 		{fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[3]), st.process},
-		{st.bridgeURL + "/readyz", st.bridge}} {
+		{fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[4]), st.bridge}} {
 		if err := waitHTTP(ctx, w.url, w.p, 2*time.Minute); err != nil {
 			return nil, fmt.Errorf("%v (logs in %s)", err, dir)
 		}
