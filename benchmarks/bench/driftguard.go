@@ -52,8 +52,10 @@ type driftguardInstance struct {
 	ingest, process, sink *proc
 	url, secret, chAddr   string
 	database              string
-	controls              bool
-	conn                  driver.Conn
+	// metrics are the components' /metrics, by process.
+	metrics  map[string]string
+	controls bool
+	conn     driver.Conn
 	// positions is the sink's progress, sampled while the run goes on:
 	// when each outcome record's row was in ClickHouse.
 	poll      context.CancelFunc
@@ -119,6 +121,10 @@ func (d *driftguardE2E) Start(ctx context.Context, ws *Workspace) (Instance, err
 		return nil, fmt.Errorf("driftguard topics: %v (see %s)", topicsProc.err, filepath.Join(dir, "topics.log"))
 	}
 	in.url = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	in.metrics = map[string]string{}
+	for i, process := range []string{"ingest", "processors", "sink"} {
+		in.metrics[process] = fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[i+1])
+	}
 	telemetry := func(i int) string { return fmt.Sprintf("DRIFTGUARD_TELEMETRY_ADDR=127.0.0.1:%d", ports[i]) }
 	if in.ingest, err = spawn("ingest", bin, []string{"ingest"},
 		append(slices.Clone(env), fmt.Sprintf("DRIFTGUARD_HTTP_ADDR=127.0.0.1:%d", ports[0]), telemetry(1)), filepath.Join(dir, "ingest.log")); err != nil {
@@ -182,6 +188,9 @@ func (in *driftguardInstance) pollPositions(ctx context.Context) {
 func (in *driftguardInstance) Target() Target {
 	return Target{URL: in.url, Secret: in.secret, Scheme: config.SchemeStandardWebhooks}
 }
+
+// MetricsURLs implements MetricsReporter.
+func (in *driftguardInstance) MetricsURLs() map[string]string { return in.metrics }
 
 func (in *driftguardInstance) Processes() map[string]int {
 	out := map[string]int{}

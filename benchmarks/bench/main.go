@@ -323,6 +323,8 @@ func (ws *Workspace) runRound(ctx context.Context, c Contender, round int, o opt
 	}
 	procs["loadgen"] = cmd.Process.Pid
 	var before, after procstat.Sample
+	var kafkaBefore, kafkaAfter map[string]float64
+	reporter, reports := in.(MetricsReporter)
 	var windowStart, windowEnd time.Time
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
@@ -334,8 +336,14 @@ func (ws *Workspace) runRound(ctx context.Context, c Contender, round int, o opt
 		at := markerTime(line)
 		if strings.Contains(line, "event=start") {
 			before, windowStart = procstat.Take(procs), at
+			if reports {
+				kafkaBefore = kafkaCounts(ctx, reporter.MetricsURLs())
+			}
 		} else {
 			after, windowEnd = procstat.Take(procs), at
+			if reports {
+				kafkaAfter = kafkaCounts(ctx, reporter.MetricsURLs())
+			}
 		}
 	}
 	_, _ = io.Copy(io.Discard, stdout)
@@ -366,6 +374,7 @@ func (ws *Workspace) runRound(ctx context.Context, c Contender, round int, o opt
 		r.PerSecond = float64(accepted) / r.Seconds
 	}
 	r.CPUPerEvent = procstat.PerEvent(before, after, accepted)
+	r.KafkaRequests = perThousand(kafkaBefore, kafkaAfter, accepted)
 	r.PeakRSS = map[string]int64{}
 	for name, pid := range in.Processes() {
 		if n, err := procstat.TreePeakRSS(pid); err == nil {

@@ -31,6 +31,12 @@ type Round struct {
 	// process ("ingest", "processors", "sink", "broker", "clickhouse",
 	// "loadgen", ...), over the measured window.
 	CPUPerEvent map[string]float64 `json:"cpu_us_per_event,omitempty"`
+	// KafkaRequests are the Kafka requests each process wrote per 1,000
+	// measured events, as "process/kind" (ingest/Produce,
+	// processors/EndTxn…), with the pseudo-kinds "produce batches" and
+	// "produce records" for records per batch; for contenders whose
+	// processes report them.
+	KafkaRequests map[string]float64 `json:"kafka_requests_per_1000,omitempty"`
 	// PeakRSS is each process's peak resident memory (VmHWM), bytes.
 	PeakRSS map[string]int64 `json:"peak_rss_bytes,omitempty"`
 	// Figures are further measurements by name, e.g. "decided_per_second"
@@ -91,3 +97,10 @@ type Verdict struct {
 	// Error is set when the run or the check could not complete.
 	Error string `json:"error,omitempty"`
 }
+
+// Pseudo-kinds of Round.KafkaRequests: the records produced and the
+// batches they went in, for records per batch.
+const (
+	KindProduceBatches = "produce batches"
+	KindProduceRecords = "produce records"
+)

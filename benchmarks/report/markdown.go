@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/driftguard/driftguard/benchmarks/model"
 )
 
 // Targets of the benchmark issue, checked in the results.
@@ -103,6 +105,10 @@ func Markdown(res *Results, sums []Summary, plots Plots) string {
 			w("| %s | %s |\n", s.Contender, strings.Join(cells, " | "))
 		}
 		w("\nCPU is user + system time from `/proc/<pid>/stat` (every thread, and the processes below it) over the measured window, divided by the webhooks accepted in it; peak RSS is `VmHWM` (summed over a server's processes).\n\n")
+	}
+
+	if table := kafkaRequestsTable(ok); table != "" {
+		w("%s", table)
 	}
 
 	w("## Targets\n\n")
@@ -219,4 +225,58 @@ func processorTargets(sums []Summary) []string {
 		}
 	}
 	return out
+}
+
+// kafkaRequestsTable is the Kafka requests each process of the contenders
+// that report them wrote per 1,000 webhooks, by kind, the kinds most
+// written first, and its records per produce batch; empty when none
+// reports them.
+func kafkaRequestsTable(sums []Summary) string {
+	total := map[string]float64{}
+	procs := map[string]bool{}
+	for _, s := range sums {
+		for key, v := range s.KafkaRequests {
+			process, kind, _ := strings.Cut(key, "/")
+			procs[process] = true
+			if kind != model.KindProduceBatches && kind != model.KindProduceRecords {
+				total[kind] += v.Median
+			}
+		}
+	}
+	if len(total) == 0 {
+		return ""
+	}
+	kinds := slices.SortedFunc(maps.Keys(total), func(a, b string) int {
+		if c := cmp.Compare(total[b], total[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	var b strings.Builder
+	b.WriteString("### Kafka requests per 1,000 webhooks by process\n\n")
+	fmt.Fprintf(&b, "| contender | process | %s | records per produce batch |\n|---|---|%s---|\n", strings.Join(kinds, " | "), strings.Repeat("---|", len(kinds)))
+	for _, s := range sums {
+		for _, process := range sortProcesses(slices.Collect(maps.Keys(procs))) {
+			var cells []string
+			shown := false
+			for _, kind := range kinds {
+				if v, found := s.KafkaRequests[process+"/"+kind]; found {
+					cells = append(cells, withRange(v))
+					shown = true
+				} else {
+					cells = append(cells, "")
+				}
+			}
+			if !shown {
+				continue
+			}
+			perBatch := ""
+			if batches, found := s.KafkaRequests[process+"/"+model.KindProduceBatches]; found && batches.Median > 0 {
+				perBatch = num(s.KafkaRequests[process+"/"+model.KindProduceRecords].Median / batches.Median)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", s.Contender, process, strings.Join(cells, " | "), perBatch)
+		}
+	}
+	b.WriteString("\nRequests each process's Kafka clients wrote over the measured window (`driftguard_kafka_requests_total`, by the protocol's request name), per 1,000 webhooks accepted in it, medians over rounds with their ranges; records per produce batch from franz-go's `produce_records_total` over `produce_batches_total`. The broker's cost follows its requests more than its records.\n\n")
+	return b.String()
 }

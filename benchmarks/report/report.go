@@ -56,6 +56,9 @@ type Summary struct {
 	// rounds, bytes.
 	PeakRSS map[string]int64         `json:"peak_rss_bytes,omitempty"`
 	Figures map[string]stats.Summary `json:"figures,omitempty"`
+	// KafkaRequests are the Kafka requests per 1,000 webhooks by
+	// "process/kind" (model.Round.KafkaRequests).
+	KafkaRequests map[string]stats.Summary `json:"kafka_requests_per_1000,omitempty"`
 }
 
 // LatencySum is a latency's percentiles summarised over rounds.
@@ -82,7 +85,8 @@ func Summarize(rounds []model.Round) []Summary {
 	for _, name := range order {
 		rs := by[name]
 		s := Summary{Contender: name, Stream: rs[0].Stream, Rounds: len(rs), Latency: map[string]LatencySum{},
-			CPU: map[string]stats.Summary{}, PeakRSS: map[string]int64{}, Figures: map[string]stats.Summary{}}
+			CPU: map[string]stats.Summary{}, PeakRSS: map[string]int64{}, Figures: map[string]stats.Summary{},
+			KafkaRequests: map[string]stats.Summary{}}
 		collect := func(f func(model.Round) (float64, bool)) stats.Summary {
 			var v []float64
 			for _, r := range rs {
@@ -119,6 +123,9 @@ func Summarize(rounds []model.Round) []Summary {
 			}
 			return t, len(r.CPUPerEvent) > 0
 		})
+		for _, k := range keys(rs, func(r model.Round) []string { return slices.Collect(maps.Keys(r.KafkaRequests)) }) {
+			s.KafkaRequests[k] = collect(func(r model.Round) (float64, bool) { v, ok := r.KafkaRequests[k]; return v, ok })
+		}
 		for _, f := range keys(rs, func(r model.Round) []string { return slices.Collect(maps.Keys(r.Figures)) }) {
 			s.Figures[f] = collect(func(r model.Round) (float64, bool) { v, ok := r.Figures[f]; return v, ok })
 		}

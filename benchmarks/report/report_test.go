@@ -54,3 +54,30 @@ func TestWrite(t *testing.T) {
 		}
 	}
 }
+
+// The Kafka requests of the contenders that report them: a row per
+// process, kinds most written first, records per produce batch; none
+// for a peer.
+func TestKafkaRequestsTable(t *testing.T) {
+	rounds := []model.Round{round("postgres presence", 1, 800, true)}
+	for n, produce := range []float64{10, 12, 14} {
+		r := round("driftguard presence", n+1, 9000, true)
+		r.KafkaRequests = map[string]float64{"ingest/Produce": produce, "ingest/Metadata": 0.1,
+			"ingest/" + model.KindProduceBatches: 100, "ingest/" + model.KindProduceRecords: 1000,
+			"processors/Fetch": 3, "processors/EndTxn": 2}
+		rounds = append(rounds, r)
+	}
+	md := Markdown(&Results{Date: "2026-01-02", Rounds: rounds}, Summarize(rounds), Plots{})
+	for _, want := range []string{
+		"| contender | process | Produce | Fetch | EndTxn | Metadata | records per produce batch |",
+		"| driftguard presence | ingest | 12.0 (10.0–14.0) |  |  | 0.10 (0.10–0.10) | 10.0 |",
+		"| driftguard presence | processors |  | 3.00 (3.00–3.00) | 2.00 (2.00–2.00) |  |  |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the results lack %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "| postgres presence | ingest") {
+		t.Errorf("a peer has Kafka requests:\n%s", md)
+	}
+}

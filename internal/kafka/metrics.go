@@ -3,9 +3,12 @@ package kafka
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/plugin/kprom"
 )
 
@@ -27,14 +30,56 @@ func ClientMetrics(reg prometheus.Registerer, role string) []kgo.Opt {
 	if reg == nil {
 		return []kgo.Opt{kgo.ClientID(id)}
 	}
+	registerer := &clientRegisterer{reg: reg, mine: map[prometheus.Collector]bool{}}
 	m := kprom.NewMetrics("driftguard",
 		kprom.Subsystem("kafka"),
-		kprom.Registerer(&clientRegisterer{reg: reg, mine: map[prometheus.Collector]bool{}}),
+		kprom.Registerer(registerer),
 		kprom.WithClientLabel(),
 		kprom.FetchAndProduceDetail(kprom.ByNode, kprom.ByTopic, kprom.Records, kprom.UncompressedBytes),
 	)
-	return []kgo.Opt{kgo.ClientID(id), kgo.WithHooks(m)}
+	return []kgo.Opt{kgo.ClientID(id), kgo.WithHooks(m, newRequestCounter(registerer, id))}
 }
+
+// requestCounter counts the requests a client writes to the brokers by
+// their kind (Produce, Fetch, EndTxn…), as
+// driftguard_kafka_requests_total{client_id,request}: what a webhook
+// costs the broker is its requests more than its records, and kprom
+// counts bytes and records only.
+type requestCounter struct {
+	reg  *clientRegisterer
+	sent *prometheus.CounterVec
+	// byKey holds each kind's counter once looked up: a write is a hot
+	// path.
+	byKey [kmsg.MaxKey + 1]atomic.Pointer[prometheus.Counter]
+}
+
+func newRequestCounter(reg *clientRegisterer, id string) *requestCounter {
+	c := &requestCounter{reg: reg, sent: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name:        "driftguard_kafka_requests_total",
+		Help:        "Requests the client wrote to the brokers, by kind (the Kafka protocol's request name).",
+		ConstLabels: prometheus.Labels{"client_id": id},
+	}, []string{"request"})}
+	reg.MustRegister(c.sent)
+	return c
+}
+
+// OnBrokerWrite implements kgo.HookBrokerWrite.
+func (c *requestCounter) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if err != nil || key < 0 || int(key) >= len(c.byKey) {
+		return
+	}
+	counter := c.byKey[key].Load()
+	if counter == nil {
+		made := c.sent.WithLabelValues(kmsg.NameForKey(key))
+		counter = &made
+		c.byKey[key].Store(counter)
+	}
+	(*counter).Inc()
+}
+
+// OnClientClosed implements kgo.HookClientClosed: a closed client's series
+// go, as kprom's do.
+func (c *requestCounter) OnClientClosed(*kgo.Client) { c.reg.Unregister(c.sent) }
 
 // clientRegisterer registers one client's kprom collectors on a shared
 // registry. A collector already registered there (another open client of
