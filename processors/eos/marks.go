@@ -25,12 +25,17 @@ import (
 // the partition's last stable offset shows their markers are written:
 // the partition then ends in a record every read_committed reader gets.
 //
-// The marks of one round cover every transaction that ended before it
-// began, so a partition written by a transaction every commit interval
-// gets at most one mark per round (a round is a list of end offsets, a
-// list of last stable offsets and one produce), not one per transaction;
-// a partition whose last record is already this instance's mark gets
-// none. Readers pass marks over; compaction drops them.
+// A mark matters only where writes stop: goka ends a recovery at any
+// record at or past the high watermark it began with, so while
+// transactions keep writing a partition the next one's records end it.
+// A partition is marked once no transaction has written it for
+// markQuiet, and under steady load not at all: each round costs the
+// brokers a list of end offsets, lists of last stable offsets, their
+// metadata and a produce, and one every commit interval was a fifth of
+// the processors' requests. The marks of one round cover every
+// transaction that ended before it began; a partition whose last record
+// is already this instance's mark gets none. A stop marks what is owed
+// at once. Readers pass marks over; compaction drops them.
 type viewMarks struct {
 	opts   []kgo.Opt
 	topics []string
@@ -39,8 +44,10 @@ type viewMarks struct {
 	// stableWait bounds how long a round waits for a transaction to end.
 	stableWait time.Duration
 
-	mu   sync.Mutex
-	owed map[int32]bool
+	mu sync.Mutex
+	// owed holds when a transaction last wrote each partition owed a
+	// mark.
+	owed map[int32]time.Time
 	wake chan struct{}
 	// last is the offset of the last mark written per topic and
 	// partition; only the round loop touches it.
@@ -49,6 +56,10 @@ type viewMarks struct {
 
 // Bounds of a round of marks.
 const (
+	// markQuiet is how long no transaction may write a partition before
+	// it is marked: the longest a view started on a partition that has
+	// just gone quiet waits for its recovery to end, beyond the round.
+	markQuiet = time.Second
 	// markStableBackoff is how often a round asks whether the markers of
 	// the transactions it covers are written: they follow the end of a
 	// transaction by a few milliseconds.
@@ -66,18 +77,20 @@ const (
 // that writes it next, or from the instance it is assigned to next).
 func newViewMarks(group string, topics []string, log *slog.Logger, stableWait time.Duration, opts []kgo.Opt) *viewMarks {
 	return &viewMarks{opts: opts, topics: topics, log: log, group: group, stableWait: stableWait,
-		owed: map[int32]bool{}, wake: make(chan struct{}, 1), last: map[string]map[int32]int64{}}
+		owed: map[int32]time.Time{}, wake: make(chan struct{}, 1), last: map[string]map[int32]int64{}}
 }
 
 // owe asks for a mark on partitions ps of the topics, after whatever
-// transaction of them has ended by now. It never blocks.
+// transaction of them has ended by the time they are quiet. It never
+// blocks.
 func (m *viewMarks) owe(ps ...int32) {
 	if len(ps) == 0 {
 		return
 	}
+	now := time.Now()
 	m.mu.Lock()
 	for _, p := range ps {
-		m.owed[p] = true
+		m.owed[p] = now
 	}
 	m.mu.Unlock()
 	select {
@@ -111,26 +124,33 @@ func (m *viewMarks) start() (stop func(), err error) {
 	}, nil
 }
 
-// run writes rounds of marks while some are owed, until stopping is
-// closed with nothing owed, or ctx ends.
+// run writes rounds of marks as partitions owed one go quiet, until
+// stopping is closed, when it marks everything owed, or ctx ends.
 func (m *viewMarks) run(ctx context.Context, cl *kgo.Client, stopping <-chan struct{}) {
 	adm := kadm.NewClient(cl)
+	quiet := time.NewTimer(markQuiet)
+	defer quiet.Stop()
 	for {
-		if ps := m.take(); len(ps) > 0 {
+		final := false
+		select {
+		case <-stopping:
+			final = true
+		default:
+		}
+		ps, next := m.take(time.Now(), final)
+		if len(ps) > 0 {
 			if err := m.round(ctx, cl, adm, ps); err != nil {
 				if ctx.Err() != nil {
 					return
 				}
-				select {
-				case <-stopping:
+				if final {
 					// A stop does not wait out an outage: the instance
 					// that takes the partitions over marks them.
 					m.log.Warn("writing view marks failed while stopping", "group", m.group, "partitions", ps, "err", err)
 					return
-				default:
 				}
 				m.log.Warn("writing view marks failed; tried again", "group", m.group, "partitions", ps, "err", err)
-				m.owe(ps...)
+				m.oweAgain(ps)
 				select {
 				case <-ctx.Done():
 					return
@@ -139,27 +159,55 @@ func (m *viewMarks) run(ctx context.Context, cl *kgo.Client, stopping <-chan str
 			}
 			continue
 		}
+		if final {
+			return
+		}
+		var due <-chan time.Time
+		if !next.IsZero() {
+			quiet.Reset(time.Until(next))
+			due = quiet.C
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-stopping:
-			return
 		case <-m.wake:
+		case <-due:
 		}
 	}
 }
 
-// take returns the partitions owed a mark, sorted, and forgets them.
-func (m *viewMarks) take() []int32 {
+// take returns the partitions owed a mark that have been quiet for
+// markQuiet at now (all of them when all), sorted, and forgets them;
+// next is when the earliest of the others will have been, zero when
+// none is left.
+func (m *viewMarks) take(now time.Time, all bool) (ps []int32, next time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var ps []int32
-	for p := range m.owed {
-		ps = append(ps, p)
+	for p, wrote := range m.owed {
+		due := wrote.Add(markQuiet)
+		if all || !due.After(now) {
+			ps = append(ps, p)
+			delete(m.owed, p)
+		} else if next.IsZero() || due.Before(next) {
+			next = due
+		}
 	}
-	clear(m.owed)
 	slices.Sort(ps)
-	return ps
+	return ps, next
+}
+
+// oweAgain owes the marks of a failed round again, at once once tried
+// again: a partition written since keeps its later time.
+func (m *viewMarks) oweAgain(ps []int32) {
+	past := time.Now().Add(-markQuiet)
+	m.mu.Lock()
+	for _, p := range ps {
+		if _, written := m.owed[p]; !written {
+			m.owed[p] = past
+		}
+	}
+	m.mu.Unlock()
 }
 
 // markAt is a partition owed a mark after offset after: its end when the
