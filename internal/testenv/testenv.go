@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -146,13 +147,32 @@ func Logger(t testing.TB) *slog.Logger {
 }
 
 // LogWriter writes to the test log, each write as a line: for a logger, or
-// a child process's output.
-func LogWriter(t testing.TB) io.Writer { return testWriter{t} }
+// a child process's output. What is written once the test has ended is
+// dropped: a goroutine the test left behind (a process it let die
+// without stopping, as a crash does) may still log, and the testing
+// package panics on a log after the end.
+func LogWriter(t testing.TB) io.Writer {
+	w := &testWriter{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		w.ended = true
+		w.mu.Unlock()
+	})
+	return w
+}
 
-type testWriter struct{ t testing.TB }
+type testWriter struct {
+	t     testing.TB
+	mu    sync.Mutex
+	ended bool
+}
 
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.ended {
+		w.t.Log(strings.TrimSpace(string(p)))
+	}
 	return len(p), nil
 }
 
