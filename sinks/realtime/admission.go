@@ -210,7 +210,7 @@ func reconnectOutcome(status int) string {
 // admit takes an events request through admission; false once it has
 // answered the refusal. An admitted request is matched by leave.
 func (b *Bridge) admit(q *request, rec *reconnect) bool {
-	r := b.admission.enter(q.user.Subject, string(q.user.id[:]), time.Now())
+	r := b.admission.enter(q.user.Subject, q.user.token(), time.Now())
 	if r == nil {
 		return true
 	}

@@ -76,6 +76,9 @@ func deviceOf(q *request) (device string, ok bool) {
 	return header, true
 }
 
+// token is the key the token is counted by (bridge.max_streams_per_token).
+func (c *claims) token() string { return string(c.id[:]) }
+
 // mayRead reports whether the token's streams name stream.
 func (c *claims) mayRead(stream string) bool {
 	return slices.Contains(c.Streams, stream) || slices.Contains(c.Streams, "*")

@@ -61,7 +61,7 @@ func (b *Bridge) events(q *request) {
 	if !b.admit(q, rec) {
 		return
 	}
-	defer b.admission.leave(q.user.Subject, string(q.user.id[:]))
+	defer b.admission.leave(q.user.Subject, q.user.token())
 	s := q.stream.store.Load()
 	answered := *q
 	answered.w = &statusWriter{ResponseWriter: q.w}
