@@ -1,17 +1,21 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -24,11 +28,13 @@ import (
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/naming"
 	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
+	"github.com/driftguard/driftguard/sinks/realtime"
 )
 
 // driftguardE2E is the whole pipeline for one stream, each component a
 // process of its own as a deployment runs them: `driftguard ingest`,
-// `driftguard process --streams <stream>` and `driftguard sink`, on a
+// `driftguard process --streams <stream>`, `driftguard sink` and
+// `driftguard bridge` with one client following the whole stream, on a
 // Kafka broker and a ClickHouse server of their own.
 type driftguardE2E struct {
 	stream string
@@ -40,6 +46,9 @@ type driftguardE2E struct {
 	// unless it finds both: proof, in the smoke run, that the checker can
 	// fail.
 	controls bool
+	// profiles serves the components' Go profiles on their operations
+	// ports (telemetry.pprof), for --profile.
+	profiles bool
 }
 
 func (d *driftguardE2E) Name() string   { return "driftguard " + d.stream }
@@ -50,8 +59,14 @@ type driftguardInstance struct {
 	stream                string
 	kafka, ch             *server
 	ingest, process, sink *proc
-	url, secret, chAddr   string
-	database              string
+	// bridge serves the stream; follower is one client following every
+	// change of it (a dashboard), which counts the changes it got.
+	bridge              *proc
+	stopFollower        context.CancelFunc
+	followed            sync.WaitGroup
+	changesFollowed     atomic.Int64
+	url, secret, chAddr string
+	database            string
 	// metrics are the components' /metrics, by process.
 	metrics  map[string]string
 	controls bool
@@ -91,7 +106,9 @@ func (d *driftguardE2E) Start(ctx context.Context, ws *Workspace) (Instance, err
 	}
 	brokers := in.kafka.Vars["DRIFTGUARD_TEST_KAFKA"]
 	in.chAddr = in.ch.Vars["DRIFTGUARD_TEST_CLICKHOUSE"]
-	ports, err := freePorts(4)
+	// ingest's address, the telemetry of ingest, processors, sink and
+	// bridge, and the bridge's address.
+	ports, err := freePorts(6)
 	if err != nil {
 		return nil, err
 	}
@@ -107,10 +124,13 @@ func (d *driftguardE2E) Start(ctx context.Context, ws *Workspace) (Instance, err
 		"DRIFTGUARD_DATA_DIR=" + filepath.Join(dir, "data"),
 		"DRIFTGUARD_INSTANCE_ID=bench",
 		"DRIFTGUARD_LOG_LEVEL=warn",
+		"DRIFTGUARD_TELEMETRY_PPROF=" + strconv.FormatBool(d.profiles),
 	}
 	for _, s := range model.Streams {
 		env = append(env, "DRIFTGUARD_SECRETS_"+strings.ToUpper(s)+"="+in.secret)
 	}
+	bridgeSecret := newSecret()
+	env = append(env, "DRIFTGUARD_BRIDGE_SECRET="+bridgeSecret)
 	bin := ws.Bin["driftguard"]
 	topicsProc, err := spawn("topics", bin, []string{"topics"}, env, filepath.Join(dir, "topics.log"))
 	if err != nil {
@@ -122,7 +142,7 @@ func (d *driftguardE2E) Start(ctx context.Context, ws *Workspace) (Instance, err
 	}
 	in.url = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 	in.metrics = map[string]string{}
-	for i, process := range []string{"ingest", "processors", "sink"} {
+	for i, process := range []string{"ingest", "processors", "sink", "bridge"} {
 		in.metrics[process] = fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[i+1])
 	}
 	telemetry := func(i int) string { return fmt.Sprintf("DRIFTGUARD_TELEMETRY_ADDR=127.0.0.1:%d", ports[i]) }
@@ -137,7 +157,12 @@ func (d *driftguardE2E) Start(ctx context.Context, ws *Workspace) (Instance, err
 	if in.sink, err = spawn("sink", bin, []string{"sink"}, append(slices.Clone(env), telemetry(3)), filepath.Join(dir, "sink.log")); err != nil {
 		return nil, err
 	}
-	for i, p := range []*proc{in.ingest, in.process, in.sink} {
+	bridgeURL := fmt.Sprintf("http://127.0.0.1:%d", ports[5])
+	if in.bridge, err = spawn("bridge", bin, []string{"bridge"},
+		append(slices.Clone(env), "DRIFTGUARD_BRIDGE_ADDR="+strings.TrimPrefix(bridgeURL, "http://"), telemetry(4)), filepath.Join(dir, "bridge.log")); err != nil {
+		return nil, err
+	}
+	for i, p := range []*proc{in.ingest, in.process, in.sink, in.bridge} {
 		if err := waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[i+1]), p, 2*time.Minute); err != nil {
 			return nil, fmt.Errorf("%v (logs in %s)", err, dir)
 		}
@@ -155,6 +180,14 @@ func (d *driftguardE2E) Start(ctx context.Context, ws *Workspace) (Instance, err
 	in.poll = cancel
 	in.polled.Add(1)
 	go in.pollPositions(pollCtx)
+	token, err := realtime.Sign([]byte(bridgeSecret), "bench-dashboard", []string{d.stream}, time.Now().Add(24*time.Hour))
+	if err != nil {
+		return nil, err
+	}
+	followCtx, stopFollower := context.WithCancel(context.WithoutCancel(ctx))
+	in.stopFollower = stopFollower
+	in.followed.Add(1)
+	go in.follow(followCtx, bridgeURL+"/v1/streams/"+d.stream+"/events", token)
 	ok = true
 	return in, nil
 }
@@ -194,7 +227,7 @@ func (in *driftguardInstance) MetricsURLs() map[string]string { return in.metric
 
 func (in *driftguardInstance) Processes() map[string]int {
 	out := map[string]int{}
-	for _, p := range []*proc{in.ingest, in.process, in.sink} {
+	for _, p := range []*proc{in.ingest, in.process, in.sink, in.bridge} {
 		if p != nil && !p.exited() {
 			out[p.name] = p.pid()
 		}
@@ -246,6 +279,7 @@ func (in *driftguardInstance) Judge(ctx context.Context, run *Run) (Judgement, e
 	if secs := run.WindowEnd.Sub(run.WindowStart).Seconds(); secs > 0 {
 		j.Figures["decided_per_second"] = float64(decided) / secs
 	}
+	j.Figures["bridge_changes_followed"] = float64(in.changesFollowed.Load())
 	for _, sr := range r.Streams {
 		for outcome, n := range sr.Outcomes {
 			j.Figures["outcome_"+outcome] = float64(n)
@@ -279,7 +313,11 @@ func (in *driftguardInstance) Stop(ctx context.Context) error {
 	if in.conn != nil {
 		in.conn.Close()
 	}
-	for _, p := range []*proc{in.ingest, in.process, in.sink} {
+	if in.stopFollower != nil {
+		in.stopFollower()
+		in.followed.Wait()
+	}
+	for _, p := range []*proc{in.bridge, in.ingest, in.process, in.sink} {
 		p.stop(30 * time.Second)
 	}
 	in.kafka.stop(ctx)
@@ -362,6 +400,34 @@ func waitGroupsAssigned(ctx context.Context, brokers string, groups []string, d 
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// follow is a client of the bridge following every change of the stream
+// from now on, as a dashboard does, until ctx ends; it reconnects after a
+// refusal or a dropped stream and counts the changes it got.
+func (in *driftguardInstance) follow(ctx context.Context, url, token string) {
+	defer in.followed.Done()
+	for ctx.Err() == nil {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(make([]byte, 64<<10), 4<<20)
+			for sc.Scan() {
+				if sc.Text() == "event: state" {
+					in.changesFollowed.Add(1)
+				}
+			}
+			resp.Body.Close()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }

@@ -59,6 +59,9 @@ type options struct {
 	processorArgs            string
 	processorJSON            string
 	driftguardConfig         string
+	// profile is how many seconds of each driftguard round's measured
+	// window are profiled; 0 profiles nothing.
+	profile int
 }
 
 func run(ctx context.Context, args []string) error {
@@ -71,6 +74,7 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&o.warmup, "warmup", 20000, "webhooks sent before each measured window")
 	fs.IntVar(&o.count, "count", 60000, "webhooks in each measured window")
 	fs.IntVar(&o.cooldown, "cooldown", 5000, "webhooks sent after each measured window")
+	fs.IntVar(&o.profile, "profile", 0, "profile driftguard's components (Go CPU profiles) and the broker (a JFR recording) for this many seconds from the measured window's start, at most 29; written with a summary of each into the round's work folder (keep it with --keep or --work)")
 	fs.IntVar(&o.connections, "connections", 128, "the load generator's connections")
 	fs.Float64Var(&o.rate, "rate", 0, "target webhooks a second; 0 sends as fast as the contender answers")
 	fs.StringVar(&o.contenders, "contenders", "", "contenders to run, comma-separated (default: every one this checkout has)")
@@ -88,6 +92,9 @@ func run(ctx context.Context, args []string) error {
 	}
 	if *from != "" {
 		return rewrite(*from)
+	}
+	if o.profile < 0 || o.profile > 29 {
+		return fmt.Errorf("--profile is seconds from 0 to 29 (a profile must end before the operations server's 30 s write timeout), got %d", o.profile)
 	}
 	if o.smoke {
 		o.rounds, o.warmup, o.count, o.cooldown, o.connections = 1, 300, 1500, 200, 16
@@ -111,11 +118,11 @@ func run(ctx context.Context, args []string) error {
 		dgConfig = string(b)
 	}
 	all := []Contender{
-		&driftguardE2E{stream: "presence", config: dgConfig, controls: o.smoke},
-		&driftguardE2E{stream: "orders", config: dgConfig, controls: o.smoke},
+		&driftguardE2E{stream: "presence", config: dgConfig, controls: o.smoke, profiles: o.profile > 0},
+		&driftguardE2E{stream: "orders", config: dgConfig, controls: o.smoke, profiles: o.profile > 0},
 	}
 	res := &report.Results{Date: start.UTC().Format("2006-01-02"), StartedAt: start.UTC(), Smoke: o.smoke,
-		Command: "go tool task bench", Revision: revision(ws.Root), Machine: machine(),
+		Command: "go tool task bench", Revision: revision(ws.Root), Machine: machine(), Rate: o.rate,
 		Settings: map[string]string{
 			"rounds": strconv.Itoa(o.rounds), "warm-up": strconv.Itoa(o.warmup), "measured": strconv.Itoa(o.count),
 			"cool-down": strconv.Itoa(o.cooldown), "connections": strconv.Itoa(o.connections), "rate": rateText(o.rate),
@@ -324,7 +331,11 @@ func (ws *Workspace) runRound(ctx context.Context, c Contender, round int, o opt
 	procs["loadgen"] = cmd.Process.Pid
 	var before, after procstat.Sample
 	var kafkaBefore, kafkaAfter map[string]float64
+	var brokerBefore, brokerAfter map[string]time.Duration
+	brokerPID, hasBroker := procs["broker"]
 	reporter, reports := in.(MetricsReporter)
+	profiler, profiles := in.(Profiler)
+	profiled := make(chan error, 1)
 	var windowStart, windowEnd time.Time
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
@@ -339,16 +350,32 @@ func (ws *Workspace) runRound(ctx context.Context, c Contender, round int, o opt
 			if reports {
 				kafkaBefore = kafkaCounts(ctx, reporter.MetricsURLs())
 			}
+			if hasBroker {
+				brokerBefore, _ = jvmThreadCPU(ctx, brokerPID)
+			}
+			if profiles && o.profile > 0 {
+				go func() { profiled <- profiler.Profile(ctx, o.profile, filepath.Join(dir, "profiles")) }()
+			}
 		} else {
 			after, windowEnd = procstat.Take(procs), at
 			if reports {
 				kafkaAfter = kafkaCounts(ctx, reporter.MetricsURLs())
+			}
+			if hasBroker {
+				brokerAfter, _ = jvmThreadCPU(ctx, brokerPID)
 			}
 		}
 	}
 	_, _ = io.Copy(io.Discard, stdout)
 	if err := cmd.Wait(); err != nil {
 		return fail(fmt.Errorf("loadgen: %v (see %s)", err, filepath.Join(dir, "loadgen.log")))
+	}
+	if profiles && o.profile > 0 && !windowStart.IsZero() {
+		if err := <-profiled; err != nil {
+			ws.Log.Warn("profiling failed", "contender", c.Name(), "round", round, "err", err)
+		} else {
+			ws.Log.Info("profiles written", "contender", c.Name(), "round", round, "dir", filepath.Join(dir, "profiles"))
+		}
 	}
 	run := &Run{Dir: dir, WindowStart: windowStart, WindowEnd: windowEnd, Phases: map[string]string{}}
 	if run.Sent, err = model.ReadDeliveries(filepath.Join(dir, "sent.jsonl")); err != nil {
@@ -375,6 +402,7 @@ func (ws *Workspace) runRound(ctx context.Context, c Contender, round int, o opt
 	}
 	r.CPUPerEvent = procstat.PerEvent(before, after, accepted)
 	r.KafkaRequests = perThousand(kafkaBefore, kafkaAfter, accepted)
+	r.BrokerThreads = perEventByRole(brokerBefore, brokerAfter, accepted)
 	r.PeakRSS = map[string]int64{}
 	for name, pid := range in.Processes() {
 		if n, err := procstat.TreePeakRSS(pid); err == nil {

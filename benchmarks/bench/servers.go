@@ -97,7 +97,7 @@ func (ws *Workspace) startKafkaAndClickHouse(ctx context.Context) (kafka, ch *se
 	}()
 	go func() {
 		defer wg.Done()
-		ch, cerr = ws.startServer(ctx, "scripts/clickhouse.sh", "clickhouse", "", "CLICKHOUSE_PORT", "CLICKHOUSE_HTTP_PORT")
+		ch, cerr = ws.startServer(ctx, "scripts/clickhouse.sh", "clickhouse", "", "CLICKHOUSE_PORT", "CLICKHOUSE_HTTP_PORT", "CLICKHOUSE_SECURE_PORT")
 	}()
 	wg.Wait()
 	if kerr != nil || cerr != nil {

@@ -37,6 +37,11 @@ type Round struct {
 	// "produce records" for records per batch; for contenders whose
 	// processes report them.
 	KafkaRequests map[string]float64 `json:"kafka_requests_per_1000,omitempty"`
+	// BrokerThreads is the broker's CPU µs per measured event by what its
+	// threads do ("request handlers", "network", "JIT compilation"…),
+	// from the JVM's thread dumps at the window's edges; for contenders
+	// with a broker.
+	BrokerThreads map[string]float64 `json:"broker_cpu_us_by_thread,omitempty"`
 	// PeakRSS is each process's peak resident memory (VmHWM), bytes.
 	PeakRSS map[string]int64 `json:"peak_rss_bytes,omitempty"`
 	// Figures are further measurements by name, e.g. "decided_per_second"

@@ -31,6 +31,9 @@ type Results struct {
 	Machine  string            `json:"machine"`
 	Smoke    bool              `json:"smoke"`
 	Settings map[string]string `json:"settings"`
+	// Rate is the load generator's fixed rate, webhooks a second; 0 sent
+	// as fast as the contenders answered.
+	Rate float64 `json:"rate,omitempty"`
 	// Rounds are the end-to-end rounds, every contender fed by the load
 	// generator; Processor, the processor-only comparison's (driftguard's
 	// presence processor against Kafka Streams, on a preloaded topic).
@@ -59,6 +62,9 @@ type Summary struct {
 	// KafkaRequests are the Kafka requests per 1,000 webhooks by
 	// "process/kind" (model.Round.KafkaRequests).
 	KafkaRequests map[string]stats.Summary `json:"kafka_requests_per_1000,omitempty"`
+	// BrokerThreads is the broker's CPU µs per webhook by thread role
+	// (model.Round.BrokerThreads).
+	BrokerThreads map[string]stats.Summary `json:"broker_cpu_us_by_thread,omitempty"`
 }
 
 // LatencySum is a latency's percentiles summarised over rounds.
@@ -86,7 +92,7 @@ func Summarize(rounds []model.Round) []Summary {
 		rs := by[name]
 		s := Summary{Contender: name, Stream: rs[0].Stream, Rounds: len(rs), Latency: map[string]LatencySum{},
 			CPU: map[string]stats.Summary{}, PeakRSS: map[string]int64{}, Figures: map[string]stats.Summary{},
-			KafkaRequests: map[string]stats.Summary{}}
+			KafkaRequests: map[string]stats.Summary{}, BrokerThreads: map[string]stats.Summary{}}
 		collect := func(f func(model.Round) (float64, bool)) stats.Summary {
 			var v []float64
 			for _, r := range rs {
@@ -125,6 +131,9 @@ func Summarize(rounds []model.Round) []Summary {
 		})
 		for _, k := range keys(rs, func(r model.Round) []string { return slices.Collect(maps.Keys(r.KafkaRequests)) }) {
 			s.KafkaRequests[k] = collect(func(r model.Round) (float64, bool) { v, ok := r.KafkaRequests[k]; return v, ok })
+		}
+		for _, k := range keys(rs, func(r model.Round) []string { return slices.Collect(maps.Keys(r.BrokerThreads)) }) {
+			s.BrokerThreads[k] = collect(func(r model.Round) (float64, bool) { v, ok := r.BrokerThreads[k]; return v, ok })
 		}
 		for _, f := range keys(rs, func(r model.Round) []string { return slices.Collect(maps.Keys(r.Figures)) }) {
 			s.Figures[f] = collect(func(r model.Round) (float64, bool) { v, ok := r.Figures[f]; return v, ok })

@@ -38,8 +38,9 @@ func TestWrite(t *testing.T) {
 	for _, want := range []string{
 		"| driftguard presence | 3/3 | 10000 (9000–11000) | – |",
 		"- **postgres presence**: 2 of 3 rounds passed; round 2: lost 3",
-		"driftguard presence over postgres presence: not compared, one of them failed the checker",
-		"driftguard presence: 10000 webhooks/s with p99 accept → decision 200 ms, against ≥ 10000/s with p99 ≤ 250 ms: **met**",
+		"driftguard presence over redis orders: not compared, redis orders did not run",
+		"driftguard presence: driftguard's own CPU (every process but loadgen) 200 µs per webhook, against ≤ 70: **not met**",
+		"driftguard presence: the broker's CPU 150 µs per webhook, against ≤ 20: **not met**",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the results lack %q:\n%s", want, md)
@@ -79,5 +80,32 @@ func TestKafkaRequestsTable(t *testing.T) {
 	}
 	if strings.Contains(md, "| postgres presence | ingest") {
 		t.Errorf("a peer has Kafka requests:\n%s", md)
+	}
+}
+
+// The targets: the ratio over the Redis design with the decision p99, the
+// own and broker CPU per webhook at the maximum rate, and the broker's
+// share of a core judged only at the low rate.
+func TestTargets(t *testing.T) {
+	dg := round("driftguard orders", 1, 12000, true)
+	dg.CPUPerEvent = map[string]float64{"loadgen": 30, "ingest": 30, "broker": 18, "processors": 10}
+	peer := round("redis orders", 1, 10000, true)
+	got := strings.Join(targets(Summarize([]model.Round{dg, peer}), nil, 0), "\n")
+	for _, want := range []string{
+		"driftguard orders over redis orders: 1.20× the webhooks/s with p99 accept → decision 200 ms, against ≥ 1.2× with p99 ≤ 250 ms: **met**",
+		"driftguard orders: driftguard's own CPU (every process but loadgen) 58.0 µs per webhook, against ≤ 70: **met**",
+		"driftguard orders: the broker's CPU 18.0 µs per webhook, against ≤ 20: **met**",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("targets lack %q:\n%s", want, got)
+		}
+	}
+	dg.CPUPerEvent["broker"] = 400 // 400 µs × 200/s = 8% of a core
+	low := strings.Join(targets(Summarize([]model.Round{dg}), nil, 200), "\n")
+	if want := "the broker 8.0% of a core, idle included, against ≤ 10% at 200/s: **met**"; !strings.Contains(low, want) {
+		t.Errorf("low-rate targets lack %q:\n%s", want, low)
+	}
+	if mid := strings.Join(targets(Summarize([]model.Round{dg}), nil, 5000), "\n"); !strings.Contains(mid, "not judged") {
+		t.Errorf("the low-rate target judged at 5000/s:\n%s", mid)
 	}
 }

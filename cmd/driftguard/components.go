@@ -148,6 +148,7 @@ func tokenFlags(fs *flag.FlagSet) runner {
 // /readyz on the telemetry address.
 func withTelemetry(ctx context.Context, env *environment, build func(*telemetry.Ops) service.Service) error {
 	ops := telemetry.NewOps()
+	ops.Profiles = env.cfg.Telemetry.Pprof
 	mux := http.NewServeMux()
 	ops.Register(mux)
 	if err := mountAdmin(mux, env, nil); err != nil {

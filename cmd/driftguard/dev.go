@@ -117,6 +117,7 @@ func dev(ctx context.Context, cfg *config.Config, opts devOptions) error {
 		return fmt.Errorf("ingest cannot listen on %s (set DRIFTGUARD_HTTP_ADDR to another address): %w", cfg.HTTP.Addr, err)
 	}
 	ops := telemetry.NewOps()
+	ops.Profiles = cfg.Telemetry.Pprof
 	services := []service.Service{
 		ingest.NewService(ingest.ServiceOptions{Config: cfg, Brokers: brokers, Logger: log, Ops: ops, Listener: ln, OpsOnListener: true}),
 		processors.NewService(processors.ServiceOptions{Config: cfg, Brokers: brokers, Logger: log, Ops: ops, InMemoryTables: true}),

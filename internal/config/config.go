@@ -400,6 +400,12 @@ type Telemetry struct {
 	// PyroscopeTenantID is sent as X-Scope-OrgID, the tenant of a
 	// multi-tenant server (Grafana Pyroscope, Phlare); empty: none.
 	PyroscopeTenantID string `yaml:"pyroscope_tenant_id" env:"DRIFTGUARD_PYROSCOPE_TENANT_ID"`
+	// Pprof serves Go's profiles (/debug/pprof/) on Addr, for a profile
+	// taken on demand where no Pyroscope server runs: the benchmarks take
+	// one of every component under load this way. Off by default: a CPU
+	// profile costs the process while it runs, and Addr is reachable from
+	// inside the cluster.
+	Pprof bool `yaml:"pprof" env:"DRIFTGUARD_TELEMETRY_PPROF"`
 	// AdminToken turns on the admin endpoints (/admin/v1/...) on Addr:
 	// comma-separated bearer tokens, each `subject:token` (the subject is
 	// recorded as who asked) or a bare token (subject "admin"), each at
@@ -897,6 +903,7 @@ telemetry:
   pyroscope_basic_auth_user: ""  # DRIFTGUARD_PYROSCOPE_BASIC_AUTH_USER
   # pyroscope_basic_auth_password: prefer DRIFTGUARD_PYROSCOPE_BASIC_AUTH_PASSWORD to the file
   pyroscope_tenant_id: ""        # DRIFTGUARD_PYROSCOPE_TENANT_ID, sent as X-Scope-OrgID
+  pprof: false                   # DRIFTGUARD_TELEMETRY_PPROF: /debug/pprof/ on addr, profiles on demand
   # admin_token: prefer DRIFTGUARD_ADMIN_TOKEN=oncall:<24+ bytes> or admin_token_file;
   # unset, the admin endpoints (/admin/v1/...) are off
   # admin_token_file: /etc/driftguard/admin/token   # DRIFTGUARD_ADMIN_TOKEN_FILE

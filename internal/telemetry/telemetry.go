@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sort"
 	"strings"
 	"sync"
@@ -47,6 +48,9 @@ func OrDiscard(log *slog.Logger) *slog.Logger {
 // Ops is the registry and readiness checks of one process.
 type Ops struct {
 	Registry *prometheus.Registry
+	// Profiles has Register serve Go's profiles under /debug/pprof/ too
+	// (telemetry.pprof).
+	Profiles bool
 
 	mu     sync.Mutex
 	checks map[string]func(context.Context) error
@@ -124,6 +128,15 @@ func (o *Ops) Register(mux *http.ServeMux) {
 		}
 		_, _ = io.WriteString(w, "ready\n")
 	})
+	if o.Profiles {
+		// A CPU profile's seconds must stay under the server's 30 s
+		// WriteTimeout: net/http/pprof refuses longer ones.
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 }
 
 // ServerOption changes a setting of the server ServeListener runs.

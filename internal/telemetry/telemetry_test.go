@@ -46,3 +46,28 @@ func TestReadyzReportsEveryFailingCheck(t *testing.T) {
 		t.Fatalf("/metrics %d", code)
 	}
 }
+
+// Go's profiles are served only when asked for: a CPU profile costs the
+// process while it runs.
+func TestProfilesServedOnlyWhenTurnedOn(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		ops := NewOps()
+		ops.Profiles = on
+		mux := http.NewServeMux()
+		ops.Register(mux)
+		srv := httptest.NewServer(mux)
+		resp, err := http.Get(srv.URL + "/debug/pprof/profile?seconds=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		srv.Close()
+		switch {
+		case !on && resp.StatusCode != http.StatusNotFound:
+			t.Fatalf("profiles off: /debug/pprof/profile answered %d", resp.StatusCode)
+		case on && (resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/octet-stream" || len(body) == 0):
+			t.Fatalf("profiles on: /debug/pprof/profile answered %d %q, %d bytes", resp.StatusCode, resp.Header.Get("Content-Type"), len(body))
+		}
+	}
+}

@@ -112,6 +112,7 @@ func New(opts Options) (*Bridge, error) {
 		opsLn: opts.OpsListener, opsAddr: cfg.Telemetry.Addr, opsElsewhere: opts.OpsServedElsewhere}
 	if b.ops == nil {
 		b.ops = telemetry.NewOps()
+		b.ops.Profiles = cfg.Telemetry.Pprof
 	}
 	if b.now == nil {
 		b.now = time.Now
