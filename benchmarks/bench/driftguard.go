@@ -5,9 +5,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -66,6 +69,7 @@ type driftguardInstance struct {
 	followed            sync.WaitGroup
 	changesFollowed     atomic.Int64
 	url, secret, chAddr string
+	bridgeURL           string
 	database            string
 	// metrics are the components' /metrics, by process.
 	metrics  map[string]string
@@ -157,9 +161,9 @@ func (d *driftguardE2E) Start(ctx context.Context, ws *Workspace) (Instance, err
 	if in.sink, err = spawn("sink", bin, []string{"sink"}, append(slices.Clone(env), telemetry(3)), filepath.Join(dir, "sink.log")); err != nil {
 		return nil, err
 	}
-	bridgeURL := fmt.Sprintf("http://127.0.0.1:%d", ports[5])
+	in.bridgeURL = fmt.Sprintf("http://127.0.0.1:%d", ports[5])
 	if in.bridge, err = spawn("bridge", bin, []string{"bridge"},
-		append(slices.Clone(env), "DRIFTGUARD_BRIDGE_ADDR="+strings.TrimPrefix(bridgeURL, "http://"), telemetry(4)), filepath.Join(dir, "bridge.log")); err != nil {
+		append(slices.Clone(env), "DRIFTGUARD_BRIDGE_ADDR="+strings.TrimPrefix(in.bridgeURL, "http://"), telemetry(4)), filepath.Join(dir, "bridge.log")); err != nil {
 		return nil, err
 	}
 	for i, p := range []*proc{in.ingest, in.process, in.sink, in.bridge} {
@@ -187,7 +191,7 @@ func (d *driftguardE2E) Start(ctx context.Context, ws *Workspace) (Instance, err
 	followCtx, stopFollower := context.WithCancel(context.WithoutCancel(ctx))
 	in.stopFollower = stopFollower
 	in.followed.Add(1)
-	go in.follow(followCtx, bridgeURL+"/v1/streams/"+d.stream+"/events", token)
+	go in.follow(followCtx, d.stream, token)
 	ok = true
 	return in, nil
 }
@@ -279,7 +283,13 @@ func (in *driftguardInstance) Judge(ctx context.Context, run *Run) (Judgement, e
 	if secs := run.WindowEnd.Sub(run.WindowStart).Seconds(); secs > 0 {
 		j.Figures["decided_per_second"] = float64(decided) / secs
 	}
-	j.Figures["bridge_changes_followed"] = float64(in.changesFollowed.Load())
+	// The bridge is part of the pipeline measured: a client that saw none
+	// of the changes means it did not serve them.
+	followed := in.changesFollowed.Load()
+	if followed == 0 {
+		return Judgement{}, errors.New("the client following the stream through the bridge got no change")
+	}
+	j.Figures["bridge_changes_followed"] = float64(followed)
 	for _, sr := range r.Streams {
 		for outcome, n := range sr.Outcomes {
 			j.Figures["outcome_"+outcome] = float64(n)
@@ -404,26 +414,51 @@ func waitGroupsAssigned(ctx context.Context, brokers string, groups []string, d 
 	}
 }
 
-// follow is a client of the bridge following every change of the stream
-// from now on, as a dashboard does, until ctx ends; it reconnects after a
-// refusal or a dropped stream and counts the changes it got.
-func (in *driftguardInstance) follow(ctx context.Context, url, token string) {
+// follow is a client of the bridge following every change of the stream,
+// as a dashboard does, until ctx ends: a snapshot's cursor (one entity's
+// page: the cursor is the position the snapshot read from), then the
+// changes after it, resumed from the last one it got after a dropped
+// stream. It counts the changes it got.
+func (in *driftguardInstance) follow(ctx context.Context, stream, token string) {
 	defer in.followed.Done()
-	for ctx.Err() == nil {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	cursor := ""
+	get := func(target string) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 		if err != nil {
-			return
+			return nil, err
 		}
 		req.Header.Set("Authorization", "Bearer "+token)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			sc := bufio.NewScanner(resp.Body)
-			sc.Buffer(make([]byte, 64<<10), 4<<20)
-			for sc.Scan() {
-				if sc.Text() == "event: state" {
-					in.changesFollowed.Add(1)
+		return http.DefaultClient.Do(req)
+	}
+	for ctx.Err() == nil {
+		if cursor == "" {
+			if resp, err := get(in.bridgeURL + "/v1/streams/" + stream + "/snapshot?limit=1"); err == nil {
+				var snap struct {
+					Cursor string `json:"cursor"`
 				}
+				if resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&snap) == nil {
+					cursor = snap.Cursor
+				}
+				resp.Body.Close()
 			}
-			resp.Body.Close()
+		}
+		if cursor != "" {
+			if resp, err := get(in.bridgeURL + "/v1/streams/" + stream + "/events?cursor=" + url.QueryEscape(cursor)); err == nil {
+				if resp.StatusCode == http.StatusGone {
+					cursor = ""
+				}
+				sc := bufio.NewScanner(resp.Body)
+				sc.Buffer(make([]byte, 64<<10), 4<<20)
+				for sc.Scan() {
+					switch line := sc.Text(); {
+					case line == "event: state":
+						in.changesFollowed.Add(1)
+					case strings.HasPrefix(line, "id: "):
+						cursor = strings.TrimPrefix(line, "id: ")
+					}
+				}
+				resp.Body.Close()
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -53,10 +53,10 @@ func TestJFRSamplesByRoleAndMethod(t *testing.T) {
 	}
 	handler := "data-plane-kafka-request-handler-0"
 	printed := `{"recording": {"events": [` + strings.Join([]string{
-		sample(handler, frame("java.util.zip.CRC32C", "update"), frame("org.apache.kafka.common.record.DefaultRecordBatch", "isValid"), frame("kafka.server.KafkaApis", "handle")),
-		sample(handler, frame("java.util.zip.CRC32C", "update"), frame("org.apache.kafka.common.record.DefaultRecordBatch", "isValid")),
-		sample(handler, frame("kafka.log.UnifiedLog", "append")),
-		sample("kafka-scheduler-3", frame("kafka.log.LogManager", "cleanupLogs")),
+		sample(handler, frame("java/util/zip/CRC32C", "update"), frame("org/apache/kafka/common/record/DefaultRecordBatch", "isValid"), frame("kafka/server/KafkaApis", "handle")),
+		sample(handler, frame("java/util/zip/CRC32C", "update"), frame("org/apache/kafka/common/record/DefaultRecordBatch", "isValid")),
+		sample(handler, frame("kafka/log/UnifiedLog", "append")),
+		sample("kafka-scheduler-3", frame("kafka/log/LogManager", "cleanupLogs")),
 	}, ",") + `]}}`
 	out, err := summarizeJFR([]byte(printed), 10)
 	if err != nil {
@@ -66,9 +66,9 @@ func TestJFRSamplesByRoleAndMethod(t *testing.T) {
 		"4 execution samples",
 		"     3  75.0%  request handlers",
 		"     1  25.0%  log maintenance",
-		"     2  66.7%  java.util.zip.CRC32C.update",
-		"     2  66.7%  org.apache.kafka.common.record.DefaultRecordBatch.isValid",
-		"     1  33.3%  kafka.log.UnifiedLog.append",
+		"     2  66.7%  java/util/zip/CRC32C.update",
+		"     2  66.7%  org/apache/kafka/common/record/DefaultRecordBatch.isValid",
+		"     1  33.3%  kafka/log/UnifiedLog.append",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)

@@ -182,7 +182,8 @@ func summarizeJFR(printed []byte, n int) (string, error) {
 		}
 		self[role][name(0)]++
 		for i := range frames {
-			if t := frames[i].Method.Type.Name; strings.HasPrefix(t, "kafka.") || strings.HasPrefix(t, "org.apache.kafka.") {
+			// JFR names classes by their binary names, kafka/server/KafkaApis.
+			if t := frames[i].Method.Type.Name; strings.HasPrefix(t, "kafka/") || strings.HasPrefix(t, "org/apache/kafka/") {
 				kafka[role][name(i)]++
 				break
 			}

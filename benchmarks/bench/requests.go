@@ -25,6 +25,8 @@ const (
 	requestsSeries       = "driftguard_kafka_requests_total{"
 	produceBatchesSeries = "driftguard_kafka_produce_batches_total{"
 	produceRecordsSeries = "driftguard_kafka_produce_records_total{"
+	produceBytesSeries   = "driftguard_kafka_produce_compressed_bytes_total{"
+	produceRawSeries     = "driftguard_kafka_produce_uncompressed_bytes_total{"
 )
 
 // kafkaCounts reads each process's Kafka client counters, summed over its
@@ -73,6 +75,10 @@ func kafkaCount(line string) (kind string, v float64, ok bool) {
 		kind = model.KindProduceBatches
 	case strings.HasPrefix(line, produceRecordsSeries):
 		kind = model.KindProduceRecords
+	case strings.HasPrefix(line, produceBytesSeries):
+		kind = model.KindProduceBytes
+	case strings.HasPrefix(line, produceRawSeries):
+		kind = model.KindProduceRawBytes
 	default:
 		return "", 0, false
 	}

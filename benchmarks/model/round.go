@@ -104,8 +104,21 @@ type Verdict struct {
 }
 
 // Pseudo-kinds of Round.KafkaRequests: the records produced and the
-// batches they went in, for records per batch.
+// batches they went in, for records per batch, and the bytes of those
+// batches as sent (compressed) and before compression.
 const (
-	KindProduceBatches = "produce batches"
-	KindProduceRecords = "produce records"
+	KindProduceBatches  = "produce batches"
+	KindProduceRecords  = "produce records"
+	KindProduceBytes    = "produce bytes"
+	KindProduceRawBytes = "produce bytes uncompressed"
 )
+
+// IsPseudoKind reports whether kind is one of the pseudo-kinds, not a
+// request.
+func IsPseudoKind(kind string) bool {
+	switch kind {
+	case KindProduceBatches, KindProduceRecords, KindProduceBytes, KindProduceRawBytes:
+		return true
+	}
+	return false
+}

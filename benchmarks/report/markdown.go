@@ -24,7 +24,10 @@ const (
 	TargetBrokerCoreAtLowRate = 0.10
 	LowRate                   = 200
 	redisPeer                 = "redis orders"
-	driftguardPrefix          = "driftguard "
+	// brokerJIT is the broker's thread role of its JIT compiler threads
+	// (model.Round.BrokerThreads).
+	brokerJIT        = "JIT compilation"
+	driftguardPrefix = "driftguard "
 )
 
 // Markdown renders the results: what ran, the table of the passing
@@ -198,8 +201,17 @@ func targets(ok, failed []Summary, rate float64) []string {
 		}
 		out = append(out, fmt.Sprintf("%s: driftguard's own CPU (every process but loadgen) %s µs per webhook, against ≤ %d: %s",
 			s.Contender, num(own), TargetOwnCPUMicros, metOrNot(own <= TargetOwnCPUMicros)))
-		out = append(out, fmt.Sprintf("%s: the broker's CPU %s µs per webhook, against ≤ %d: %s",
-			s.Contender, num(broker), TargetBrokerCPUMicros, metOrNot(broker <= TargetBrokerCPUMicros)))
+		if jit, ok := s.BrokerThreads[brokerJIT]; ok {
+			// Every round starts its own broker, whose JVM compiles its hot
+			// code during the first minutes: a cost a broker running for
+			// weeks has long paid, so the target is judged without it.
+			steady := broker - jit.Median
+			out = append(out, fmt.Sprintf("%s: the broker's CPU %s µs per webhook, %s of it the JIT compilation of a broker started for the round; %s without it, against ≤ %d: %s",
+				s.Contender, num(broker), num(jit.Median), num(steady), TargetBrokerCPUMicros, metOrNot(steady <= TargetBrokerCPUMicros)))
+		} else {
+			out = append(out, fmt.Sprintf("%s: the broker's CPU %s µs per webhook, against ≤ %d: %s",
+				s.Contender, num(broker), TargetBrokerCPUMicros, metOrNot(broker <= TargetBrokerCPUMicros)))
+		}
 	}
 	for _, s := range failed {
 		if strings.HasPrefix(s.Contender, driftguardPrefix) {
@@ -269,7 +281,7 @@ func kafkaRequestsTable(sums []Summary) string {
 		for key, v := range s.KafkaRequests {
 			process, kind, _ := strings.Cut(key, "/")
 			procs[process] = true
-			if kind != model.KindProduceBatches && kind != model.KindProduceRecords {
+			if !model.IsPseudoKind(kind) {
 				total[kind] += v.Median
 			}
 		}
@@ -285,7 +297,7 @@ func kafkaRequestsTable(sums []Summary) string {
 	})
 	var b strings.Builder
 	b.WriteString("### Kafka requests per 1,000 webhooks by process\n\n")
-	fmt.Fprintf(&b, "| contender | process | %s | records per produce batch |\n|---|---|%s---|\n", strings.Join(kinds, " | "), strings.Repeat("---|", len(kinds)))
+	fmt.Fprintf(&b, "| contender | process | %s | records per produce batch | bytes produced per webhook (before compression) |\n|---|---|%s---|---|\n", strings.Join(kinds, " | "), strings.Repeat("---|", len(kinds)))
 	for _, s := range sums {
 		for _, process := range sortProcesses(slices.Collect(maps.Keys(procs))) {
 			var cells []string
@@ -305,10 +317,17 @@ func kafkaRequestsTable(sums []Summary) string {
 			if batches, found := s.KafkaRequests[process+"/"+model.KindProduceBatches]; found && batches.Median > 0 {
 				perBatch = num(s.KafkaRequests[process+"/"+model.KindProduceRecords].Median / batches.Median)
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", s.Contender, process, strings.Join(cells, " | "), perBatch)
+			bytes := ""
+			if sent, found := s.KafkaRequests[process+"/"+model.KindProduceBytes]; found {
+				bytes = num(sent.Median / 1000)
+				if raw, found := s.KafkaRequests[process+"/"+model.KindProduceRawBytes]; found {
+					bytes += " (" + num(raw.Median/1000) + ")"
+				}
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", s.Contender, process, strings.Join(cells, " | "), perBatch, bytes)
 		}
 	}
-	b.WriteString("\nRequests each process's Kafka clients wrote over the measured window (`driftguard_kafka_requests_total`, by the protocol's request name), per 1,000 webhooks accepted in it, medians over rounds with their ranges; records per produce batch from franz-go's `produce_records_total` over `produce_batches_total`. The broker's cost follows its requests more than its records.\n\n")
+	b.WriteString("\nRequests each process's Kafka clients wrote over the measured window (`driftguard_kafka_requests_total`, by the protocol's request name), per 1,000 webhooks accepted in it, medians over rounds with their ranges; records per produce batch from franz-go's `produce_records_total` over `produce_batches_total`; bytes produced per webhook from `produce_compressed_bytes_total`, as the batches went to the broker (`kafka.compression`), and `produce_uncompressed_bytes_total` before compression. The broker's cost follows its requests more than its records.\n\n")
 	return b.String()
 }
 

@@ -65,14 +65,15 @@ func TestKafkaRequestsTable(t *testing.T) {
 		r := round("driftguard presence", n+1, 9000, true)
 		r.KafkaRequests = map[string]float64{"ingest/Produce": produce, "ingest/Metadata": 0.1,
 			"ingest/" + model.KindProduceBatches: 100, "ingest/" + model.KindProduceRecords: 1000,
+			"ingest/" + model.KindProduceBytes: 150_000, "ingest/" + model.KindProduceRawBytes: 400_000,
 			"processors/Fetch": 3, "processors/EndTxn": 2}
 		rounds = append(rounds, r)
 	}
 	md := Markdown(&Results{Date: "2026-01-02", Rounds: rounds}, Summarize(rounds), Plots{})
 	for _, want := range []string{
-		"| contender | process | Produce | Fetch | EndTxn | Metadata | records per produce batch |",
-		"| driftguard presence | ingest | 12.0 (10.0–14.0) |  |  | 0.10 (0.10–0.10) | 10.0 |",
-		"| driftguard presence | processors |  | 3.00 (3.00–3.00) | 2.00 (2.00–2.00) |  |  |",
+		"| contender | process | Produce | Fetch | EndTxn | Metadata | records per produce batch | bytes produced per webhook (before compression) |",
+		"| driftguard presence | ingest | 12.0 (10.0–14.0) |  |  | 0.10 (0.10–0.10) | 10.0 | 150 (400) |",
+		"| driftguard presence | processors |  | 3.00 (3.00–3.00) | 2.00 (2.00–2.00) |  |  |  |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the results lack %q:\n%s", want, md)
@@ -100,6 +101,12 @@ func TestTargets(t *testing.T) {
 			t.Errorf("targets lack %q:\n%s", want, got)
 		}
 	}
+	dg.BrokerThreads = map[string]float64{"JIT compilation": 10, "request handlers": 8}
+	if jit := strings.Join(targets(Summarize([]model.Round{dg, peer}), nil, 0), "\n"); !strings.Contains(jit,
+		"the broker's CPU 18.0 µs per webhook, 10.0 of it the JIT compilation of a broker started for the round; 8.00 without it, against ≤ 20: **met**") {
+		t.Errorf("the broker's target without its JIT compilation:\n%s", jit)
+	}
+	dg.BrokerThreads = nil
 	dg.CPUPerEvent["broker"] = 400 // 400 µs × 200/s = 8% of a core
 	low := strings.Join(targets(Summarize([]model.Round{dg}), nil, 200), "\n")
 	if want := "the broker 8.0% of a core, idle included, against ≤ 10% at 200/s: **met**"; !strings.Contains(low, want) {

@@ -66,6 +66,11 @@ type Kafka struct {
 	// one each, which under load is most of its CPU. Default 5ms; 1µs is
 	// as good as none.
 	Linger time.Duration `yaml:"linger"`
+	// Compression is the codec every producer compresses its batches with:
+	// none, snappy, lz4, zstd or gzip. A batch goes out compressed only
+	// when that makes it smaller. Default snappy (franz-go's, and what the
+	// benchmarks measured the pipeline with).
+	Compression string `yaml:"compression" env:"DRIFTGUARD_KAFKA_COMPRESSION"`
 	// TopicPrefix starts every topic name; GroupPrefix every consumer
 	// group and transactional id (internal/naming), so that a shared
 	// cluster grants a team's ACLs by prefix. Default: none.
@@ -533,6 +538,7 @@ func (c *Config) applyDefaults() {
 	orDefault(&c.Kafka.ReplicationFactor, 1)
 	orDefault(&c.Kafka.ProduceTimeout, 5*time.Second)
 	orDefault(&c.Kafka.Linger, 5*time.Millisecond)
+	orDefault(&c.Kafka.Compression, CompressionSnappy)
 	orDefault(&c.HTTP.Addr, "127.0.0.1:8080")
 	orDefault(&c.ClickHouse.Addr, "127.0.0.1:9000")
 	orDefault(&c.ClickHouse.Database, "driftguard")
@@ -694,6 +700,9 @@ func (c *Config) Validate() error {
 	if c.Kafka.Linger < 0 || c.Kafka.Linger > time.Second {
 		add("kafka.linger", "must be between 0 and 1s (every ack waits for it), got %s", c.Kafka.Linger)
 	}
+	if !slices.Contains(Compressions, c.Kafka.Compression) {
+		add("kafka.compression", "must be one of %s, got %q", strings.Join(Compressions, ", "), c.Kafka.Compression)
+	}
 	if c.Processing.FetchMinBytes < 1 {
 		add("processing.fetch_min_bytes", "must be at least 1, got %d", c.Processing.FetchMinBytes)
 	}
@@ -809,6 +818,7 @@ kafka:
   # min_insync_replicas: 1       # default 2 when replication_factor is 3 or more
   produce_timeout: 5s            # ingest answers 503 after this
   linger: 5ms                    # ingest's producer batches webhooks this long
+  compression: snappy            # DRIFTGUARD_KAFKA_COMPRESSION: none, snappy, lz4, zstd or gzip
   tls:                           # every client; any key below turns TLS on
     enabled: false               # DRIFTGUARD_KAFKA_TLS_ENABLED; system roots unless ca_file
     # ca_file: /etc/kafka-tls/ca.crt     # DRIFTGUARD_KAFKA_TLS_CA_FILE: PEM CAs of the brokers
@@ -921,3 +931,15 @@ streams:
       replay: 168h               # gapless streams only
       ephemeral: 10m             # streams with ephemeral_types only
 `
+
+// The codecs of kafka.compression.
+const (
+	CompressionNone   = "none"
+	CompressionSnappy = "snappy"
+	CompressionLZ4    = "lz4"
+	CompressionZstd   = "zstd"
+	CompressionGzip   = "gzip"
+)
+
+// Compressions are kafka.compression's values.
+var Compressions = []string{CompressionNone, CompressionSnappy, CompressionLZ4, CompressionZstd, CompressionGzip}

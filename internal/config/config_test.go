@@ -527,6 +527,11 @@ func TestLoadRejectsInvalidFileNamingTheConfigPath(t *testing.T) {
 			want: []string{"in bridge.chat_history:", "must be 0 (read the outcomes from their log start) or positive, got -1h0m0s"},
 		},
 		{
+			name: "compression not a codec",
+			yaml: "kafka: {compression: brotli}",
+			want: []string{`in kafka.compression: must be one of none, snappy, lz4, zstd, gzip, got "brotli"`},
+		},
+		{
 			name: "typing outside the bounds",
 			yaml: "bridge: {typing_ttl: 2m, typing_rate: -1}",
 			want: []string{"in bridge.typing_ttl: must be from 100ms to 1m", "got 2m0s",

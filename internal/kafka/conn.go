@@ -39,6 +39,9 @@ type Conn struct {
 	// tlsOn and caFile shape the errors that name kafka.tls settings.
 	tlsOn  bool
 	caFile string
+	// compression is kafka.compression's codec; nil keeps franz-go's
+	// default (snappy).
+	compression []kgo.CompressionCodec
 }
 
 // Connect builds the Conn of cfg's kafka.tls and kafka.sasl for brokers,
@@ -47,7 +50,7 @@ type Conn struct {
 // with the key named.
 func Connect(cfg *config.Config, brokers []string) (Conn, error) {
 	k := cfg.Kafka
-	c := Conn{Brokers: cfg.BrokersOr(brokers), tlsOn: k.TLS.On(), caFile: k.TLS.CAFile}
+	c := Conn{Brokers: cfg.BrokersOr(brokers), tlsOn: k.TLS.On(), caFile: k.TLS.CAFile, compression: compression(k.Compression)}
 	if c.tlsOn {
 		t, err := k.TLS.Config("kafka.tls")
 		if err != nil {
@@ -67,6 +70,24 @@ func Connect(cfg *config.Config, brokers []string) (Conn, error) {
 		c.who = fmt.Sprintf("user %q", k.SASL.Username)
 	}
 	return c, nil
+}
+
+// compression is the codec of kafka.compression, each falling back to
+// none for a batch it would not make smaller; nil for the default.
+func compression(name string) []kgo.CompressionCodec {
+	switch name {
+	case config.CompressionNone:
+		return []kgo.CompressionCodec{kgo.NoCompression()}
+	case config.CompressionSnappy:
+		return []kgo.CompressionCodec{kgo.SnappyCompression(), kgo.NoCompression()}
+	case config.CompressionLZ4:
+		return []kgo.CompressionCodec{kgo.Lz4Compression(), kgo.NoCompression()}
+	case config.CompressionZstd:
+		return []kgo.CompressionCodec{kgo.ZstdCompression(), kgo.NoCompression()}
+	case config.CompressionGzip:
+		return []kgo.CompressionCodec{kgo.GzipCompression(), kgo.NoCompression()}
+	}
+	return nil
 }
 
 // mechanism is the franz-go SASL mechanism of kafka.sasl, nil for none.

@@ -50,6 +50,9 @@ func Options(conn Conn, opts ...kgo.Opt) []kgo.Opt {
 		// up to 12 s in the cluster fault test. A second is still cheap.
 		kgo.MetadataMinAge(time.Second),
 	}
+	if conn.compression != nil {
+		base = append(base, kgo.ProducerBatchCompression(conn.compression...))
+	}
 	base = append(base, conn.securityOptions()...)
 	return append(base, opts...)
 }

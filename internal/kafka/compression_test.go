@@ -1,0 +1,66 @@
+package kafka_test
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/driftguard/driftguard/internal/config"
+	"github.com/driftguard/driftguard/internal/kafka"
+	"github.com/driftguard/driftguard/internal/testenv"
+)
+
+// kafka.compression reaches the broker: a compressible batch produced
+// with each codec is stored with it (the batch's attributes, as the
+// broker hands it back), and none stores it plain.
+func TestCompressionAsConfigured(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	ctx := testenv.Context(t, 60*time.Second)
+	want := map[string]kgo.CompressionCodecType{
+		config.CompressionNone: kgo.CodecNone, config.CompressionSnappy: kgo.CodecSnappy,
+		config.CompressionLZ4: kgo.CodecLz4, config.CompressionZstd: kgo.CodecZstd, config.CompressionGzip: kgo.CodecGzip,
+	}
+	for _, codec := range config.Compressions {
+		cfg, err := config.Default()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Kafka.Compression = codec
+		conn, err := kafka.Connect(cfg, brokers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := kafka.NewClient(conn, kgo.ProducerLinger(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		topic := testenv.UniqueName("compression-" + codec)
+		if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, topic); err != nil {
+			t.Fatal(err)
+		}
+		value := bytes.Repeat([]byte(`{"type":"presence.updated","status":"online"}`), 20)
+		var recs []*kgo.Record
+		for i := range 20 {
+			recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(fmt.Sprint(i)), Value: value})
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		cl.Close()
+		read := testenv.ReadTopic(t, brokers, topic)
+		if len(read) != len(recs) {
+			t.Fatalf("kafka.compression %s: %d records read back, want %d", codec, len(read), len(recs))
+		}
+		got := read[0]
+		if c := kgo.CompressionCodecType(got.Attrs.CompressionType()); c != want[codec] {
+			t.Errorf("kafka.compression %s: the broker stored the batch with codec %d, want %d", codec, c, want[codec])
+		}
+		if !bytes.Equal(got.Value, value) {
+			t.Errorf("kafka.compression %s: the record came back changed", codec)
+		}
+	}
+}
