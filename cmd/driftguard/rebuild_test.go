@@ -279,10 +279,11 @@ func TestRunRetentionAndRebuildFlags(t *testing.T) {
 	isolateEnv(t)
 	t.Setenv("DRIFTGUARD_CLICKHOUSE_ADDR", "127.0.0.1:1")
 	t.Setenv("DRIFTGUARD_CLICKHOUSE_DATABASE", "dg_print")
-	configFile := testenv.WriteConfig(t, "", "clickhouse: {retention: {events: 2160h, orphans: 24h}}\n")
+	configFile := testenv.WriteConfig(t, "", "clickhouse: {retention: {events: 2160h, orphans: 24h, replay_requests: 720h}}\n")
 	r := runCLI(t, "retention", "--config", configFile, "--print")
 	want := "ALTER TABLE dg_print.events MODIFY TTL processed_at + INTERVAL 7776000 SECOND;\n\n" +
-		"ALTER TABLE dg_print.orphans MODIFY TTL expired_at + INTERVAL 86400 SECOND;\n\n"
+		"ALTER TABLE dg_print.orphans MODIFY TTL expired_at + INTERVAL 86400 SECOND;\n\n" +
+		"ALTER TABLE dg_print.replay_requests MODIFY TTL requested_at + INTERVAL 2592000 SECOND;\n\n"
 	if r.code != 0 || r.stdout != want {
 		t.Errorf("retention --print: %v\nwant stdout:\n%s", r, want)
 	}
