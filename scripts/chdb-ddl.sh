@@ -44,7 +44,7 @@ env -u DRIFTGUARD_CONFIG DRIFTGUARD_CLICKHOUSE_DATABASE=driftguard DRIFTGUARD_CL
 # retention of 90 days on every table that takes one.
 cat >"$work/retention.yaml" <<'YAML'
 clickhouse:
-  retention: {events: 2160h, dlq: 2160h, orphans: 2160h, ordering_minute: 2160h}
+  retention: {events: 2160h, dlq: 2160h, orphans: 2160h, ordering_minute: 2160h, replay_requests: 2160h}
 YAML
 env -u DRIFTGUARD_CLICKHOUSE_CLUSTER DRIFTGUARD_CLICKHOUSE_DATABASE=driftguard \
   "$work/driftguard" retention --print --config "$work/retention.yaml" >"$work/ttl.sql"

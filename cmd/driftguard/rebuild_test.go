@@ -22,11 +22,14 @@ import (
 )
 
 // `driftguard sink --rebuild`, on the real broker and server: the orders
-// pipeline fills every table (orders applied, payments reconciled,
-// orphans expired into dlq and orphans, a poison record, a record the sink
-// cannot decode); the sink stops; without --yes the rebuild only says what
-// it would empty; with it, ClickHouse is emptied and the sink refills it
-// from Kafka, and every table then equals the original row for row.
+// pipeline and a gapless stream fill every table (orders applied, payments
+// reconciled, orphans expired into dlq and orphans, a poison record, a
+// record the sink cannot decode, a replay request); the sink stops;
+// without --yes the rebuild only says what it would empty; with it,
+// ClickHouse is emptied and the sink refills it from Kafka, and every
+// table then equals the original row for row. Then the database is
+// dropped, and the rebuild, whose migrations make it again, refills it
+// row for row too.
 func TestSinkRebuildRefillsEveryTableRowForRow(t *testing.T) {
 	ctx := testenv.Context(t, 2*time.Minute)
 	stream := testenv.UniqueName("orders")
@@ -37,7 +40,8 @@ func TestSinkRebuildRefillsEveryTableRowForRow(t *testing.T) {
 	yaml := ordersConfig(stream, time.Second) + "clickhouse:\n  batch_period: 100ms\n  consumer_group: " + stream + "-sink\n" +
 		"kafka:\n  topic_prefix: " + prefix + "\n  group_prefix: " + prefix + "\n"
 	configFile := testenv.WriteConfig(t, dir, yaml)
-	cfg, conn, cl := loadOnServices(t, ctx, configFile, "rebuild", stream)
+	// The catalogue's gapless stream, under the test's prefix.
+	cfg, conn, cl := loadOnServices(t, ctx, configFile, "rebuild", stream, "workflow")
 	log := testenv.Logger(t)
 	runServices(t, ctx, "process", processors.NewService(processors.ServiceOptions{Config: cfg, Logger: log, InMemoryTables: true}))
 	sinkCtx, stopSink := context.WithCancel(ctx)
@@ -45,6 +49,7 @@ func TestSinkRebuildRefillsEveryTableRowForRow(t *testing.T) {
 	go func() { sinkDone <- sinkch.New(sinkch.Options{Config: cfg, Conn: conn, Logger: log}).Run(sinkCtx) }()
 
 	ordersTraffic(t, ctx, cl, cfg.Kafka.Naming(), stream)
+	gapTraffic(t, ctx, cl, cfg.Kafka.Naming(), "workflow")
 	q := func(query string) uint64 {
 		var n uint64
 		if err := conn.QueryRow(ctx, fmt.Sprintf(query, cfg.ClickHouse.Database)).Scan(&n); err != nil {
@@ -52,7 +57,7 @@ func TestSinkRebuildRefillsEveryTableRowForRow(t *testing.T) {
 		}
 		return n
 	}
-	testenv.WaitFor(t, ctx, "every decision of the traffic in ClickHouse", func() bool { return ordersComplete(q) })
+	testenv.WaitFor(t, ctx, "every decision of the traffic in ClickHouse", func() bool { return trafficComplete(q) })
 	stopSink()
 	if err := <-sinkDone; err != nil {
 		t.Fatal(err)
@@ -75,24 +80,37 @@ func TestSinkRebuildRefillsEveryTableRowForRow(t *testing.T) {
 		t.Fatalf("sink --rebuild without --yes changed ClickHouse (-before +after):\n%s", diff)
 	}
 
-	rebuildCtx, stopRebuild := context.WithCancel(ctx)
-	rebuilt := make(chan int, 1)
-	var out syncBuffer
-	go func() {
-		rebuilt <- run(rebuildCtx, []string{"sink", "--config", configFile, "--rebuild", "--yes"}, &out, testenv.LogWriter(t))
-	}()
-	// The tables are emptied before the sink starts, then refilled.
-	testenv.WaitFor(t, ctx, "the tables emptied", func() bool { return strings.Contains(out.String(), "emptied ordering_minute (") })
-	if !strings.Contains(out.String(), "emptied events (32 rows)") {
-		t.Errorf("sink --rebuild --yes says:\n%s", out.String())
+	// rebuild runs `sink --rebuild --yes` until the tables are refilled,
+	// and returns what it printed.
+	rebuild := func() string {
+		rebuildCtx, stopRebuild := context.WithCancel(ctx)
+		rebuilt := make(chan int, 1)
+		var out syncBuffer
+		go func() {
+			rebuilt <- run(rebuildCtx, []string{"sink", "--config", configFile, "--rebuild", "--yes"}, &out, testenv.LogWriter(t))
+		}()
+		// The tables are emptied before the sink starts, then refilled.
+		testenv.WaitFor(t, ctx, "the tables emptied", func() bool { return strings.Contains(out.String(), "emptied ordering_minute (") })
+		testenv.WaitFor(t, ctx, "the rebuilt tables refilled", func() bool { return trafficComplete(q) })
+		stopRebuild()
+		if code := <-rebuilt; code != 0 {
+			t.Fatalf("sink --rebuild --yes: exit %d\n%s", code, out.String())
+		}
+		return out.String()
 	}
-	testenv.WaitFor(t, ctx, "the rebuilt tables refilled", func() bool { return ordersComplete(q) })
-	stopRebuild()
-	if code := <-rebuilt; code != 0 {
-		t.Fatalf("sink --rebuild --yes: exit %d\n%s", code, out.String())
+	if out := rebuild(); !strings.Contains(out, "emptied events (36 rows)") || !strings.Contains(out, "emptied replay_requests (1 rows)") {
+		t.Errorf("sink --rebuild --yes says:\n%s", out)
 	}
 	if diff := snapshotDiff(before, snapshot(t, ctx, conn, cfg.ClickHouse.Database)); diff != "" {
 		t.Errorf("rebuilt ClickHouse differs from the original (-before +after):\n%s", diff)
+	}
+
+	if err := conn.Exec(ctx, "DROP DATABASE "+cfg.ClickHouse.Database); err != nil {
+		t.Fatal(err)
+	}
+	rebuild()
+	if diff := snapshotDiff(before, snapshot(t, ctx, conn, cfg.ClickHouse.Database)); diff != "" {
+		t.Errorf("ClickHouse dropped and rebuilt differs from the original (-before +after):\n%s", diff)
 	}
 }
 
@@ -134,17 +152,38 @@ func ordersTraffic(t *testing.T, ctx context.Context, cl *kgo.Client, names nami
 	}
 }
 
-// ordersComplete reports whether ClickHouse holds every decision of
-// ordersTraffic: 24 decisions of the input (none for the poison record),
-// 8 later ones (5 reconciled, 3 expired), the 3 orphans, 5 dead letters
-// (3 orphans, the poison record, the undecodable outcome), and each
-// order's state at its second revision. q runs a count query of the
-// database (%s).
-func ordersComplete(q func(string) uint64) bool {
-	return q("SELECT count() FROM %s.events") == 32 &&
+// gapTraffic sends a gapless stream's operation its steps 1, 3 and 2:
+// step 3 is buffered and asks for a replay of step 2, which then fills
+// the gap, so no gap is left open for a timer to report later.
+func gapTraffic(t *testing.T, ctx context.Context, cl *kgo.Client, names naming.Prefixes, stream string) {
+	t.Helper()
+	var records []*kgo.Record
+	for _, seq := range []int{1, 3, 2} {
+		r := inputRecord(stream, "op-1", fmt.Appendf(nil,
+			`{"event_id":"op-1-%d","operation_id":"op-1","sequence":%d,"status":"running","occurred_at":"2026-01-01T00:00:00Z"}`, seq, seq))
+		r.Topic = names.For(stream).In
+		records = append(records, r)
+	}
+	if err := cl.ProduceSync(ctx, records...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// trafficComplete reports whether ClickHouse holds every decision of
+// ordersTraffic and gapTraffic. Of the orders: 24 decisions of the input
+// (none for the poison record), 8 later ones (5 reconciled, 3 expired),
+// the 3 orphans, 5 dead letters (3 orphans, the poison record, the
+// undecodable outcome), and each order's state at its second revision.
+// Of the gapless operation: 4 decisions (1 applied, 3 buffered, 2 and 3
+// applied), its replay request, and its state at step 3. q runs a count
+// query of the database (%s).
+func trafficComplete(q func(string) uint64) bool {
+	return q("SELECT count() FROM %s.events") == 32+4 &&
 		q("SELECT count() FROM %s.orphans") == 3 &&
 		q("SELECT count() FROM %s.dlq") == 5 &&
-		q("SELECT countIf(version = 2) FROM %s.entity_state FINAL") == 10
+		q("SELECT countIf(version = 2) FROM %s.entity_state FINAL") == 10 &&
+		q("SELECT countIf(version = 3) FROM %s.entity_state FINAL") == 1 &&
+		q("SELECT count() FROM %s.replay_requests") == 1
 }
 
 // snapshot is every row of every table the sink fills, each table's rows
@@ -161,7 +200,8 @@ func snapshot(t *testing.T, ctx context.Context, conn driver.Conn, db string) ma
 		"dlq": "SELECT stream, entity_key, event_id, event_type, reason, detail, `topic`, `partition`, `offset`, " +
 			"if(reason = 'sink_undecodable', 0, dead_at_ms), if(reason = 'sink_undecodable', toDateTime(0), dead_at), " +
 			"source_topic, source_partition, source_offset, source_topic_id, payload FROM %s.dlq",
-		"orphans": "SELECT * FROM %s.orphans",
+		"orphans":         "SELECT * FROM %s.orphans",
+		"replay_requests": "SELECT * FROM %s.replay_requests",
 		"ordering_minute": "SELECT stream, minute, outcome, reason, sum(events), sum(gaps), sum(gap_sum), maxMerge(gap_max), maxMerge(buffer_depth_max), " +
 			"quantilesMerge(0.5, 0.9, 0.99)(lateness_ms), quantilesMerge(0.5, 0.9, 0.99)(latency_ms) FROM %s.ordering_minute GROUP BY stream, minute, outcome, reason",
 		"sink_positions": "SELECT table_name, `topic`, `partition`, topic_id, max(max_offset) FROM %s.sink_positions GROUP BY table_name, `topic`, `partition`, topic_id",
@@ -239,10 +279,11 @@ func TestRunRetentionAndRebuildFlags(t *testing.T) {
 	isolateEnv(t)
 	t.Setenv("DRIFTGUARD_CLICKHOUSE_ADDR", "127.0.0.1:1")
 	t.Setenv("DRIFTGUARD_CLICKHOUSE_DATABASE", "dg_print")
-	configFile := testenv.WriteConfig(t, "", "clickhouse: {retention: {events: 2160h, orphans: 24h}}\n")
+	configFile := testenv.WriteConfig(t, "", "clickhouse: {retention: {events: 2160h, orphans: 24h, replay_requests: 720h}}\n")
 	r := runCLI(t, "retention", "--config", configFile, "--print")
 	want := "ALTER TABLE dg_print.events MODIFY TTL processed_at + INTERVAL 7776000 SECOND;\n\n" +
-		"ALTER TABLE dg_print.orphans MODIFY TTL expired_at + INTERVAL 86400 SECOND;\n\n"
+		"ALTER TABLE dg_print.orphans MODIFY TTL expired_at + INTERVAL 86400 SECOND;\n\n" +
+		"ALTER TABLE dg_print.replay_requests MODIFY TTL requested_at + INTERVAL 2592000 SECOND;\n\n"
 	if r.code != 0 || r.stdout != want {
 		t.Errorf("retention --print: %v\nwant stdout:\n%s", r, want)
 	}

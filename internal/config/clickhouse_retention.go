@@ -7,7 +7,8 @@ import (
 
 // ClickHouseRetention is how long ClickHouse keeps each table's rows,
 // counted from the row's time column (events: processed_at, dlq: dead_at,
-// orphans: expired_at, ordering_minute: minute). Zero, the default for
+// orphans: expired_at, ordering_minute: minute, replay_requests:
+// requested_at). Zero, the default for
 // every table, keeps rows forever. entity_state holds each entity's latest
 // state and has no retention. Applied by `driftguard retention`, and by
 // the sink every Every: as a TTL on servers that have one (19.6 and
@@ -18,6 +19,7 @@ type ClickHouseRetention struct {
 	DLQ            time.Duration `yaml:"dlq"`
 	Orphans        time.Duration `yaml:"orphans"`
 	OrderingMinute time.Duration `yaml:"ordering_minute"`
+	ReplayRequests time.Duration `yaml:"replay_requests"`
 	// Every is how often the sink applies the retention; 0 (the default):
 	// never, only `driftguard retention` does.
 	Every time.Duration `yaml:"every"`
@@ -25,7 +27,8 @@ type ClickHouseRetention struct {
 
 // ByTable maps each table with a retention setting to it.
 func (r ClickHouseRetention) ByTable() map[string]time.Duration {
-	return map[string]time.Duration{"events": r.Events, "dlq": r.DLQ, "orphans": r.Orphans, "ordering_minute": r.OrderingMinute}
+	return map[string]time.Duration{"events": r.Events, "dlq": r.DLQ, "orphans": r.Orphans, "ordering_minute": r.OrderingMinute,
+		"replay_requests": r.ReplayRequests}
 }
 
 // Any reports whether some table has a retention.

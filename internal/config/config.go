@@ -872,6 +872,7 @@ clickhouse:
     dlq: 0s                      # by dead_at
     orphans: 0s                  # by expired_at
     ordering_minute: 0s          # by minute
+    replay_requests: 0s          # by requested_at
     every: 0s                    # the sink applies it this often; 0: only "driftguard retention"
 processing:
   timer_tick: 1s                 # how often timers (gap timeouts) are checked

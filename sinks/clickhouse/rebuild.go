@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -30,10 +31,12 @@ type TableRows struct {
 // empties them: sink_positions first, so that a rebuild interrupted half
 // way can only leave rows doubled (read again while still held), never
 // missing (skipped as held while gone); then every table the sink writes,
-// and ordering_minute, which events' view fills.
+// read from tablesOf so that a table of a new kind of topic is emptied
+// with the positions it is read by, and ordering_minute, which events'
+// view fills.
 func rebuildTables() []string {
 	tables := []string{"sink_positions"}
-	for _, kind := range []topicKind{outcomesTopic, stateTopic, dlqTopic} {
+	for _, kind := range slices.Sorted(maps.Keys(tablesOf)) {
 		for _, table := range tablesOf[kind] {
 			if !slices.Contains(tables, table) {
 				tables = append(tables, table)

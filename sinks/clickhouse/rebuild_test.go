@@ -3,6 +3,7 @@ package clickhouse_test
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -43,6 +44,14 @@ func TestRebuildRefusesWhileASinkRunsThenRefillsOnce(t *testing.T) {
 	}
 	if emptied["events"] != 3 || emptied["sink_positions"] == 0 || plan.Tables[0].Table != "sink_positions" {
 		t.Errorf("rebuild plan %+v: want sink_positions first, and events' 3 rows", plan)
+	}
+	// Every table the migrations make holds rows the sink wrote, or a view
+	// wrote from them, so every one is emptied: a table kept would be
+	// filled again on top of its rows, its positions gone.
+	tables := b.strings(fmt.Sprintf("SELECT name FROM system.tables WHERE database = '%s' AND engine NOT LIKE '%%View' AND name != 'schema_migrations' ORDER BY name",
+		b.cfg.ClickHouse.Database))
+	if got := slices.Sorted(maps.Keys(emptied)); !slices.Equal(got, tables) || !slices.Contains(got, "replay_requests") {
+		t.Errorf("rebuild empties %q, want every table of the database: %q", got, tables)
 	}
 	if got := b.eventIDs(); len(got) != 0 {
 		t.Fatalf("events after the rebuild: %q, want none", got)

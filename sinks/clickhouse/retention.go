@@ -22,6 +22,7 @@ var retentionColumns = map[string]string{
 	"dlq":             "dead_at",
 	"orphans":         "expired_at",
 	"ordering_minute": "minute",
+	"replay_requests": "requested_at",
 }
 
 // ttlSince is the first release with table TTLs (19.6).

@@ -32,6 +32,8 @@ func TestRetentionDropsOldMonthsOnServersWithoutTTL(t *testing.T) {
 	// The month before this one ended less than 40 days ago: kept.
 	lastMonth := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC).Add(-time.Hour)
 	names := naming.Prefixes{}.For("presence")
+	// The replay requests of the catalogue's gapless stream.
+	replays := naming.Prefixes{}.For("workflow").Replay
 	var recs []*kgo.Record
 	for i, at := range []time.Time{old, older, lastMonth, now} {
 		o := record.Outcome{Stream: "presence", Key: "alice", EventID: fmt.Sprint("e", i), Outcome: record.Applied,
@@ -39,6 +41,8 @@ func TestRetentionDropsOldMonthsOnServersWithoutTTL(t *testing.T) {
 		recs = append(recs, kafkaRecord(t, names.Outcomes, 0, int64(i), o))
 		dl := record.DeadLetter{Stream: "presence", Topic: names.In, Offset: int64(i), Key: "alice", Reason: record.ReasonOrphanTTL, AtMs: at.UnixMilli()}
 		recs = append(recs, kafkaRecord(t, names.DLQ, 0, int64(i), dl))
+		rq := record.ReplayRequest{Stream: "workflow", Key: "op-1", FirstMissing: int64(i + 2), RequestedAtMs: at.UnixMilli()}
+		recs = append(recs, kafkaRecord(t, replays, 0, int64(i), rq))
 	}
 	if err := quietSink(cfg, conn).Insert(ctx, recs); err != nil {
 		t.Fatal(err)
@@ -49,8 +53,10 @@ func TestRetentionDropsOldMonthsOnServersWithoutTTL(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	before := map[string][]string{"events": months("events", "processed_at"), "dlq": months("dlq", "dead_at"),
-		"orphans": months("orphans", "expired_at"), "ordering_minute": months("ordering_minute", "minute")}
+	before := map[string][]string{}
+	for table := range cfg.ClickHouse.Retention.ByTable() {
+		before[table] = months(table, retentionColumn(table))
+	}
 	for table, got := range before {
 		if len(got) != 4 {
 			t.Fatalf("%s holds the months %v, want 4 rows", table, got)
@@ -59,6 +65,7 @@ func TestRetentionDropsOldMonthsOnServersWithoutTTL(t *testing.T) {
 
 	cfg.ClickHouse.Retention.Events = 40 * 24 * time.Hour
 	cfg.ClickHouse.Retention.Orphans = 40 * 24 * time.Hour
+	cfg.ClickHouse.Retention.ReplayRequests = 40 * 24 * time.Hour
 	dry, err := sinkch.ApplyRetention(ctx, conn, cfg.ClickHouse, now, true)
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +77,7 @@ func TestRetentionDropsOldMonthsOnServersWithoutTTL(t *testing.T) {
 		}
 		dropped = append(dropped, a.Table+" "+a.Partition)
 	}
-	if want := []string{"events 202001", "events 202002", "orphans 202001", "orphans 202002"}; !slices.Equal(dropped, want) {
+	if want := []string{"events 202001", "events 202002", "orphans 202001", "orphans 202002", "replay_requests 202001", "replay_requests 202002"}; !slices.Equal(dropped, want) {
 		t.Errorf("dry run would drop %q, want %q", dropped, want)
 	}
 	if got := months("events", "processed_at"); !slices.Equal(got, before["events"]) {
@@ -86,7 +93,7 @@ func TestRetentionDropsOldMonthsOnServersWithoutTTL(t *testing.T) {
 	}
 	for table, got := range before {
 		want := got
-		if table == "events" || table == "orphans" {
+		if table == "events" || table == "orphans" || table == "replay_requests" {
 			want = got[2:]
 		}
 		if after := months(table, retentionColumn(table)); !slices.Equal(after, want) {
@@ -100,7 +107,8 @@ func TestRetentionDropsOldMonthsOnServersWithoutTTL(t *testing.T) {
 }
 
 func retentionColumn(table string) string {
-	return map[string]string{"events": "processed_at", "dlq": "dead_at", "orphans": "expired_at", "ordering_minute": "minute"}[table]
+	return map[string]string{"events": "processed_at", "dlq": "dead_at", "orphans": "expired_at", "ordering_minute": "minute",
+		"replay_requests": "requested_at"}[table]
 }
 
 func serverHasTTL(t *testing.T, ctx context.Context, conn driver.Conn) bool {
