@@ -17,7 +17,8 @@ import (
 )
 
 // Redriving. A dead letter of an input (a buffer overflow, an orphan whose
-// parent came too late, a conversation that was full) is written back to
+// parent came too late, a conversation that was full; a released child or
+// an event a reset dropped, when asked for) is written back to
 // `<stream>.in` as a new delivery of its original bytes: keyed as it was,
 // with ingest's headers (dg-scheme "redrive", dg-received-at the time of
 // the redrive, so that its TTLs run from now) and dg-redrive-of, the dead
@@ -30,17 +31,25 @@ import (
 // position, so a copy that still got through (two runs at once) is
 // decided a duplicate, within limits.dedup_window.
 
-// RedrivableReasons are the dead letters' reasons a redrive sends back by
-// default: the rules may decide such an event otherwise now. An
-// undecodable record or one keyed against its body would only come back.
-var RedrivableReasons = []record.Reason{record.ReasonOrphanTTL, record.ReasonBufferFull, record.ReasonConversationFull}
+// DefaultRedriveReasons are the dead letters' reasons a redrive sends
+// back when none is named: the rules may decide such an event otherwise
+// now. A child an operator released and an event a reset dropped are dead
+// letters by an operator's decision, which a redrive undoes only when
+// their reason is named (released, reset).
+var DefaultRedriveReasons = []record.Reason{record.ReasonOrphanTTL, record.ReasonBufferFull, record.ReasonConversationFull}
+
+// unredrivableReasons are the reasons a redrive never sends back, even
+// named: an undecodable record or one keyed against its body would only
+// come back.
+var unredrivableReasons = []record.Reason{record.ReasonUndecodable, record.ReasonKeyMismatch}
 
 // RedriveOptions say which dead letters of a stream to redrive.
 type RedriveOptions struct {
 	Stream string
 	// Names are the stream's topic names.
 	Names naming.Prefixes
-	// Reasons are the reasons to redrive; empty means RedrivableReasons.
+	// Reasons keep the dead letters of these reasons; empty means
+	// DefaultRedriveReasons.
 	Reasons []record.Reason
 	// Since keeps the dead letters written at or after it; zero keeps all.
 	Since time.Time
@@ -66,8 +75,8 @@ const (
 	// SkipNotInput: it is not an input of `<stream>.in` (a replay request
 	// that could not be delivered, say).
 	SkipNotInput = "not_an_input"
-	// SkipNotRedrivable: its reason is not one the rules can decide
-	// otherwise (undecodable, key_mismatch).
+	// SkipNotRedrivable: its reason, named, is one the rules cannot
+	// decide otherwise (undecodable, key_mismatch).
 	SkipNotRedrivable = "not_redrivable"
 )
 
@@ -87,6 +96,9 @@ func Redrive(ctx context.Context, conn kafka.Conn, opts RedriveOptions) (Redrive
 	names := opts.Names.For(opts.Stream)
 	sum := RedriveSummary{Skipped: map[string]int{}, DryRun: opts.DryRun}
 	reasons := opts.Reasons
+	if len(reasons) == 0 {
+		reasons = DefaultRedriveReasons
+	}
 	var matched []DeadLetterAt
 	err := kafka.ReadCommitted(ctx, conn, names.DLQ, nil, func(r *kgo.Record) error {
 		sum.Read++
@@ -95,7 +107,7 @@ func Redrive(ctx context.Context, conn kafka.Conn, opts RedriveOptions) (Redrive
 			// Not a dead letter driftguard wrote: nothing to send back.
 			return nil
 		}
-		if len(reasons) > 0 && !slices.Contains(reasons, dl.Reason) ||
+		if !slices.Contains(reasons, dl.Reason) ||
 			!opts.Since.IsZero() && dl.AtMs < opts.Since.UnixMilli() ||
 			opts.Key != "" && dl.Key != opts.Key {
 			return nil
@@ -129,7 +141,7 @@ func Redrive(ctx context.Context, conn kafka.Conn, opts RedriveOptions) (Redrive
 		switch {
 		case dl.Topic != names.In || dl.Payload == nil:
 			action = SkipNotInput
-		case !slices.Contains(RedrivableReasons, dl.Reason):
+		case slices.Contains(unredrivableReasons, dl.Reason):
 			action = SkipNotRedrivable
 		case done[dl.Position]:
 			action = SkipRedriven

@@ -136,7 +136,7 @@ func explainFlags(fs *flag.FlagSet) runner {
 
 func redriveFlags(fs *flag.FlagSet) runner {
 	stream := fs.String("stream", "", "the stream whose dead letters to redrive (required)")
-	reasons := fs.String("reason", "", "only dead letters of these reasons, comma-separated (default: "+joinReasons(oncall.RedrivableReasons)+")")
+	reasons := fs.String("reason", "", "only dead letters of these reasons, comma-separated (default: "+joinReasons(oncall.DefaultRedriveReasons)+"; released and reset only when named)")
 	since := fs.String("since", "", "only dead letters written since T: an RFC 3339 time, or a duration back from now (24h)")
 	key := fs.String("key", "", "only the dead letters of this entity key")
 	dryRun := fs.Bool("dry-run", false, "print what would be redriven, write nothing")
@@ -150,6 +150,10 @@ func redriveFlags(fs *flag.FlagSet) runner {
 		opts := oncall.RedriveOptions{Stream: *stream, Names: env.cfg.Kafka.Naming(), Key: *key, DryRun: *dryRun}
 		for _, r := range strings.Split(*reasons, ",") {
 			if r = strings.TrimSpace(r); r != "" {
+				// A misspelt reason would match nothing and look like an empty DLQ.
+				if !slices.Contains(record.Reasons, record.Reason(r)) {
+					return usageError{fmt.Errorf("--reason %q: not a reason driftguard records", r)}
+				}
 				opts.Reasons = append(opts.Reasons, record.Reason(r))
 			}
 		}

@@ -54,6 +54,7 @@ func TestOncallCommandsTakeOperands(t *testing.T) {
 		{[]string{"explain", "orders", "e", "--from", "elsewhere"}, `--from "elsewhere"`},
 		{[]string{"redrive"}, "--stream is required"},
 		{[]string{"redrive", "--stream", "orders", "--since", "soon"}, "--since"},
+		{[]string{"redrive", "--stream", "orders", "--reason", "orphan_ttl,relased"}, `--reason "relased"`},
 	} {
 		r := runCLI(t, tc.args...)
 		if r.code != 2 || !strings.Contains(r.stderr, tc.wantStderr) {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -178,9 +179,12 @@ func decisionsOf(outs []record.Outcome, bodies map[inputAt][]byte) []toolDecisio
 // applies now that its parent exists, the overflow once its gap is
 // filled); a dry run writes nothing; a second redrive adds nothing, and a
 // copy of a redriven record (two runs at once) is decided a duplicate.
+// Then the filters, on the same rig (redriveFilters).
 func TestRedriveOrphansAndOverflows(t *testing.T) {
-	ctx := testenv.Context(t, 90*time.Second)
-	r := newOncallRig(t, ctx, `  orders: {limits: {partitions: 2}, parent: {ttl: 1s}}
+	ctx := testenv.Context(t, 2*time.Minute)
+	// A TTL long enough for an operator's release or reset to come first;
+	// an orphan expires at once when it was received longer ago.
+	r := newOncallRig(t, ctx, `  orders: {limits: {partitions: 2}, parent: {ttl: 1h}}
   workflow: {limits: {partitions: 2, buffer: 1}}
 `, false)
 	now := time.Now().UnixMilli()
@@ -189,7 +193,7 @@ func TestRedriveOrphansAndOverflows(t *testing.T) {
 		return fmt.Appendf(nil, `{"event_id":"wf-%d","operation_id":"op1","sequence":%d,"status":"running","occurred_at":"2026-01-01T00:00:00Z"}`, seq, seq)
 	}
 	pay := []byte(`{"event_id":"pay-1","event_type":"order.payment_received","parent_id":"o1","payload":{"amount":12}}`)
-	r.produce(t, "orders", [][]byte{pay}, at(1))
+	r.produce(t, "orders", [][]byte{pay}, []int64{now - 2*time.Hour.Milliseconds()})
 	// Step 3 waits for 2 in the buffer (of one), step 4 overflows.
 	r.produce(t, "workflow", [][]byte{step(1), step(3), step(4)}, at(3))
 
@@ -254,6 +258,140 @@ func TestRedriveOrphansAndOverflows(t *testing.T) {
 			t.Errorf("%s: decisions %v (want %v), where %s, %d dead letters", id, outcomes, want, x.Where, len(x.DeadLetters))
 		}
 	}
+
+	t.Run("filters", func(t *testing.T) { redriveFilters(t, r) })
+}
+
+// redriveFilters: with --since T, --key K or --reason R a redrive puts
+// back only the dead letters of the orders stream written at or after T,
+// of K, or of R, and a second run of each adds nothing. A child an
+// operator released and one a reset dropped go back when their reason is
+// named, never by default. It follows TestRedriveOrphansAndOverflows on
+// its rig, whose orders DLQ holds pay-1, redriven (and copied).
+func redriveFilters(t *testing.T, r *oncallRig) {
+	longAgo := time.Now().Add(-2 * time.Hour).UnixMilli()
+	pay := func(n int) []byte {
+		return fmt.Appendf(nil, `{"event_id":"pay-%d","event_type":"order.payment_received","parent_id":"o%d","payload":{}}`, n, n)
+	}
+	quarantined := func(id string) {
+		t.Helper()
+		testenv.WaitFor(t, r.ctx, id+" quarantined", func() bool { return r.explain(t, "orders", id).Where == oncall.WhereQuarantined })
+	}
+	names := r.cfg.Kafka.Naming().For("orders")
+	// dlq waits for n dead letters in orders' DLQ and returns them by
+	// event id ("" for the undecodable record).
+	dlq := func(n int) map[string]record.DeadLetter {
+		t.Helper()
+		dls := map[string]record.DeadLetter{}
+		testenv.WaitFor(t, r.ctx, fmt.Sprintf("%d dead letters", n), func() bool {
+			clear(dls)
+			read := 0
+			err := kafka.ReadCommitted(r.ctx, r.conn, names.DLQ, nil, func(rec *kgo.Record) error {
+				var dl record.DeadLetter
+				read++
+				err := json.Unmarshal(rec.Value, &dl)
+				dls[dl.EventID] = dl
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return read == n
+		})
+		return dls
+	}
+
+	// Before T: orphans of o2 and o6, o3's child released, and a record
+	// that is no event.
+	r.produce(t, "orders", [][]byte{pay(2), pay(6), pay(3)}, []int64{longAgo, longAgo, time.Now().UnixMilli()})
+	if err := r.cl.ProduceSync(r.ctx, &kgo.Record{Topic: names.In, Key: []byte("o8"), Value: []byte("not an event")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	quarantined("pay-3")
+	r.command(t, "admin", "release", "--stream", "orders", "--key", "o3")
+	// T is just after every dead letter so far; the clock passes it before
+	// the later ones are caused.
+	var sinceMs int64
+	for _, dl := range dlq(5) {
+		sinceMs = max(sinceMs, dl.AtMs+1)
+	}
+	for time.Now().UnixMilli() < sinceMs {
+		time.Sleep(time.Millisecond)
+	}
+	// From T: an orphan of o5, and o7's child dropped by a reset. o3's
+	// parent comes, for its released child to apply once redriven.
+	r.produce(t, "orders", [][]byte{pay(5), pay(7)}, []int64{longAgo, time.Now().UnixMilli()})
+	quarantined("pay-7")
+	r.command(t, "admin", "reset", "--stream", "orders", "--key", "o7", "--yes")
+	r.produce(t, "orders", [][]byte{[]byte(`{"event_id":"order-3","event_type":"order.created","order_id":"o3","payload":{}}`)}, []int64{time.Now().UnixMilli()})
+	reasons := map[string]record.Reason{}
+	for id, dl := range dlq(7) {
+		reasons[id] = dl.Reason
+	}
+	if want := map[string]record.Reason{"pay-1": record.ReasonOrphanTTL, "pay-2": record.ReasonOrphanTTL, "pay-6": record.ReasonOrphanTTL,
+		"pay-3": record.ReasonReleased, "": record.ReasonUndecodable, "pay-5": record.ReasonOrphanTTL, "pay-7": record.ReasonReset}; !maps.Equal(reasons, want) {
+		t.Fatalf("dead letters by reason %v, want %v", reasons, want)
+	}
+
+	// The event ids of the redriven records in orders.in, sorted.
+	redriven := func() []string {
+		var ids []string
+		for _, rec := range testenv.ReadTopic(t, r.cfg.Kafka.Brokers, names.In) {
+			if kafka.Header(rec, record.HeaderRedriveOf) != nil {
+				ids = append(ids, string(kafka.Header(rec, record.HeaderEventID)))
+			}
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	// pay-1 redriven, and its copy.
+	want := []string{"pay-1", "pay-1"}
+	// Named, the undecodable record is matched, and still not put back.
+	if out := string(r.command(t, "redrive", "--stream", "orders", "--reason", "undecodable")); out != "orders: 7 dead letters read, 1 matched, 0 redriven, 1 skipped (not_redrivable)\n" {
+		t.Fatalf("--reason undecodable: %q", out)
+	}
+	if got := redriven(); !slices.Equal(got, want) {
+		t.Fatalf("after --reason undecodable the redriven records are of %v, want %v", got, want)
+	}
+	for _, run := range []struct {
+		args    []string
+		matched int
+		put     string
+	}{
+		{[]string{"--since", time.UnixMilli(sinceMs).UTC().Format(time.RFC3339Nano)}, 1, "pay-5"},
+		{[]string{"--key", "o2"}, 1, "pay-2"},
+		{[]string{"--reason", "released"}, 1, "pay-3"},
+		{[]string{"--reason", "reset"}, 1, "pay-7"},
+		// By default the orphans alone: the released and reset children
+		// are not matched.
+		{nil, 4, "pay-6"},
+	} {
+		args := append([]string{"redrive", "--stream", "orders"}, run.args...)
+		first := fmt.Sprintf("orders: 7 dead letters read, %d matched, 1 redriven", run.matched)
+		if skipped := run.matched - 1; skipped > 0 {
+			first += fmt.Sprintf(", %d skipped (already_redriven)", skipped)
+		}
+		if out := string(r.command(t, args...)); out != first+"\n" {
+			t.Fatalf("%v: %q, want %q", run.args, out, first)
+		}
+		want = append(want, run.put)
+		slices.Sort(want)
+		if got := redriven(); !slices.Equal(got, want) {
+			t.Fatalf("after %v the redriven records are of %v, want %v", run.args, got, want)
+		}
+		again := fmt.Sprintf("orders: 7 dead letters read, %d matched, 0 redriven, %d skipped (already_redriven)\n", run.matched, run.matched)
+		if out := string(r.command(t, args...)); out != again {
+			t.Fatalf("%v again: %q, want %q", run.args, out, again)
+		}
+		if got := redriven(); !slices.Equal(got, want) {
+			t.Fatalf("after %v again the redriven records are of %v, want %v", run.args, got, want)
+		}
+	}
+	// Decided again: the released child applies under its parent, the
+	// reset one waits for its parent anew.
+	testenv.WaitFor(t, r.ctx, "the redriven released and reset children decided", func() bool {
+		return r.explain(t, "orders", "pay-3").Where == oncall.WhereApplied && r.explain(t, "orders", "pay-7").Where == oncall.WhereQuarantined
+	})
 }
 
 // inspect and explain, on every policy, say what the rules hold: a
