@@ -401,7 +401,7 @@ func TestServiceMonitor(t *testing.T) {
 			scraped[component] = resolvePort(pod.Spec.Containers[0], s.Spec.Ports[0].TargetPort)
 		}
 	}
-	want := map[string]int32{"ingest": 9464, "processor": 9464, "sink": 9464, "bridge": 9464}
+	want := map[string]int32{"ingest": 9464, "processor": 9464, "sink": 9464, "relay": 9464, "bridge": 9464}
 	for c, port := range want {
 		if scraped[c] != port {
 			t.Errorf("%s scraped on %d, want %d", c, scraped[c], port)
