@@ -39,21 +39,35 @@ func (r *rendered) workloads() []workload {
 // component is the app.kubernetes.io/component label of a workload.
 func (w workload) component() string { return w.selector["app.kubernetes.io/component"] }
 
-// NetworkPolicies: on by default for the processors and the sink, on
-// request for ingest and the bridge. Each admits its component's public
-// port (from the listed sources, or anyone) and its metrics port from
-// Prometheus and the helm test pod, nothing else, and restricts egress
-// only when egress rules are given.
+// NetworkPolicies: on by default for the processors, the sink and the
+// relay, on request for ingest and the bridge. Each admits its component's
+// public port (from the listed sources, or anyone) and its metrics port
+// from Prometheus and the helm test pod, nothing else, and restricts
+// egress only when egress rules are given; the relay's policy adds its own
+// rules to the publishers.
 func TestNetworkPolicies(t *testing.T) {
 	def := render(t, nil)
 	checkNetworkPolicies(t, "default", def, map[string]bool{"processor": true, "sink": true})
 
 	sec := render(t, readValues(t, securityFile))
-	checkNetworkPolicies(t, "security", sec, map[string]bool{"ingest": true, "processor": true, "sink": true, "bridge": true})
+	checkNetworkPolicies(t, "security", sec, map[string]bool{"ingest": true, "processor": true, "sink": true, "relay": true, "bridge": true})
 	for _, np := range sec.networkPolicies {
-		if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) || len(np.Spec.Egress) != 4 {
-			t.Errorf("security: NetworkPolicy %s: types %v, %d egress rules, want Egress and the 4 listed", np.Name, np.Spec.PolicyTypes, len(np.Spec.Egress))
+		want := 4
+		if np.Spec.PodSelector.MatchLabels["app.kubernetes.io/component"] == "relay" {
+			want++
 		}
+		if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) || len(np.Spec.Egress) != want {
+			t.Errorf("security: NetworkPolicy %s: types %v, %d egress rules, want Egress and the %d listed", np.Name, np.Spec.PolicyTypes, len(np.Spec.Egress), want)
+		}
+	}
+	// The relay alone reaches the publisher's replay.url, after the rules
+	// every policy has.
+	egress := policyOf(t, sec, "relay").Spec.Egress
+	publisher := func(r networkingv1.NetworkPolicyEgressRule) bool {
+		return len(r.To) == 1 && r.To[0].IPBlock != nil && r.To[0].IPBlock.CIDR == "203.0.113.0/24" && len(r.Ports) == 1 && r.Ports[0].Port.IntVal == 8443
+	}
+	if len(egress) != 5 || !publisher(egress[4]) {
+		t.Errorf("security: relay's egress %+v, want the 4 of every policy, then the publisher's 203.0.113.0/24 on 8443", egress)
 	}
 	// The bridge's public port is open to the ingress controller and the
 	// helm test pod only, ingest's (from: []) to anyone.
@@ -65,7 +79,7 @@ func TestNetworkPolicies(t *testing.T) {
 		t.Errorf("security: ingest's public port from %+v, want anyone", from)
 	}
 
-	off := render(t, valuesYAML(t, "processors: {networkPolicy: {enabled: false}}\nsink: {networkPolicy: {enabled: false}}"))
+	off := render(t, valuesYAML(t, "processors: {networkPolicy: {enabled: false}}\nsink: {networkPolicy: {enabled: false}}\nrelay: {enabled: true, networkPolicy: {enabled: false}}"))
 	if len(off.networkPolicies) != 0 {
 		t.Errorf("%d NetworkPolicies with every component's off", len(off.networkPolicies))
 	}

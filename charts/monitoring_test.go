@@ -22,6 +22,7 @@ var metricFamilies = map[string]bool{
 	"driftguard_ingest_connections_limit":                true,
 	"driftguard_processor_decisions_total":               true,
 	"driftguard_processor_gaps_current":                  true,
+	"driftguard_processor_oldest_gap_seconds":            true,
 	"driftguard_processor_buffered_events_current":       true,
 	"driftguard_quarantine_events_current":               true,
 	"driftguard_quarantine_events_stored_total":          true,
@@ -249,7 +250,8 @@ func TestPrometheusRule(t *testing.T) {
 		"driftguard_quarantine_events_expired_total", "driftguard_sink_retries_total", "driftguard_ingest_requests_total",
 		"driftguard_ingest_connections", "driftguard_processor_session_restarts_total",
 		"driftguard_processor_last_commit_timestamp_seconds", "driftguard_sink_last_insert_timestamp_seconds",
-		"driftguard_bridge_entities_dropped_total", "up", "kube_pod_status_ready",
+		"driftguard_bridge_entities_dropped_total", "driftguard_processor_oldest_gap_seconds",
+		"driftguard_replay_failures_total", "up", "kube_pod_status_ready",
 	} {
 		if !covered[f] {
 			t.Errorf("no alert on %s", f)
@@ -264,32 +266,111 @@ func TestPrometheusRule(t *testing.T) {
 var grouping = regexp.MustCompile(`\b(by|on)\s*\(([^)]*)\)`)
 
 // runbookAnchors are the anchors GitHub gives the headings of
-// docs/operations.md: lower case, spaces to dashes, punctuation dropped.
+// docs/operations.md.
 func runbookAnchors(t *testing.T) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, s := range operationsSections(t) {
+		out[s.anchor] = true
+	}
+	return out
+}
+
+// docSection is a heading of docs/operations.md with the text up to the
+// next heading, and the anchor of the level-2 section it is in.
+type docSection struct {
+	anchor, chapter, body string
+}
+
+// operationsSections splits docs/operations.md at its headings.
+func operationsSections(t *testing.T) []docSection {
 	t.Helper()
 	data, err := os.ReadFile("../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]bool{}
+	var out []docSection
+	var chapter string
+	var body strings.Builder
+	inCode := false
 	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "```") {
+			inCode = !inCode
+		}
 		title, ok := strings.CutPrefix(line, "#")
-		if !ok {
+		if !ok || inCode {
+			body.WriteString(line + "\n")
 			continue
 		}
-		title = strings.ToLower(strings.TrimSpace(strings.TrimLeft(title, "#")))
-		var b strings.Builder
-		for _, r := range title {
-			switch {
-			case r == ' ':
-				b.WriteRune('-')
-			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
-				b.WriteRune(r)
-			}
+		if len(out) > 0 {
+			out[len(out)-1].body = body.String()
 		}
-		out[b.String()] = true
+		body.Reset()
+		anchor := headingAnchor(title)
+		if strings.HasPrefix(title, "# ") {
+			chapter = anchor
+		}
+		out = append(out, docSection{anchor: anchor, chapter: chapter})
+	}
+	if len(out) > 0 {
+		out[len(out)-1].body = body.String()
 	}
 	return out
+}
+
+// headingAnchor is the anchor GitHub gives a heading (its text after the
+// first #): lower case, spaces to dashes, punctuation dropped.
+func headingAnchor(title string) string {
+	title = strings.ToLower(strings.TrimSpace(strings.TrimLeft(title, "#")))
+	var b strings.Builder
+	for _, r := range title {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// sectionLink finds the links of a section to another of the same page.
+var sectionLink = regexp.MustCompile(`\]\(#([a-z0-9_-]+)\)`)
+
+// Every operator action of docs/operations.md is linked from the runbook
+// of at least one alert the chart installs, so whoever is paged reaches
+// each way to unstick a key from an alert.
+func TestRunbooksReachEveryOperatorAction(t *testing.T) {
+	r := render(t, readValues(t, productionFile))
+	alerts := map[string]bool{}
+	for _, g := range r.rules[0].Spec.Groups {
+		for _, rule := range g.Rules {
+			alerts[strings.ToLower(rule.Alert)] = true
+		}
+	}
+	sections := operationsSections(t)
+	reached := map[string][]string{}
+	for _, s := range sections {
+		if s.chapter != "alerts-and-runbooks" || !alerts[s.anchor] {
+			continue
+		}
+		for _, m := range sectionLink.FindAllStringSubmatch(s.body, -1) {
+			reached[m[1]] = append(reached[m[1]], s.anchor)
+		}
+	}
+	actions := 0
+	for _, s := range sections {
+		if s.chapter != "operator-actions" || s.anchor == s.chapter {
+			continue
+		}
+		actions++
+		if len(reached[s.anchor]) == 0 {
+			t.Errorf("docs/operations.md: no alert's runbook links the operator action #%s: link it from the alert that calls for it", s.anchor)
+		}
+	}
+	if actions < 4 {
+		t.Errorf("docs/operations.md: %d operator actions under ## Operator actions, want skip-gap, abandon, release and reset", actions)
+	}
 }
 
 // The ServiceMonitor scrapes a port named metrics on a metrics Service of
@@ -320,7 +401,7 @@ func TestServiceMonitor(t *testing.T) {
 			scraped[component] = resolvePort(pod.Spec.Containers[0], s.Spec.Ports[0].TargetPort)
 		}
 	}
-	want := map[string]int32{"ingest": 9464, "processor": 9464, "sink": 9464, "bridge": 9464}
+	want := map[string]int32{"ingest": 9464, "processor": 9464, "sink": 9464, "relay": 9464, "bridge": 9464}
 	for c, port := range want {
 		if scraped[c] != port {
 			t.Errorf("%s scraped on %d, want %d", c, scraped[c], port)

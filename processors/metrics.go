@@ -18,6 +18,9 @@ type Metrics struct {
 	quarantined                 *prometheus.GaugeVec
 	// What one timer visit counts, and the input lag the timer loop reads.
 	gaps, buffered, lag *prometheus.GaugeVec
+	// oldestGap is how long the oldest open gap has waited, the one
+	// signal that a gap will not fill by itself.
+	oldestGap *prometheus.GaugeVec
 	// sessionRestarts counts Kafka sessions of the runtime begun anew
 	// after one failed.
 	sessionRestarts *prometheus.CounterVec
@@ -62,6 +65,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		"Keys of a gapless stream waiting for a missing sequence in the partitions this instance owns, as of the last timer tick.")
 	m.buffered = gauge("driftguard_processor_buffered_events_current",
 		"Events held ahead of a gap in the partitions this instance owns, as of the last timer tick.")
+	m.oldestGap = gauge("driftguard_processor_oldest_gap_seconds",
+		"Seconds the oldest gap of a gapless stream in the partitions this instance owns has been open (since the first event buffered behind it was received), as of the last timer tick; 0 with none.")
 	m.lag = gauge("driftguard_processor_consumer_lag",
 		"Records of <stream>.in the stream's group has not committed, summed over all partitions, read from the broker every processing.timer_tick whether or not the processor makes progress.")
 	m.lastCommit = gauge("driftguard_processor_last_commit_timestamp_seconds",
@@ -96,7 +101,7 @@ func (m *Metrics) serve(stream string) {
 	for _, v := range []*prometheus.CounterVec{m.evicted, m.stored, m.reconciled, m.expired, m.sessionRestarts} {
 		v.WithLabelValues(stream)
 	}
-	for _, v := range []*prometheus.GaugeVec{m.quarantined, m.gaps, m.buffered, m.lag, m.lastCommit} {
+	for _, v := range []*prometheus.GaugeVec{m.quarantined, m.gaps, m.buffered, m.oldestGap, m.lag, m.lastCommit} {
 		v.WithLabelValues(stream)
 	}
 	m.decisionLatency.WithLabelValues(stream)

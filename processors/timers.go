@@ -37,7 +37,7 @@ func (h *handler) tick(ctx decisionContext, meta any) {
 	if value == nil {
 		return
 	}
-	defer h.visited.add(value)
+	defer h.visited.add(value, now)
 	if !value.Due(now) {
 		return
 	}
@@ -71,13 +71,28 @@ func (h *handler) timerTick(ctx context.Context, w *watermark, visit func(safeMs
 // (in the visit's transaction).
 type visitCounts struct {
 	quarantined, gaps, buffered atomic.Int64
+	// oldestGapMs is how long the oldest gap seen has been open at the
+	// visit's time: a gap reported again and again shows here as one
+	// number that only grows, where the gap count cannot tell a gap that
+	// never fills from many that fill in time.
+	oldestGapMs atomic.Int64
 }
 
-func (c *visitCounts) add(v *tableValue) {
+// add counts v's gap and quarantine as of nowMs, the visit's time.
+func (c *visitCounts) add(v *tableValue, nowMs int64) {
 	c.quarantined.Add(int64(len(v.Quarantine)))
 	if len(v.Buffer) > 0 {
 		c.gaps.Add(1)
 		c.buffered.Add(int64(len(v.Buffer)))
+		if v.GapSinceMs > 0 {
+			open := max(nowMs-v.GapSinceMs, 0)
+			// Partitions are visited in parallel, each in its own loop.
+			for old := c.oldestGapMs.Load(); open > old; old = c.oldestGapMs.Load() {
+				if c.oldestGapMs.CompareAndSwap(old, open) {
+					break
+				}
+			}
+		}
 	}
 }
 
@@ -85,6 +100,7 @@ func (c *visitCounts) reset() {
 	c.quarantined.Store(0)
 	c.gaps.Store(0)
 	c.buffered.Store(0)
+	c.oldestGapMs.Store(0)
 }
 
 // export sets the gauges of a complete visit.
@@ -92,6 +108,7 @@ func (c *visitCounts) export(m *Metrics, stream string) {
 	m.quarantined.WithLabelValues(stream).Set(float64(c.quarantined.Load()))
 	m.gaps.WithLabelValues(stream).Set(float64(c.gaps.Load()))
 	m.buffered.WithLabelValues(stream).Set(float64(c.buffered.Load()))
+	m.oldestGap.WithLabelValues(stream).Set(float64(c.oldestGapMs.Load()) / 1000)
 }
 
 // watermark tracks the input watermark of one group's input topic.

@@ -71,19 +71,21 @@ func TestWatermarkKeepsAnHourOfSamples(t *testing.T) {
 }
 
 // A timer visit counts the keys waiting on a gap and the events they hold
-// ahead of it, for the gauges.
+// ahead of it, and how long the oldest gap has been open, for the gauges.
 func TestTimerVisitCountsGapsAndBufferedEvents(t *testing.T) {
 	s := testenv.Shipped(t, "workflow")
 	metrics := NewMetrics(prometheus.NewRegistry())
-	at := time.UnixMilli(1_700_000_000_000)
-	// The clock stays before every gap deadline, so nothing expires.
+	// The clock stays before every gap deadline, so nothing expires: op-1's
+	// gap opened 90 s before it, op-2's 30 s before.
+	at := time.UnixMilli(1_700_000_090_000)
 	tt, names := startRun(t, s, Options{Metrics: metrics, Now: func() time.Time { return at }})
 	proc := tt
-	headers := goka.Headers{record.HeaderReceivedAt: []byte("1700000000000")}
 	for _, ev := range []struct {
-		op  string
-		seq int
-	}{{"op-1", 1}, {"op-1", 3}, {"op-1", 4}, {"op-2", 2}, {"op-3", 1}, {"op-3", 2}} {
+		op         string
+		seq        int
+		receivedAt string
+	}{{"op-1", 1, "1700000000000"}, {"op-1", 3, "1700000000000"}, {"op-1", 4, "1700000000000"}, {"op-2", 2, "1700000060000"}, {"op-3", 1, "1700000000000"}, {"op-3", 2, "1700000000000"}} {
+		headers := goka.Headers{record.HeaderReceivedAt: []byte(ev.receivedAt)}
 		tt.Consume(names.In, ev.op, fmt.Appendf(nil, `{"event_id":"%s-%d","operation_id":%q,"sequence":%d,"status":"running","occurred_at":"2026-11-30T10:00:00Z"}`, ev.op, ev.seq, ev.op, ev.seq), withHeaders(headers))
 	}
 	ctx, stop := context.WithCancel(t.Context())
@@ -94,12 +96,13 @@ func TestTimerVisitCountsGapsAndBufferedEvents(t *testing.T) {
 		<-done
 	}()
 	// op-1 waits for 2 holding 3 and 4; op-2 waits for 1 holding 2; op-3 is whole.
-	gauges := func() (gaps, buffered float64) {
-		return testutil.ToFloat64(metrics.gaps.WithLabelValues(s.Name)), testutil.ToFloat64(metrics.buffered.WithLabelValues(s.Name))
+	gauges := func() (gaps, buffered, oldest float64) {
+		return testutil.ToFloat64(metrics.gaps.WithLabelValues(s.Name)), testutil.ToFloat64(metrics.buffered.WithLabelValues(s.Name)),
+			testutil.ToFloat64(metrics.oldestGap.WithLabelValues(s.Name))
 	}
-	if !testenv.Poll(t.Context(), func() bool { g, b := gauges(); return g == 2 && b == 3 }) {
-		g, b := gauges()
-		t.Fatalf("gauges show %v gaps and %v buffered events, want 2 and 3", g, b)
+	if !testenv.Poll(t.Context(), func() bool { g, b, o := gauges(); return g == 2 && b == 3 && o == 90 }) {
+		g, b, o := gauges()
+		t.Fatalf("gauges show %v gaps, %v buffered events and the oldest gap open %v s, want 2, 3 and 90", g, b, o)
 	}
 }
 
