@@ -49,7 +49,7 @@ func (l *loop) deliver(ctx context.Context, r *request) outcome {
 	name := l.stream.Name
 	for attempt := 1; ; attempt++ {
 		l.m.inFlight.WithLabelValues(name).Inc()
-		resp, err := l.pub.Post(ctx, r.id, body)
+		resp, err := l.pub.Post(ctx, r.webhookID, body)
 		l.m.inFlight.WithLabelValues(name).Dec()
 		if ctx.Err() != nil {
 			return outcome{}

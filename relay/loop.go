@@ -23,10 +23,13 @@ import (
 type loop struct {
 	stream *config.Stream
 	topics naming.Topics
+	conn   kafka.Conn
 	opts   []kgo.Opt
 	pub    *webhook.Publisher
 	m      *metrics
 	log    *slog.Logger
+	// gaps are the gaps the publisher accepted, per key.
+	gaps *gaps
 	// now is the clock of the records the loop writes.
 	now func() time.Time
 }
@@ -37,7 +40,7 @@ func newLoop(cfg *config.Config, s *config.Stream, conn kafka.Conn, secret strin
 	}
 	names := cfg.Kafka.Naming()
 	l := &loop{
-		stream: s, topics: names.For(s.Name), m: m, log: log.With("stream", s.Name), now: time.Now,
+		stream: s, topics: names.For(s.Name), conn: conn, m: m, log: log.With("stream", s.Name), now: time.Now, gaps: newGaps(s.Replay.ResendAfter),
 		pub: &webhook.Publisher{URL: s.Replay.URL, Secret: secret, Client: &http.Client{Timeout: s.Replay.Timeout, Transport: transport}},
 	}
 	l.opts = kafka.Options(conn,
@@ -47,8 +50,36 @@ func newLoop(cfg *config.Config, s *config.Stream, conn kafka.Conn, secret strin
 		kgo.TransactionalID(names.RelayTransactionalID(cfg.Processing.InstanceID, s.Name)),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.RequireStableFetchOffsets(),
+		kgo.OnPartitionsAssigned(l.recall),
 	)
 	return l, nil
+}
+
+// recallTimeout bounds reading back a partition's deliveries when it is
+// assigned, well within the group's rebalance timeout (1m).
+const recallTimeout = 20 * time.Second
+
+// recall reads, before the loop fetches partitions newly assigned to it,
+// their delivery records of the last replay.resend_after, so that a relay
+// started again, or taking partitions over from another, remembers the
+// gaps accepted before the group's committed offsets as well as after.
+// Without them it would only send such a gap's re-ask once more, with
+// the same webhook-id: a failure is logged, not fatal.
+func (l *loop) recall(ctx context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	partitions := assigned[l.topics.Replay]
+	if len(partitions) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, recallTimeout)
+	defer cancel()
+	since := l.now().Add(-l.stream.Replay.ResendAfter)
+	err := kafka.ReadCommittedSince(ctx, l.conn, l.topics.Replay, partitions, since, func(r *kgo.Record) error {
+		l.gaps.observe(r)
+		return nil
+	})
+	if err != nil {
+		l.log.Warn("the deliveries of the assigned partitions could not be read; their gaps may be asked for once more", "partitions", partitions, "err", err)
+	}
 }
 
 // run polls, delivers and records until ctx is done. A batch cut short by
@@ -85,23 +116,29 @@ func (l *loop) run(ctx context.Context) error {
 			// after a restart meanwhile.
 			continue
 		}
-		if err := l.record(ctx, sess, out); err != nil {
+		committed, err := l.record(ctx, sess, out)
+		if err != nil {
 			return err
+		}
+		if committed {
+			for _, r := range out {
+				l.gaps.observe(r)
+			}
 		}
 	}
 }
 
-// record writes out and commits the batch's offsets in one transaction.
-// A transaction the session aborts (the group rebalanced meanwhile) leaves
-// the batch to be read and sent again.
-func (l *loop) record(ctx context.Context, sess *kgo.GroupTransactSession, out []*kgo.Record) error {
+// record writes out and commits the batch's offsets in one transaction,
+// and reports whether it committed. A transaction the session aborts (the
+// group rebalanced meanwhile) leaves the batch to be read and sent again.
+func (l *loop) record(ctx context.Context, sess *kgo.GroupTransactSession, out []*kgo.Record) (bool, error) {
 	// A stop does not cut the transaction short: one left open would hold
 	// the group's offsets unstable, and the next relay with them, until
 	// the broker aborts it after the transaction timeout.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 	defer cancel()
 	if err := sess.Begin(); err != nil {
-		return fmt.Errorf("begin transaction: %w", err)
+		return false, fmt.Errorf("begin transaction: %w", err)
 	}
 	promise := kgo.AbortingFirstErrPromise(sess.Client())
 	for _, r := range out {
@@ -114,32 +151,37 @@ func (l *loop) record(ctx context.Context, sess *kgo.GroupTransactSession, out [
 	}
 	committed, err := sess.End(ctx, commit)
 	if err != nil {
-		return fmt.Errorf("end transaction: %w", err)
+		return false, fmt.Errorf("end transaction: %w", err)
 	}
 	if !committed {
 		l.log.Info("the batch was not recorded (the group rebalanced); its requests are sent again")
 	}
-	return nil
+	return committed, nil
 }
 
 // endTimeout bounds writing and committing one batch's records.
 const endTimeout = 30 * time.Second
 
-// request is one replay request of a batch.
+// request is one replay request of a batch: id names its record,
+// webhookID its gap.
 type request struct {
-	rec *kgo.Record
-	req record.ReplayRequest
-	id  string
+	rec       *kgo.Record
+	req       record.ReplayRequest
+	id        string
+	webhookID string
 }
 
 // handle delivers the batch's requests and returns what records them:
 // a delivery record each, and a dead letter for those that could not be
-// delivered or read.
+// delivered or read. Of each key's requests, only the newest is sent, and
+// only if the publisher has not accepted its gap, or a later one, within
+// replay.resend_after.
 func (l *loop) handle(ctx context.Context, records []*kgo.Record) []*kgo.Record {
 	var out []*kgo.Record
 	var reqs []*request
 	for _, rec := range records {
 		if IsDelivery(rec) {
+			l.gaps.observe(rec)
 			continue
 		}
 		var req record.ReplayRequest
@@ -148,12 +190,29 @@ func (l *loop) handle(ctx context.Context, records []*kgo.Record) []*kgo.Record 
 			out = append(out, l.deadLetter(rec, record.ReplayRequest{Key: string(rec.Key)}, "undecodable: "+err.Error()))
 			continue
 		}
-		reqs = append(reqs, &request{rec: rec, req: req, id: record.ReplayRequestID(l.stream.Name, rec.Partition, rec.Offset, req.RequestedAtMs)})
+		reqs = append(reqs, &request{rec: rec, req: req,
+			id:        record.ReplayRequestID(l.stream.Name, rec.Partition, rec.Offset, req.RequestedAtMs),
+			webhookID: record.ReplayWebhookID(l.stream.Name, string(rec.Key), req.FirstMissing)})
 	}
-	send, superseded := newestPerKey(reqs)
+	newest, superseded := newestPerKey(reqs)
 	for _, r := range superseded {
 		out = append(out, l.delivery(r, outcome{result: record.ReplaySuperseded}))
 		l.m.superseded.WithLabelValues(l.stream.Name).Inc()
+	}
+	now := l.now()
+	l.gaps.sweep(now)
+	var send []*request
+	for _, r := range newest {
+		switch result := l.gaps.verdict(string(r.rec.Key), r.req.FirstMissing, now); result {
+		case "":
+			send = append(send, r)
+		case record.ReplayDuplicate:
+			out = append(out, l.delivery(r, outcome{result: result}))
+			l.m.duplicates.WithLabelValues(l.stream.Name).Inc()
+		default:
+			out = append(out, l.delivery(r, outcome{result: result}))
+			l.m.superseded.WithLabelValues(l.stream.Name).Inc()
+		}
 	}
 	results := make([]outcome, len(send))
 	var wg sync.WaitGroup
@@ -210,13 +269,13 @@ func IsDelivery(rec *kgo.Record) bool {
 // delivery is the record of what became of r.
 func (l *loop) delivery(r *request, o outcome) *kgo.Record {
 	d := record.ReplayDelivery{
-		Stream: l.stream.Name, Key: string(r.rec.Key), RequestID: r.id, Partition: r.rec.Partition, Offset: r.rec.Offset,
+		Stream: l.stream.Name, Key: string(r.rec.Key), RequestID: r.id, WebhookID: r.webhookID, Partition: r.rec.Partition, Offset: r.rec.Offset,
 		FromSequence: r.req.FirstMissing, RequestedAtMs: r.req.RequestedAtMs,
 		Result: o.result, Status: o.status, Attempts: o.attempts, AtMs: l.now().UnixMilli(),
 	}
 	value, _ := json.Marshal(d) // strings and numbers: never fails
 	return &kgo.Record{Topic: l.topics.Replay, Key: r.rec.Key, Value: value,
-		Headers: []kgo.RecordHeader{{Key: record.HeaderReplayDelivery, Value: []byte(r.id)}}}
+		Headers: []kgo.RecordHeader{{Key: record.HeaderReplayDelivery, Value: []byte(r.webhookID)}}}
 }
 
 // deadLetter is the dead letter of the request rec.

@@ -1,20 +1,23 @@
 // Package relay is `driftguard relay`: it reads the replay requests the
 // processors of gapless streams write to `<stream>.replay` and POSTs each
-// to the stream's publisher (replay.url) as a Standard Webhooks delivery,
-// so that a publisher that only speaks HTTP learns of a gap and sends the
-// missing steps again.
+// gap's to the stream's publisher (replay.url) as a Standard Webhooks
+// delivery, so that a publisher that only speaks HTTP learns of a gap and
+// sends the missing steps again.
 //
 // Each stream has its own loop, consumer group and transactional id, so a
 // publisher that is down holds back its own stream only. A loop polls a
-// batch, sends the newest request of each key in it (older ones of the
+// batch and sends the newest request of each key in it (older ones of the
 // same key are superseded: the processor asks from its current first
-// missing sequence, which covers them), at most one request per key in
-// flight, and then, in one Kafka transaction, commits the batch's offsets
-// with a delivery record per request (to `<stream>.replay`, marked with
-// record.HeaderReplayDelivery) and a dead letter for each request that
-// could not be delivered. A request whose delivery is recorded is never
-// sent again; one sent before a crash and not yet recorded is sent again
-// with the same webhook-id, which the publisher deduplicates.
+// missing sequence, which covers them) unless the publisher accepted its
+// gap, or a later one of the key, within replay.resend_after (gaps.go);
+// at most one request per key is in flight. Then, in one Kafka
+// transaction, it commits the batch's offsets with a delivery record per
+// request (to `<stream>.replay`, marked with record.HeaderReplayDelivery)
+// and a dead letter for each request that could not be delivered. A
+// request whose delivery is recorded is never sent again; one sent before
+// a crash and not yet recorded is sent again. Every request for a gap
+// carries the gap's webhook-id (record.ReplayWebhookID), which the
+// publisher deduplicates.
 package relay
 
 import (

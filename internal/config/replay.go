@@ -38,6 +38,13 @@ type Replay struct {
 	// processor asks again every limits.gap_timeout while the gap stays
 	// open, so a publisher that comes back later still hears of it.
 	GiveUpAfter time.Duration `yaml:"give_up_after"`
+	// ResendAfter is how long a gap the publisher accepted (2xx) is not
+	// asked for again: the processor's requests for the same gap within
+	// it are recorded duplicate, and those for an earlier gap of the key
+	// superseded, without a POST. After it the next request is sent, so
+	// that a publisher that accepted but never sent hears again. Default
+	// 30m.
+	ResendAfter time.Duration `yaml:"resend_after"`
 	// Concurrency is how many keys' requests one relay sends at once
 	// (each key's one at a time). Default 16.
 	Concurrency int `yaml:"concurrency"`
@@ -58,6 +65,7 @@ func (r *Replay) applyDefaults() {
 	orDefault(&r.MinBackoff, time.Second)
 	orDefault(&r.MaxBackoff, time.Minute)
 	orDefault(&r.GiveUpAfter, time.Hour)
+	orDefault(&r.ResendAfter, 30*time.Minute)
 	orDefault(&r.Concurrency, 16)
 }
 
@@ -93,7 +101,7 @@ func (r Replay) validate(policy Policy, add func(sub, format string, args ...any
 	case r.SecretFile == "":
 		add("replay.secret", "is required with replay.url: set DRIFTGUARD_REPLAY_SECRET_<STREAM> or replay.secret_file")
 	}
-	for sub, d := range map[string]time.Duration{"timeout": r.Timeout, "min_backoff": r.MinBackoff, "max_backoff": r.MaxBackoff, "give_up_after": r.GiveUpAfter} {
+	for sub, d := range map[string]time.Duration{"timeout": r.Timeout, "min_backoff": r.MinBackoff, "max_backoff": r.MaxBackoff, "give_up_after": r.GiveUpAfter, "resend_after": r.ResendAfter} {
 		if d <= 0 {
 			add("replay."+sub, "must be positive, got %s", d)
 		}

@@ -29,7 +29,7 @@ streams:
 	if secret, err := r.SigningSecret(); err != nil || secret != replaySecret {
 		t.Errorf("signing secret %q (%v), want the variable's", secret, err)
 	}
-	if r.Timeout != 10*time.Second || r.MinBackoff != time.Second || r.MaxBackoff != time.Minute || r.GiveUpAfter != time.Hour || r.Concurrency != 16 {
+	if r.Timeout != 10*time.Second || r.MinBackoff != time.Second || r.MaxBackoff != time.Minute || r.GiveUpAfter != time.Hour || r.ResendAfter != 30*time.Minute || r.Concurrency != 16 {
 		t.Errorf("defaults %+v", r)
 	}
 	out, err := cfg.EffectiveYAML()
@@ -71,6 +71,7 @@ func TestReplayValidation(t *testing.T) {
 		{"not a URL", `workflow: {replay: {url: "p.example/r", secret: ` + replaySecret + `}}`, "in streams.workflow.replay.url: \"p.example/r\" is not an http or https URL"},
 		{"bad secret", `workflow: {replay: {url: "https://p.example/r", secret: nope}}`, "in streams.workflow.replay.secret: a standard-webhooks secret starts with whsec_"},
 		{"back-off", `workflow: {replay: {url: "https://p.example/r", secret: ` + replaySecret + `, min_backoff: 2m}}`, "in streams.workflow.replay.max_backoff: 1m0s is below replay.min_backoff"},
+		{"resend", `workflow: {replay: {url: "https://p.example/r", secret: ` + replaySecret + `, resend_after: -1s}}`, "in streams.workflow.replay.resend_after: must be positive"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := config.Load(testenv.WriteConfig(t, "", "streams:\n  "+c.yaml+"\n"), nil)

@@ -14,6 +14,8 @@ package record
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
+	"strconv"
 )
 
 // Kafka header names set by ingest on every `<stream>.in` record (design §3).
@@ -125,8 +127,12 @@ const (
 	// ReplayGaveUp: no 2xx within replay.give_up_after; to the DLQ.
 	ReplayGaveUp = "gave_up"
 	// ReplaySuperseded: a newer request for the key came before this one
-	// was sent; the newer one is sent instead.
+	// was sent, and is sent instead; or the publisher accepted a later
+	// from_sequence of the key less than replay.resend_after ago.
 	ReplaySuperseded = "superseded"
+	// ReplayDuplicate: the publisher accepted a request for the same gap
+	// (the same webhook-id) less than replay.resend_after ago; not sent.
+	ReplayDuplicate = "duplicate"
 )
 
 // ReplayDelivery is what became of one replay request, a `<stream>.replay`
@@ -135,9 +141,12 @@ const (
 type ReplayDelivery struct {
 	Stream string `json:"stream"`
 	Key    string `json:"key"`
-	// RequestID is the webhook-id the request was (or would have been)
-	// sent with; Partition and Offset locate the request in the topic.
-	RequestID     string `json:"request_id"`
+	// RequestID names the request's record (ReplayRequestID); Partition
+	// and Offset locate it in the topic.
+	RequestID string `json:"request_id"`
+	// WebhookID is the webhook-id the request was (or would have been)
+	// sent with: its gap's (ReplayWebhookID).
+	WebhookID     string `json:"webhook_id"`
 	Partition     int32  `json:"partition"`
 	Offset        int64  `json:"offset"`
 	FromSequence  int64  `json:"from_sequence"`
@@ -149,12 +158,22 @@ type ReplayDelivery struct {
 	AtMs     int64 `json:"at_ms"`
 }
 
-// ReplayRequestID is the webhook-id of the replay request at partition
-// and offset of stream's `<stream>.replay`: the same however often the
-// record is read, so that a publisher deduplicates a request sent again
-// after a crash, and the request_id joining a request's rows in
-// replay_requests. The request's time tells apart the records of a topic
-// deleted and created again, whose offsets start over.
+// ReplayRequestID names the replay request at partition and offset of
+// stream's `<stream>.replay`: the same however often the record is read,
+// it is the request_id joining a request's rows in replay_requests. The
+// request's time tells apart the records of a topic deleted and created
+// again, whose offsets start over.
 func ReplayRequestID(stream string, partition int32, offset, requestedAtMs int64) string {
 	return fmt.Sprintf("replay_%s_%d_%d_%d", stream, partition, offset, requestedAtMs)
+}
+
+// ReplayWebhookID is the webhook-id of every request for the gap of key
+// at fromSequence: `replay_<stream>-<from_sequence>-<key>`, the key
+// path-escaped so that any key makes a valid header value. A gap is asked
+// for again every gap timeout while it stays open, and a relay that
+// crashed sends again what it had not recorded; all of these name the
+// same gap, so the publisher can deduplicate them. A stream name has no
+// '-' and the key comes last, so the id is unambiguous.
+func ReplayWebhookID(stream, key string, fromSequence int64) string {
+	return "replay_" + stream + "-" + strconv.FormatInt(fromSequence, 10) + "-" + url.PathEscape(key)
 }
