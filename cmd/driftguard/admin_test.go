@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/driftguard/driftguard/internal/admin"
@@ -18,8 +20,6 @@ import (
 	"github.com/driftguard/driftguard/internal/naming"
 	"github.com/driftguard/driftguard/internal/record"
 	"github.com/driftguard/driftguard/internal/testenv"
-
-	sinkch "github.com/driftguard/driftguard/sinks/clickhouse"
 )
 
 // adminToken is the admin endpoint's token in these tests, of subject
@@ -29,9 +29,13 @@ const adminToken = "oncall:0123456789abcdef0123456789abcdef"
 // Each operator action end to end on the real broker: issued by the CLI,
 // the admin endpoint or the library, decided by a real `driftguard
 // process` in order with the key's events, the entity's state and outcome
-// rows after it checked, one action issued while the processor is killed
-// and another just before it is killed mid-stream, each decided once; and
-// the rows in ClickHouse.
+// rows after it checked. The processor is killed in the middle of deciding
+// each of the four actions (killMidDecision), and each is decided once
+// after the restart: one row of its own among the committed outcomes and
+// in ClickHouse, naming the action and who asked, the issuer's answer and
+// its `admin action decided` line naming that decision, and the processor's
+// log line from the killed instance and from its successor. One more action is issued while
+// the processor is down, and decided once when it is back.
 func TestOperatorActionsEndToEnd(t *testing.T) {
 	ctx := testenv.Context(t, 4*time.Minute)
 	dir := t.TempDir()
@@ -42,15 +46,23 @@ func TestOperatorActionsEndToEnd(t *testing.T) {
 	})
 	cfg, chConn, cl := loadOnServices(t, ctx, configFile, "actions", wf, ord)
 	brokers := cfg.Kafka.Brokers
-	runServices(t, ctx, "sink", sinkch.New(sinkch.Options{Config: cfg, Brokers: brokers, Conn: chConn, Logger: testenv.Logger(t)}))
 	out := newActionOutputs(t, brokers, wf, ord)
+	written := newWrittenOutcomes(t, brokers, wf, ord)
 
-	runner := newProcessRunner(t, dir, configFile, brokers, wf, ord)
-	ops := freeLoopbackAddr(t)
+	// The processor reaches the broker through a proxy that can hold back
+	// the acks of its writes; the sink, the issuers and the test's readers
+	// reach it directly. The admin endpoint is the sink's: a request to it
+	// outlives the processor killed while it waits for the decision.
+	proxy := testenv.NewKafkaProxy(t, brokers)
+	runner := newProcessRunner(t, dir, configFile, proxy.Addrs(), wf, ord)
+	var procLogs, sinkLogs testenv.SyncBuffer
 	startProc := func() *exec.Cmd {
-		return runner.startTo("p0", testenv.LogWriter(t), "DRIFTGUARD_TELEMETRY_ADDR="+ops, "DRIFTGUARD_ADMIN_TOKEN="+adminToken)
+		return runner.startTo("p0", io.MultiWriter(testenv.LogWriter(t), &procLogs), "DRIFTGUARD_LOG_LEVEL=info")
 	}
 	proc := startProc()
+	ops := freeLoopbackAddr(t)
+	startSinkTo(t, io.MultiWriter(testenv.LogWriter(t), &sinkLogs), runner.bin, configFile, cfg,
+		"DRIFTGUARD_TELEMETRY_ADDR="+ops, "DRIFTGUARD_ADMIN_TOKEN="+adminToken, "DRIFTGUARD_LOG_LEVEL=info")
 	produce := func(stream, key string, bodies ...string) {
 		t.Helper()
 		for _, b := range bodies {
@@ -75,23 +87,104 @@ func TestOperatorActionsEndToEnd(t *testing.T) {
 	}
 	t.Setenv("DRIFTGUARD_KAFKA_BROKERS", strings.Join(brokers, ","))
 
+	// killMidDecision issues an action with issue, in the background, and
+	// kills the processor while it decides it. The proxy holds back the
+	// acks of the processor's writes to the stream's outcomes, so the
+	// transaction that decides the action cannot commit: the processor is
+	// killed once the action's own row is written (read uncommitted) and
+	// its ack is held, the partition's last stable offset not past the row
+	// before the kill nor after it. The processor is started again, issue
+	// awaited (it returns once it has the decision), and the decision read
+	// again as the successor writes it. It returns the killed attempt's row.
+	killMidDecision := func(stream, key string, action record.ActionName, issue func()) writtenOutcome {
+		t.Helper()
+		proxy.HoldAcks(naming.Prefixes{}.For(stream).Outcomes)
+		issued := make(chan struct{})
+		go func() { defer close(issued); issue() }()
+		var killed writtenOutcome
+		found := false
+		testenv.WaitFor(t, ctx, fmt.Sprintf("the %s row of %s written", action, key), func() bool {
+			killed, found = written.find(func(o writtenOutcome) bool {
+				return o.Key == key && o.Action == action && o.EventType == record.ControlType
+			})
+			return found || isClosed(issued)
+		})
+		if !found {
+			t.Fatalf("%s on %s: the issuer returned before the processor wrote a decision", action, key)
+		}
+		testenv.WaitFor(t, ctx, "the ack of the processor's write held back", func() bool { return proxy.Holding() > 0 })
+		written.checkOpen(t, ctx, killed, "before the kill")
+		sigkill(t, proc)
+		written.checkOpen(t, ctx, killed, "after the kill")
+		t.Logf("killed deciding %s on %s: its row at %s/%d@%d written, not committed", action, key, killed.topic, killed.partition, killed.offset)
+		testenv.WaitFor(t, ctx, "the killed processor's held acks dropped", func() bool { return proxy.Holding() == 0 })
+		proxy.ReleaseAcks()
+		proc = startProc()
+		<-issued
+		testenv.WaitFor(t, ctx, fmt.Sprintf("the %s row of %s written again", action, key), func() bool {
+			_, again := written.find(func(o writtenOutcome) bool {
+				return o.DecisionID == killed.DecisionID && o.partition == killed.partition && o.offset > killed.offset
+			})
+			return again
+		})
+		return killed
+	}
+	// checkAction checks that the action whose killed attempt wrote killed
+	// has one row of its own among the committed outcomes, as asked by
+	// who; that the issuer's `admin action decided` line (in issuerLogs,
+	// via the CLI or HTTP) names it once, actioned, as asked by who; and
+	// that the processor logged it from the killed instance and again from
+	// its successor, each line naming who.
+	checkAction := func(killed writtenOutcome, who, via string, issuerLogs func() string) {
+		t.Helper()
+		testenv.WaitFor(t, ctx, fmt.Sprintf("the committed %s row of %s", killed.Action, killed.Key), func() bool {
+			_, ok := out.find(killed.Stream, func(o record.Outcome) bool { return o.DecisionID == killed.DecisionID })
+			return ok
+		})
+		own := out.all(func(o record.Outcome) bool { return o.DecisionID == killed.DecisionID })
+		if len(own) != 1 || own[0].RequestedBy != who || own[0].Action != killed.Action || own[0].EventID != killed.EventID {
+			t.Errorf("%s on %s: committed rows %+v, want one requested by %s", killed.Action, killed.Key, own, who)
+		}
+		decided := []string{"event_id", killed.EventID, "requested_by", who, "via", via, "outcome", string(record.Actioned)}
+		testenv.WaitFor(t, ctx, fmt.Sprintf("the issuer's line of %s on %s", killed.Action, killed.Key), func() bool {
+			return loggedLines(issuerLogs(), "admin action decided", decided...) > 0
+		})
+		if n := loggedLines(issuerLogs(), "admin action decided", "event_id", killed.EventID); n != 1 {
+			t.Errorf("%s on %s: the issuer logged it %d times, want 1", killed.Action, killed.Key, n)
+		}
+		testenv.WaitFor(t, ctx, fmt.Sprintf("the processor's lines of %s on %s", killed.Action, killed.Key), func() bool {
+			return loggedLines(procLogs.String(), "operator action decided", "event_id", killed.EventID) >= 2
+		})
+		logs := procLogs.String()
+		if all, named := loggedLines(logs, "operator action decided", "event_id", killed.EventID),
+			loggedLines(logs, "operator action decided", "event_id", killed.EventID, "requested_by", who, "stream", killed.Stream, "key", killed.Key); named != all {
+			t.Errorf("%s on %s: %d of the processor's %d lines name %s", killed.Action, killed.Key, named, all, who)
+		}
+	}
+	cliLogs := func(r *result) func() string { return func() string { return r.stderr } }
+
 	// skip-gap through the CLI: 2 never comes; 3 and 4 apply, 2 is skipped.
 	produce(wf, "op-skip", step("op-skip", 1), step("op-skip", 3), step("op-skip", 4))
 	waitOutcome(wf, "op-skip-4", record.Buffered)
-	r := runCLI(t, "admin", "skip-gap", "--config", configFile, "--stream", wf, "--key", "op-skip", "--as", "alice", "--reason", "INC-7")
-	if r.code != 0 || !strings.Contains(r.stdout, "actioned") || !strings.Contains(r.stdout, "sequences 2..2") || !strings.Contains(r.stdout, "event op-skip-4 version 4") {
+	var r result
+	killed := killMidDecision(wf, "op-skip", record.ActionSkipGap, func() {
+		r = runCLI(t, "admin", "skip-gap", "--config", configFile, "--stream", wf, "--key", "op-skip", "--as", "alice", "--reason", "INC-7", "--wait", "1m")
+	})
+	if r.code != 0 || !strings.Contains(r.stdout, "actioned") || !strings.Contains(r.stdout, "sequences 2..2") || !strings.Contains(r.stdout, "event op-skip-4 version 4") ||
+		!strings.Contains(r.stdout, killed.EventID) {
 		t.Fatalf("admin skip-gap: %v", r)
 	}
 	rows := out.waitAction(t, wf, "op-skip", record.ActionSkipGap, 4)
 	if got := actionRows(rows); got != "actioned/ skipped/2+1 applied/3 applied/4" || rows[0].RequestedBy != "alice" {
 		t.Fatalf("skip-gap rows: %s, requested by %q", got, rows[0].RequestedBy)
 	}
+	checkAction(killed, "alice", "cli", cliLogs(&r))
 	produce(wf, "op-skip", step("op-skip", 5), step("op-skip", 2))
 	waitOutcome(wf, "op-skip-5", record.Applied)
 	waitOutcome(wf, "op-skip-2", record.Stale)
 
-	// abandon through the endpoint on the processor's operations port,
-	// after it refused a request without the token or with a wrong one.
+	// abandon through the endpoint on the sink's operations port, after it
+	// refused a request without the token or with a wrong one.
 	produce(wf, "op-ab", step("op-ab", 1), step("op-ab", 3))
 	waitOutcome(wf, "op-ab-3", record.Buffered)
 	url := "http://" + ops + "/admin/v1/streams/" + wf + "/keys/op-ab/actions/abandon"
@@ -102,10 +195,16 @@ func TestOperatorActionsEndToEnd(t *testing.T) {
 		}
 	}
 	bearer := "Bearer " + strings.TrimPrefix(adminToken, "oncall:")
-	status, res := postAdmin(t, ctx, url, bearer, `{"reason":"operation cancelled upstream"}`)
-	if status != http.StatusOK || res.Outcome() != record.Actioned || actionRows(res.Decisions) != "actioned/ rejected/3terminal" || res.Decisions[0].RequestedBy != "oncall" {
+	var status int
+	var res *admin.Result
+	killed = killMidDecision(wf, "op-ab", record.ActionAbandon, func() {
+		status, res = postAdmin(t, ctx, url, bearer, `{"reason":"operation cancelled upstream"}`)
+	})
+	if status != http.StatusOK || res.Outcome() != record.Actioned || actionRows(res.Decisions) != "actioned/ rejected/3terminal" || res.Decisions[0].RequestedBy != "oncall" ||
+		res.Decisions[0].DecisionID != killed.DecisionID {
 		t.Fatalf("abandon over HTTP: %d %+v", status, res)
 	}
+	checkAction(killed, "oncall", "http", sinkLogs.String)
 	produce(wf, "op-ab", step("op-ab", 2))
 	waitOutcome(wf, "op-ab-2", record.Rejected)
 	out.waitState(t, wf, "op-ab", func(st record.State) bool { return strings.Contains(string(st.State), `"abandoned":true`) })
@@ -115,18 +214,19 @@ func TestOperatorActionsEndToEnd(t *testing.T) {
 		t.Fatalf("skip-gap on orders: %d %+v", status, res)
 	}
 
-	// release through the library: the waiting child expires to the DLQ.
-	conn, err := kafka.Connect(cfg, brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	issuer := admin.NewIssuer(cfg, conn)
+	// release through the CLI: the waiting child expires to the DLQ.
 	produce(ord, "o-1", `{"event_id":"pay-1","event_type":"order.payment_received","parent_id":"o-1","payload":{}}`)
 	waitOutcome(ord, "pay-1", record.Quarantined)
-	rel, err := issuer.Issue(ctx, admin.Request{Stream: ord, Key: "o-1", Action: record.ActionRelease, RequestedBy: "bob"}, time.Minute)
-	if err != nil || rel.Pending || actionRows(rel.Decisions) != "actioned/ expired/0released" {
-		t.Fatalf("release: %v %+v", err, rel)
+	killed = killMidDecision(ord, "o-1", record.ActionRelease, func() {
+		r = runCLI(t, "admin", "release", "--config", configFile, "--stream", ord, "--key", "o-1", "--as", "bob", "--wait", "1m")
+	})
+	if r.code != 0 || !strings.Contains(r.stdout, "actioned") || !strings.Contains(r.stdout, "released event pay-1") {
+		t.Fatalf("admin release: %v", r)
 	}
+	if rows := out.waitAction(t, ord, "o-1", record.ActionRelease, 2); actionRows(rows) != "actioned/ expired/0released" {
+		t.Fatalf("release rows: %s", actionRows(rows))
+	}
+	checkAction(killed, "bob", "cli", cliLogs(&r))
 	testenv.WaitFor(t, ctx, "the released child in the DLQ", func() bool { out.poll(); return len(out.dlq[ord]) > 0 })
 	if dl := out.dlq[ord]; len(dl) != 1 || dl[0].Reason != record.ReasonReleased || dl[0].EventID != "pay-1" {
 		t.Fatalf("the DLQ holds %+v, want the released child", dl)
@@ -136,48 +236,39 @@ func TestOperatorActionsEndToEnd(t *testing.T) {
 	if r := runCLI(t, "admin", "reset", "--config", configFile, "--stream", wf, "--key", "op-skip"); r.code != 2 || !strings.Contains(r.stderr, "--yes") {
 		t.Fatalf("reset without --yes: %v", r)
 	}
-	if r := runCLI(t, "admin", "reset", "--config", configFile, "--stream", wf, "--key", "op-skip", "--yes", "--as", "alice"); r.code != 0 || !strings.Contains(r.stdout, "actioned") {
+	killed = killMidDecision(wf, "op-skip", record.ActionReset, func() {
+		r = runCLI(t, "admin", "reset", "--config", configFile, "--stream", wf, "--key", "op-skip", "--yes", "--as", "alice", "--wait", "1m")
+	})
+	if r.code != 0 || !strings.Contains(r.stdout, "actioned") {
 		t.Fatalf("reset: %v", r)
 	}
+	checkAction(killed, "alice", "cli", cliLogs(&r))
 	produce(wf, "op-skip", wfStep("op-skip", 1, "op-skip-again-1"))
 	if o := waitOutcome(wf, "op-skip-again-1", record.Applied); o.Version != 1 {
 		t.Fatalf("first step after reset: %+v", o)
 	}
 
-	// An action issued while the processor is down is pending, and decided
-	// once when it is back.
+	// An action issued through the library while the processor is down is
+	// pending, and decided once when it is back.
+	conn, err := kafka.Connect(cfg, brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sigkill(t, proc)
 	produce(wf, "op-kill", step("op-kill", 1), step("op-kill", 3))
-	pending, err := issuer.Issue(ctx, admin.Request{Stream: wf, Key: "op-kill", Action: record.ActionSkipGap, RequestedBy: "carol"}, 200*time.Millisecond)
+	pending, err := admin.NewIssuer(cfg, conn).Issue(ctx, admin.Request{Stream: wf, Key: "op-kill", Action: record.ActionSkipGap, RequestedBy: "carol"}, 200*time.Millisecond)
 	if err != nil || !pending.Pending || pending.EventID == "" {
 		t.Fatalf("issued with no processor: %v %+v", err, pending)
 	}
 	proc = startProc()
 	waitOutcome(wf, pending.EventID, record.Actioned)
-	// Another, with steps before and after it, and the processor killed
-	// as soon as the action is written, while it works through them.
-	var bodies []string
-	for seq := 1; seq <= 40; seq += 2 {
-		bodies = append(bodies, step("op-kill2", seq))
-	}
-	produce(wf, "op-kill2", bodies...)
-	mid, err := issuer.Issue(ctx, admin.Request{Stream: wf, Key: "op-kill2", Action: record.ActionSkipGap, RequestedBy: "carol"}, time.Nanosecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sigkill(t, proc)
-	produce(wf, "op-kill2", step("op-kill2", 40), step("op-kill2", 42))
-	proc = startProc()
-	waitOutcome(wf, "op-kill2-42", record.Buffered)
-	rows = out.waitAction(t, wf, "op-kill2", record.ActionSkipGap, 39)
-	if got := actionRows(rows); rows[0].EventID != mid.EventID || strings.Count(got, "actioned") != 1 || strings.Count(got, "skipped") != 19 || strings.Count(got, "applied") != 19 {
-		t.Fatalf("action through a kill: %s", got)
+	if rows := out.waitAction(t, wf, "op-kill", record.ActionSkipGap, 3); actionRows(rows) != "actioned/ skipped/2+1 applied/3" || rows[0].RequestedBy != "carol" {
+		t.Fatalf("pending skip-gap rows: %s", actionRows(rows))
 	}
 	out.decidedOnce(t)
 
-	// ClickHouse holds every row once, the actions named with who asked,
+	// ClickHouse holds every row once, each action once with who asked,
 	// and the released child archived as an orphan.
-	actioned := len(out.all(func(o record.Outcome) bool { return o.Outcome == record.Actioned }))
 	q := func(query string) uint64 {
 		var n uint64
 		if err := chConn.QueryRow(ctx, fmt.Sprintf(query, cfg.ClickHouse.Database)).Scan(&n); err != nil {
@@ -185,18 +276,34 @@ func TestOperatorActionsEndToEnd(t *testing.T) {
 		}
 		return n
 	}
-	testenv.WaitFor(t, ctx, "the actions in ClickHouse", func() bool {
-		return q("SELECT count() FROM %s.events WHERE outcome = 'actioned'") == uint64(actioned) &&
+	testenv.WaitFor(t, ctx, "the outcomes in ClickHouse", func() bool {
+		out.poll()
+		return q("SELECT count() FROM %s.events") == uint64(len(out.all(func(record.Outcome) bool { return true }))) &&
 			q("SELECT count() FROM %s.orphans WHERE event_id = 'pay-1'") == 1
 	})
-	if n := q("SELECT count() FROM %s.events WHERE outcome = 'skipped' AND event_type = 'gap'"); n != uint64(len(out.all(func(o record.Outcome) bool { return o.Outcome == record.Skipped }))) {
-		t.Errorf("%d skipped rows in ClickHouse", n)
-	}
-	if n := q("SELECT count() FROM %s.events WHERE event_type = '" + record.ControlType + "' AND visitParamExtractString(payload, 'requested_by') = 'alice'"); n != 2 {
-		t.Errorf("%d actions requested by alice in ClickHouse, want 2", n)
-	}
 	if rows, ids := q("SELECT count() FROM %s.events"), q("SELECT uniqExact(decision_id) FROM %s.events"); rows != ids {
 		t.Errorf("ClickHouse holds %d rows of %d decisions", rows, ids)
+	}
+	if n := q("SELECT count() FROM %s.events WHERE outcome = 'skipped' AND event_type = 'gap'"); n != 2 {
+		t.Errorf("%d skipped rows in ClickHouse, want 2", n)
+	}
+	actions, err := chConn.Query(ctx, fmt.Sprintf("SELECT visitParamExtractString(payload, 'requested_by') AS who, visitParamExtractString(payload, 'action') AS act, outcome, count() "+
+		"FROM %s.events WHERE event_type = '%s' GROUP BY who, act, outcome ORDER BY who, act, outcome", cfg.ClickHouse.Database, record.ControlType))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer actions.Close()
+	var got []string
+	for actions.Next() {
+		var who, action, outcome string
+		var n uint64
+		if err := actions.Scan(&who, &action, &outcome, &n); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s %s %s %d", who, action, outcome, n))
+	}
+	if want := "alice reset actioned 1, alice skip-gap actioned 1, bob release actioned 1, carol skip-gap actioned 1, oncall abandon actioned 1, oncall skip-gap rejected 1"; strings.Join(got, ", ") != want {
+		t.Errorf("the actions in ClickHouse:\n%s\nwant\n%s", strings.Join(got, ", "), want)
 	}
 }
 
@@ -360,6 +467,103 @@ func (o *actionOutputs) decidedOnce(t *testing.T) {
 		}
 		seen[out.DecisionID] = true
 	}
+}
+
+// writtenOutcomes reads the outcome records of streams as they are
+// written, read uncommitted as no sink reads them: a decision is there
+// before its transaction commits, and one whose transaction aborts stays.
+type writtenOutcomes struct {
+	cl   *kgo.Client
+	adm  *kadm.Client
+	rows []writtenOutcome
+}
+
+// writtenOutcome is an outcome record and where it was written.
+type writtenOutcome struct {
+	record.Outcome
+	topic     string
+	partition int32
+	offset    int64
+}
+
+func newWrittenOutcomes(t *testing.T, brokers []string, streams ...string) *writtenOutcomes {
+	t.Helper()
+	var ts []string
+	for _, s := range streams {
+		ts = append(ts, naming.Prefixes{}.For(s).Outcomes)
+	}
+	cl, err := kafka.NewClient(kafka.Conn{Brokers: brokers}, kgo.ConsumeTopics(ts...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return &writtenOutcomes{cl: cl, adm: kadm.NewClient(cl)}
+}
+
+// find polls once and returns the first record match accepts.
+func (w *writtenOutcomes) find(match func(writtenOutcome) bool) (writtenOutcome, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	w.cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+		var o record.Outcome
+		if json.Unmarshal(r.Value, &o) == nil {
+			w.rows = append(w.rows, writtenOutcome{Outcome: o, topic: r.Topic, partition: r.Partition, offset: r.Offset})
+		}
+	})
+	for _, o := range w.rows {
+		if match(o) {
+			return o, true
+		}
+	}
+	return writtenOutcome{}, false
+}
+
+// checkOpen fails the test unless the transaction that wrote o is still
+// open: its partition's last stable offset, where read_committed readers
+// stop, is not past it.
+func (w *writtenOutcomes) checkOpen(t *testing.T, ctx context.Context, o writtenOutcome, when string) {
+	t.Helper()
+	stable, err := w.adm.ListCommittedOffsets(ctx, o.topic)
+	if err == nil {
+		err = stable.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lso, _ := stable.Lookup(o.topic, o.partition); lso.Offset > o.offset {
+		t.Fatalf("%s, %s/%d is stable up to %d, past the %s row at %d: its transaction committed", when, o.topic, o.partition, lso.Offset, o.Action, o.offset)
+	}
+}
+
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// loggedLines counts the JSON lines of logs with message msg and each
+// attribute of attrs (name, value pairs) as given.
+func loggedLines(logs, msg string, attrs ...string) int {
+	n := 0
+	for line := range strings.Lines(logs) {
+		var entry map[string]any
+		if json.Unmarshal([]byte(line), &entry) != nil || entry["msg"] != msg {
+			continue
+		}
+		matches := true
+		for i := 0; i+1 < len(attrs); i += 2 {
+			matches = matches && fmt.Sprint(entry[attrs[i]]) == attrs[i+1]
+		}
+		if matches {
+			n++
+		}
+	}
+	return n
 }
 
 // The admin endpoints are on the operations port only: the webhook port

@@ -125,10 +125,17 @@ func (h *processRunner) startTo(name string, stderr io.Writer, env ...string) *e
 // brokers and ClickHouse database.
 func startSink(tb testing.TB, bin, configFile string, cfg *config.Config) *exec.Cmd {
 	tb.Helper()
-	return startDriftguard(tb, bin, []string{"sink", "--config", configFile},
-		"DRIFTGUARD_KAFKA_BROKERS="+strings.Join(cfg.Kafka.Brokers, ","),
-		"DRIFTGUARD_CLICKHOUSE_ADDR="+cfg.ClickHouse.Addr,
-		"DRIFTGUARD_CLICKHOUSE_DATABASE="+cfg.ClickHouse.Database)
+	return startSinkTo(tb, testenv.LogWriter(tb), bin, configFile, cfg)
+}
+
+// startSinkTo is startSink with the logs going to stderr and env added
+// (e.g. an operations port and an admin token).
+func startSinkTo(tb testing.TB, stderr io.Writer, bin, configFile string, cfg *config.Config, env ...string) *exec.Cmd {
+	tb.Helper()
+	return startDriftguardWith(tb, testenv.LogWriter(tb), stderr, bin, []string{"sink", "--config", configFile},
+		append([]string{"DRIFTGUARD_KAFKA_BROKERS=" + strings.Join(cfg.Kafka.Brokers, ","),
+			"DRIFTGUARD_CLICKHOUSE_ADDR=" + cfg.ClickHouse.Addr,
+			"DRIFTGUARD_CLICKHOUSE_DATABASE=" + cfg.ClickHouse.Database}, env...)...)
 }
 
 // startDriftguard runs the binary with args and env added to the test's
