@@ -26,7 +26,7 @@ const (
 	produceBatchesSeries = "driftguard_kafka_produce_batches_total{"
 	produceRecordsSeries = "driftguard_kafka_produce_records_total{"
 	produceBytesSeries   = "driftguard_kafka_produce_compressed_bytes_total{"
-	produceRawSeries     = "driftguard_kafka_produce_uncompressed_bytes_total{"
+	produceRawSeries     = "driftguard_kafka_produce_bytes_total{"
 )
 
 // kafkaCounts reads each process's Kafka client counters, summed over its

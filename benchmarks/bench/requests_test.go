@@ -19,7 +19,7 @@ driftguard_kafka_requests_total{client_id="driftguard-ingest",request="Metadata"
 driftguard_kafka_produce_batches_total{client_id="driftguard-ingest",node_id="1",topic="presence.in"} 600
 driftguard_kafka_produce_records_total{client_id="driftguard-ingest",node_id="1",topic="presence.in"} 6000
 driftguard_kafka_produce_compressed_bytes_total{client_id="driftguard-ingest",node_id="1",topic="presence.in"} 700
-driftguard_kafka_produce_uncompressed_bytes_total{client_id="driftguard-ingest",node_id="1",topic="presence.in"} 2100
+driftguard_kafka_produce_bytes_total{client_id="driftguard-ingest",node_id="1",topic="presence.in"} 2100
 driftguard_kafka_fetch_uncompressed_bytes_total{client_id="driftguard-ingest",node_id="1",topic="presence.in"} 99
 driftguard_ingest_requests_total{code="202",stream="presence"} 5000
 `

@@ -327,7 +327,7 @@ func kafkaRequestsTable(sums []Summary) string {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", s.Contender, process, strings.Join(cells, " | "), perBatch, bytes)
 		}
 	}
-	b.WriteString("\nRequests each process's Kafka clients wrote over the measured window (`driftguard_kafka_requests_total`, by the protocol's request name), per 1,000 webhooks accepted in it, medians over rounds with their ranges; records per produce batch from franz-go's `produce_records_total` over `produce_batches_total`; bytes produced per webhook from `produce_compressed_bytes_total`, as the batches went to the broker (`kafka.compression`), and `produce_uncompressed_bytes_total` before compression. The broker's cost follows its requests more than its records.\n\n")
+	b.WriteString("\nRequests each process's Kafka clients wrote over the measured window (`driftguard_kafka_requests_total`, by the protocol's request name), per 1,000 webhooks accepted in it, medians over rounds with their ranges; records per produce batch from franz-go's `produce_records_total` over `produce_batches_total`; bytes produced per webhook from `produce_compressed_bytes_total`, as the batches went to the broker (`kafka.compression`), and `produce_bytes_total` before compression. The broker's cost follows its requests more than its records.\n\n")
 	return b.String()
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -34,7 +35,8 @@ func TestCompressionAsConfigured(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cl, err := kafka.NewClient(conn, kgo.ProducerLinger(50*time.Millisecond))
+		reg := prometheus.NewRegistry()
+		cl, err := kafka.NewClient(conn, append(kafka.ClientMetrics(reg, "ingest"), kgo.ProducerLinger(50*time.Millisecond))...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,6 +52,15 @@ func TestCompressionAsConfigured(t *testing.T) {
 		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
+		// The client reports a batch once its response is handled, which
+		// may be just after ProduceSync returns.
+		sent, raw := producedBytes(t, reg)
+		for wait := time.Now().Add(10 * time.Second); raw == 0 && time.Now().Before(wait); sent, raw = producedBytes(t, reg) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if raw < float64(len(recs)*len(value)) || (codec == config.CompressionNone) != (sent >= raw) {
+			t.Errorf("kafka.compression %s: the client reports %.0f bytes produced, %.0f before compression", codec, sent, raw)
+		}
 		cl.Close()
 		read := testenv.ReadTopic(t, brokers, topic)
 		if len(read) != len(recs) {
@@ -63,4 +74,25 @@ func TestCompressionAsConfigured(t *testing.T) {
 			t.Errorf("kafka.compression %s: the record came back changed", codec)
 		}
 	}
+}
+
+// producedBytes is what the client's metrics say it produced, as sent and
+// before compression.
+func producedBytes(t *testing.T, reg *prometheus.Registry) (sent, raw float64) {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			switch f.GetName() {
+			case "driftguard_kafka_produce_compressed_bytes_total":
+				sent += m.GetCounter().GetValue()
+			case "driftguard_kafka_produce_bytes_total":
+				raw += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sent, raw
 }

@@ -35,7 +35,7 @@ func ClientMetrics(reg prometheus.Registerer, role string) []kgo.Opt {
 		kprom.Subsystem("kafka"),
 		kprom.Registerer(registerer),
 		kprom.WithClientLabel(),
-		kprom.FetchAndProduceDetail(kprom.ByNode, kprom.ByTopic, kprom.Batches, kprom.Records, kprom.UncompressedBytes),
+		kprom.FetchAndProduceDetail(kprom.ByNode, kprom.ByTopic, kprom.Batches, kprom.Records, kprom.UncompressedBytes, kprom.CompressedBytes),
 	)
 	return []kgo.Opt{kgo.ClientID(id), kgo.WithHooks(m, newRequestCounter(registerer, id))}
 }
