@@ -38,6 +38,9 @@ const (
 	WhereQuarantined = "quarantined"
 	// WhereDeadLetter: in `<stream>.dlq`, until redriven.
 	WhereDeadLetter = "dead_letter"
+	// WhereActioned: an operator action (record.ControlType) carried
+	// out; a refused one is rejected.
+	WhereActioned = "actioned"
 	// WhereRejected: decided, never applied (stale, rejected without a
 	// dead letter, or a duplicate of something else).
 	WhereRejected = "rejected"
@@ -106,6 +109,8 @@ func where(decisions []record.Outcome, dls []DeadLetterAt) (string, string) {
 		return WhereBuffered, fmt.Sprintf("held under key %q at sequence %d, ahead of a gap", o.Key, o.Version)
 	case record.Quarantined:
 		return WhereQuarantined, fmt.Sprintf("held under key %q until its parent comes", o.Key)
+	case record.Actioned:
+		return WhereActioned, fmt.Sprintf("%s carried out on key %q, requested by %s", o.Action, o.Key, o.RequestedBy)
 	}
 	for _, dl := range dls {
 		if dl.Partition == o.InputPartition && dl.Offset == o.InputOffset {

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"pgregory.net/rapid"
 
+	"github.com/driftguard/driftguard/internal/admin"
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
 	"github.com/driftguard/driftguard/internal/kafka"
@@ -395,11 +397,16 @@ func redriveFilters(t *testing.T, r *oncallRig) {
 }
 
 // inspect and explain, on every policy, say what the rules hold: a
-// history drawn by each policy's model is written to the real broker and
-// decided by the processor, and the same history run through the rules
-// gives the table value inspect must show, and the decisions inspect and
-// explain must list; the admin endpoints answer the same JSON, and
-// explain reads the same decisions from ClickHouse as from Kafka.
+// history drawn by each policy's model, and for the policies that hold
+// events a history built to leave its key holding them (steps buffered
+// behind a gap with their gap_timeout timer; children quarantined with
+// their orphan_ttl timers, and one over the quarantine's bound dead-
+// lettered), is written to the real broker and decided by the processor,
+// and the same history run through the rules gives the table value
+// inspect must show, the decisions inspect and explain must list and
+// where explain must say each event is; the admin endpoints answer the
+// same JSON, and explain reads the same decisions from ClickHouse as from
+// Kafka, also those an operator action made.
 func TestInspectAndExplainShowWhatTheRulesHold(t *testing.T) {
 	ctx := testenv.Context(t, 120*time.Second)
 	r := newOncallRig(t, ctx, `  presence: {limits: {partitions: 2}}
@@ -417,15 +424,14 @@ func TestInspectAndExplainShowWhatTheRulesHold(t *testing.T) {
 	// Received from an hour ahead: no timer of a history comes due
 	// while the test runs, as none does in the rules' run below.
 	base := time.Now().Add(time.Hour).UnixMilli()
+	var cases []inspectCase
 	for i, m := range decidetest.Models {
-		s := r.cfg.Streams[m.Stream]
 		key := fmt.Sprintf("k%d", i)
-		var bodies [][]byte
-		var atMs []int64
+		c := inspectCase{stream: m.Stream}
 		// The first example with a few events.
-		for seed := 0; len(bodies) < 3; seed++ {
+		for seed := 0; len(c.bodies) < 3; seed++ {
 			h := rapid.Custom(func(rt *rapid.T) decidetest.History { return m.Draw(rt, m.StreamOf(rt), key) }).Example(seed)
-			bodies, atMs = nil, nil
+			c.bodies, c.atMs = nil, nil
 			first := int64(-1)
 			for _, st := range h.Steps {
 				if st.Body == nil {
@@ -434,16 +440,27 @@ func TestInspectAndExplainShowWhatTheRulesHold(t *testing.T) {
 				if first < 0 {
 					first = st.AtMs
 				}
-				bodies = append(bodies, st.Body)
-				atMs = append(atMs, base+st.AtMs-first)
+				c.bodies = append(c.bodies, st.Body)
+				c.atMs = append(c.atMs, base+st.AtMs-first)
 			}
 		}
-		evs := r.produce(t, m.Stream, bodies, atMs)
+		cases = append(cases, c)
+		if held, ok := heldHistory(r.cfg.Streams[m.Stream], key+"-held", base); ok {
+			cases = append(cases, held)
+		}
+	}
+
+	var released inspectCase
+	for _, c := range cases {
+		s := r.cfg.Streams[c.stream]
+		evs := r.produce(t, c.stream, c.bodies, c.atMs)
+		key := evs[0].Key
 
 		// The rules' run of the same events.
 		rules := decide.For(s)
 		var entity decide.Entity
 		var want []toolDecision
+		var deadLettered []string
 		byID := map[inputAt][]byte{}
 		for _, ev := range evs {
 			byID[inputAt{ev.InputPartition, ev.InputOffset}] = ev.Body
@@ -451,18 +468,25 @@ func TestInspectAndExplainShowWhatTheRulesHold(t *testing.T) {
 				o := record.Outcome{EventID: d.Event.EventID, Key: ev.Key, Outcome: d.Outcome, Reason: d.Reason, Version: d.Version, Gap: d.Gap,
 					BufferDepth: d.BufferDepth, MessageID: d.MessageID, InputPartition: d.Event.InputPartition, InputOffset: d.Event.InputOffset, Payload: d.Event.Body}
 				want = append(want, decisionOf(o, byID))
+				if d.DeadLetter != "" {
+					deadLettered = append(deadLettered, d.Event.EventID)
+				}
 			}
 		}
-		key = evs[0].Key
 
-		t.Run(m.Stream, func(t *testing.T) {
+		t.Run(c.stream+"/"+key, func(t *testing.T) {
+			// What a held history is built to hold, the rules hold: else
+			// the comparisons below would hold nothing against nothing.
+			if c.held {
+				checkRulesHold(t, s, &entity, deadLettered)
+			}
 			var rep struct {
 				Holds     processors.Inspection `json:"holds"`
 				Decisions []record.Outcome      `json:"decisions"`
 			}
 			testenv.WaitFor(t, ctx, "every decision of the history", func() bool {
 				rep.Decisions = nil
-				out := r.command(t, "inspect", m.Stream, key, "--json", "--last", "1000")
+				out := r.command(t, "inspect", c.stream, key, "--json", "--last", "1000")
 				if err := json.Unmarshal(out, &rep); err != nil {
 					t.Fatal(err)
 				}
@@ -471,67 +495,93 @@ func TestInspectAndExplainShowWhatTheRulesHold(t *testing.T) {
 			if got := decisionsOf(rep.Decisions, byID); !slices.Equal(got, want) {
 				t.Errorf("inspect's decisions:\n got %+v\nwant %+v", got, want)
 			}
-			wantHolds, _ := json.Marshal(processors.Inspect(s, key, &entity))
+			model := processors.Inspect(s, key, &entity)
+			wantHolds, _ := json.Marshal(model)
 			gotHolds, _ := json.Marshal(rep.Holds)
 			if !bytes.Equal(gotHolds, wantHolds) {
 				t.Errorf("inspect holds\n%s\nthe rules hold\n%s", gotHolds, wantHolds)
 			}
+			checkHeld(t, s, &entity, rep.Holds)
 			// --last N is the last N.
 			var last struct{ Decisions []record.Outcome }
-			_ = json.Unmarshal(r.command(t, "inspect", m.Stream, key, "--json", "--last", "2"), &last)
+			_ = json.Unmarshal(r.command(t, "inspect", c.stream, key, "--json", "--last", "2"), &last)
 			if got := decisionsOf(last.Decisions, byID); !slices.Equal(got, want[max(0, len(want)-2):]) {
 				t.Errorf("--last 2: %+v", got)
 			}
-			if human := string(r.command(t, "inspect", m.Stream, key)); !regexp.MustCompile(fmt.Sprintf(`(?m)^version +%d `, entity.Version)).MatchString(human) {
+			human := string(r.command(t, "inspect", c.stream, key))
+			if !regexp.MustCompile(fmt.Sprintf(`(?m)^version +%d `, entity.Version)).MatchString(human) {
 				t.Errorf("human inspect lacks the version %d:\n%s", entity.Version, human)
 			}
-			checkEndpoint(t, srv.URL+"/admin/v1/streams/"+m.Stream+"/keys/"+key+"?last=1000", r.command(t, "inspect", m.Stream, key, "--json", "--last", "1000"))
-
-			for _, ev := range evs[:min(3, len(evs))] {
-				var x oncall.Explanation
-				if err := json.Unmarshal(r.command(t, "explain", m.Stream, ev.EventID, "--json", "--from", "kafka"), &x); err != nil {
-					t.Fatal(err)
+			for _, h := range slices.Concat(model.Buffered, model.Quarantined) {
+				if !strings.Contains(human, h.EventID+" ("+h.Type) {
+					t.Errorf("human inspect lacks the held %s:\n%s", h.EventID, human)
 				}
+			}
+			for _, tm := range model.Timers {
+				if !strings.Contains(human, fmt.Sprintf("%s at %s", tm.Kind, msTime(tm.AtMs))) {
+					t.Errorf("human inspect lacks the timer %s at %d:\n%s", tm.Kind, tm.AtMs, human)
+				}
+			}
+			checkEndpoint(t, srv.URL+"/admin/v1/streams/"+c.stream+"/keys/"+key+"?last=1000", r.command(t, "inspect", c.stream, key, "--json", "--last", "1000"))
+
+			explained := evs[:min(3, len(evs))]
+			if c.held {
+				explained = evs
+			}
+			for _, ev := range explained {
 				var wantOf []toolDecision
 				for _, d := range want {
 					if d.EventID == ev.EventID {
 						wantOf = append(wantOf, d)
 					}
 				}
+				x := r.explainBothWays(t, c.stream, ev.EventID, len(wantOf))
 				if got := decisionsOf(x.Decisions, byID); !slices.Equal(got, wantOf) {
 					t.Errorf("explain %s:\n got %+v\nwant %+v", ev.EventID, got, wantOf)
 				}
-				if w := whereInRules(&entity, ev.EventID, wantOf); x.Where != w {
+				w := whereInRules(&entity, ev.EventID, wantOf)
+				if x.Where != w {
 					t.Errorf("explain %s: where %s, the rules say %s (%s)", ev.EventID, x.Where, w, x.Detail)
 				}
-				checkEndpoint(t, srv.URL+"/admin/v1/streams/"+m.Stream+"/events/"+ev.EventID, mustJSON(t, x))
-
-				// ClickHouse, once the sink has every decision, says the same.
-				ch := newOncallTools(r.cfg, r.conn)
-				closeCH, err := withClickHouse(ctx, ch, r.cfg.ClickHouse)
-				if err != nil {
-					t.Fatal(err)
+				if exp, ok := c.where[ev.EventID]; ok && (w != exp || x.Where != exp) {
+					t.Errorf("explain %s: where %s, the rules say %s, the history is built for %s", ev.EventID, x.Where, w, exp)
 				}
-				var fromCH oncall.Explanation
-				testenv.WaitFor(t, ctx, "ClickHouse to hold the decisions of "+ev.EventID, func() bool {
-					if fromCH, err = ch.Explain(ctx, m.Stream, ev.EventID); err != nil {
-						t.Fatal(err)
-					}
-					return fromCH.Source == oncall.SourceClickHouse && len(fromCH.Decisions) >= len(wantOf)
-				})
-				closeCH()
-				// driftguard.events has no message_id column.
-				var wantCH []toolDecision
-				for _, d := range wantOf {
-					d.MessageID = ""
-					wantCH = append(wantCH, d)
+				if dl := slices.Contains(deadLettered, ev.EventID); dl != (len(x.DeadLetters) > 0) {
+					t.Errorf("explain %s: dead letters %+v, the rules dead-lettered it: %t", ev.EventID, x.DeadLetters, dl)
 				}
-				if got := decisionsOf(fromCH.Decisions, byID); !slices.Equal(got, wantCH) || fromCH.Where != x.Where {
-					t.Errorf("explain %s from ClickHouse:\n got %+v (%s)\nwant %+v (%s)", ev.EventID, got, fromCH.Where, wantOf, x.Where)
-				}
+				checkEndpoint(t, srv.URL+"/admin/v1/streams/"+c.stream+"/events/"+ev.EventID, mustJSON(t, x))
 			}
 		})
+		if c.held && len(entity.Quarantine) > 0 {
+			released, released.key = c, key
+		}
 	}
+
+	// An operator action's rows name it and who asked, read from
+	// ClickHouse as from Kafka: release expires the children the held
+	// orders key quarantines, and explain finds each in the DLQ.
+	if released.key == "" {
+		t.Fatal("no history left children quarantined to release")
+	}
+	res, err := admin.NewIssuer(r.cfg, r.conn).Issue(ctx, admin.Request{Stream: released.stream, Key: released.key,
+		Action: record.ActionRelease, RequestedBy: "alice", Reason: "parent never sent"}, time.Minute)
+	if err != nil || res.Pending || res.Outcome() != record.Actioned || len(res.Decisions) < 2 {
+		t.Fatalf("release: %v %+v", err, res)
+	}
+	for _, o := range res.Decisions {
+		x := r.explainBothWays(t, released.stream, o.EventID, 1)
+		if d := x.Decisions[len(x.Decisions)-1]; d.Action != record.ActionRelease || d.RequestedBy != "alice" {
+			t.Errorf("explain %s: last decision %+v, want the release asked by alice", o.EventID, d)
+		}
+		where := oncall.WhereDeadLetter
+		if o.EventID == res.EventID {
+			where = oncall.WhereActioned
+		}
+		if x.Where != where {
+			t.Errorf("explain %s after release: where %s (%s), want %s", o.EventID, x.Where, x.Detail, where)
+		}
+	}
+
 	// Nothing known: 404 for a key, not_decided for an event; an unknown
 	// stream is 404.
 	for url, want := range map[string]int{"/admin/v1/streams/orders/keys/nobody": 404, "/admin/v1/streams/nope/keys/k": 404,
@@ -543,6 +593,158 @@ func TestInspectAndExplainShowWhatTheRulesHold(t *testing.T) {
 	if x := r.explain(t, "orders", "never-sent"); x.Where != oncall.WhereNotDecided || len(x.Decisions) != 0 {
 		t.Errorf("an event never sent: %+v", x)
 	}
+}
+
+// inspectCase is one key's history for the inspect and explain test.
+type inspectCase struct {
+	stream, key string
+	bodies      [][]byte
+	atMs        []int64
+	// held is a history built to leave its key holding events; where is
+	// where it leaves some of them, by event id.
+	held  bool
+	where map[string]string
+}
+
+// heldHistory builds, for a policy that holds events, a history of key
+// that leaves it holding some when every event has arrived, received
+// from baseMs on, one a second; ok is false for a policy that holds none.
+//
+// gapless: step 1 applies; 3 and 5 are buffered behind the gaps before
+// them, their gap timed; 3 is redelivered and 5 retried under a new id.
+// A parent join: four children of a parent that never comes are
+// quarantined, one of them redelivered; the fifth finds the quarantine
+// full and is dead-lettered.
+func heldHistory(s *config.Stream, key string, baseMs int64) (c inspectCase, ok bool) {
+	c = inspectCase{stream: s.Name, held: true, where: map[string]string{}}
+	add := func(id string, body []byte, where string) {
+		c.bodies = append(c.bodies, body)
+		c.atMs = append(c.atMs, baseMs+int64(len(c.atMs))*1000)
+		if where != "" {
+			c.where[id] = where
+		}
+	}
+	switch {
+	case s.Policy == config.PolicyGapless:
+		step := func(id string, seq int) []byte {
+			return fmt.Appendf(nil, `{"event_id":%q,"operation_id":%q,"sequence":%d,"status":"running","occurred_at":"2026-01-01T00:00:00Z"}`, id, key, seq)
+		}
+		s1, s3, s5 := key+"-s1", key+"-s3", key+"-s5"
+		add(s1, step(s1, 1), oncall.WhereApplied)
+		add(s3, step(s3, 3), oncall.WhereBuffered)
+		add(s5, step(s5, 5), oncall.WhereBuffered)
+		add(s3, step(s3, 3), oncall.WhereBuffered)
+		add(s5+"-retry", step(s5+"-retry", 5), oncall.WhereRejected)
+	case s.Joined():
+		child := func(id string) []byte {
+			return fmt.Appendf(nil, `{"event_id":%q,"event_type":%q,"parent_id":%q,"payload":{}}`, id, s.Parent.Children[0], key)
+		}
+		for i := range s.Parent.Buffer + 1 {
+			id := fmt.Sprintf("%s-child%d", key, i)
+			where := oncall.WhereQuarantined
+			if i == s.Parent.Buffer {
+				where = oncall.WhereDeadLetter
+			}
+			add(id, child(id), where)
+			if i == 1 {
+				add(id, child(id), where)
+			}
+		}
+	default:
+		return inspectCase{}, false
+	}
+	return c, true
+}
+
+// checkRulesHold fails t unless the rules' entity e holds what a held
+// history is built for: buffered steps with their gap timed, or
+// quarantined children with their expiry timed, and a dead letter.
+func checkRulesHold(t *testing.T, s *config.Stream, e *decide.Entity, deadLettered []string) {
+	t.Helper()
+	switch {
+	case s.Policy == config.PolicyGapless:
+		if len(e.Buffer) == 0 || e.GapSinceMs == 0 || e.DeadlineMs != e.GapSinceMs+s.Limits.GapTimeout.Milliseconds() {
+			t.Fatalf("the rules hold %d buffered steps, gap since %d, deadline %d: want steps behind a timed gap", len(e.Buffer), e.GapSinceMs, e.DeadlineMs)
+		}
+	case s.Joined():
+		if len(e.Quarantine) == 0 || e.DeadlineMs == 0 || len(deadLettered) == 0 {
+			t.Fatalf("the rules hold %d quarantined children, deadline %d, dead letters %v: want children waiting and one dead-lettered",
+				len(e.Quarantine), e.DeadlineMs, deadLettered)
+		}
+	default:
+		t.Fatalf("%s holds no events", s.Name)
+	}
+}
+
+// checkHeld fails t unless what inspect shows held, in, is what the
+// rules' entity e holds: its buffered steps and quarantined children, in
+// order, and their timers, the deadlines the rules keep (a gap's report,
+// or each quarantined child's expiry), the earliest of them e's deadline.
+func checkHeld(t *testing.T, s *config.Stream, e *decide.Entity, in processors.Inspection) {
+	t.Helper()
+	ids := func(held []processors.HeldEvent) (out []string) {
+		for _, h := range held {
+			out = append(out, h.EventID)
+		}
+		return out
+	}
+	eventIDs := func(events []decide.Event) (out []string) {
+		for _, ev := range events {
+			out = append(out, ev.EventID)
+		}
+		return out
+	}
+	if !slices.Equal(ids(in.Buffered), eventIDs(e.Buffer)) || !slices.Equal(ids(in.Quarantined), eventIDs(e.Quarantine)) {
+		t.Errorf("inspect holds buffered %v, quarantined %v; the rules %v and %v", ids(in.Buffered), ids(in.Quarantined), eventIDs(e.Buffer), eventIDs(e.Quarantine))
+	}
+	var want []processors.Timer
+	switch {
+	case len(e.Quarantine) > 0:
+		for _, c := range e.Quarantine {
+			want = append(want, processors.Timer{Kind: record.ReasonOrphanTTL, AtMs: c.ReceivedAtMs + s.Parent.TTL.Milliseconds(), EventID: c.EventID})
+		}
+	case len(e.Buffer) > 0:
+		want = append(want, processors.Timer{Kind: record.ReasonGapTimeout, AtMs: e.DeadlineMs})
+	}
+	if !slices.Equal(in.Timers, want) || len(in.Timers) > 0 && in.Timers[0].AtMs != e.DeadlineMs {
+		t.Errorf("inspect's timers %+v, want %+v (deadline %d)", in.Timers, want, e.DeadlineMs)
+	}
+}
+
+// explainBothWays explains eventID of stream from Kafka and, once the
+// sink holds at least atLeast of its decisions, from ClickHouse; the two
+// must agree on everything ClickHouse keeps (driftguard.events has no
+// message_id or accepted_at_ms), and on where the event is. It returns
+// the explanation read from Kafka.
+func (r *oncallRig) explainBothWays(t *testing.T, stream, eventID string, atLeast int) oncall.Explanation {
+	t.Helper()
+	var x oncall.Explanation
+	if err := json.Unmarshal(r.command(t, "explain", stream, eventID, "--json", "--from", "kafka"), &x); err != nil {
+		t.Fatal(err)
+	}
+	ch := newOncallTools(r.cfg, r.conn)
+	closeCH, err := withClickHouse(r.ctx, ch, r.cfg.ClickHouse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeCH()
+	var fromCH oncall.Explanation
+	testenv.WaitFor(t, r.ctx, "ClickHouse to hold the decisions of "+eventID, func() bool {
+		if fromCH, err = ch.Explain(r.ctx, stream, eventID); err != nil {
+			t.Fatal(err)
+		}
+		return fromCH.Source == oncall.SourceClickHouse && len(fromCH.Decisions) >= max(atLeast, len(x.Decisions))
+	})
+	same := slices.EqualFunc(fromCH.Decisions, x.Decisions, func(c, k record.Outcome) bool {
+		k.MessageID, k.AcceptedAtMs = "", 0
+		payload := c.Payload == nil && k.Payload == nil || testenv.SameJSON(c.Payload, k.Payload)
+		c.Payload, k.Payload = nil, nil
+		return payload && reflect.DeepEqual(c, k)
+	})
+	if !same || fromCH.Where != x.Where || fromCH.Key != x.Key {
+		t.Errorf("explain %s from ClickHouse:\n%s\nfrom Kafka:\n%s", eventID, mustJSON(t, fromCH), mustJSON(t, x))
+	}
+	return x
 }
 
 // whereInRules is where the rules' entity says an event is: held in the

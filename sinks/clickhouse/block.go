@@ -415,7 +415,7 @@ type stateRow struct {
 type eventsBlock struct {
 	block
 	stream, key, eventID, eventType, outcome, reason, topic, payload     *texts
-	decisionID, topicID                                                  *texts
+	decisionID, topicID, action, requestedBy                             *texts
 	version, gap, bufferDepth, occurredAtMs, receivedAtMs, processedAtMs *values[int64]
 	processedAt, offset, inputOffset                                     *values[int64]
 	partition, inputPartition                                            *values[int32]
@@ -434,6 +434,7 @@ func newEventsBlock() *eventsBlock {
 	b.inputPartition, b.inputOffset = newColumn[int32](&b.block, "input_partition"), newColumn[int64](&b.block, "input_offset")
 	b.payload = newTexts(&b.block, "payload")
 	b.decisionID, b.topicID = newTexts(&b.block, "decision_id"), newTexts(&b.block, "topic_id")
+	b.action, b.requestedBy = newTexts(&b.block, "action"), newTexts(&b.block, "requested_by")
 	b.pos = position{b.topic, b.partition, b.offset}
 	return b
 }
@@ -461,6 +462,8 @@ func (b *eventsBlock) add(r *kgo.Record, o *outcomeRow, topicID string) {
 	b.payload.add(o.payload)
 	b.decisionID.add(o.DecisionID)
 	b.topicID.add(topicID)
+	b.action.add(string(o.Action))
+	b.requestedBy.add(o.RequestedBy)
 }
 
 func newStateBlock() *tableBlock[stateRow] {

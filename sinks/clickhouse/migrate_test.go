@@ -98,7 +98,7 @@ var contractColumns = map[string]map[string]string{
 		"version": "Int64", "outcome": "String", "reason": "String", "gap": "Int64",
 		"occurred_at_ms": "Int64", "received_at_ms": "Int64", "processed_at_ms": "Int64",
 		"topic": "String", "partition": "Int32", "offset": "Int64", "payload": "String",
-		"decision_id": "String",
+		"decision_id": "String", "action": "String", "requested_by": "String",
 	},
 	"entity_state": {
 		"stream": "String", "entity_key": "String", "version": "UInt64", "state": "String",
