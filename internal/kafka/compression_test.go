@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"bytes"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -95,4 +96,31 @@ func producedBytes(t *testing.T, reg *prometheus.Registry) (sent, raw float64) {
 		}
 	}
 	return sent, raw
+}
+
+// A component builds its clients from one Conn at once (the processors'
+// runtime and its view marks): building them must share nothing that
+// franz-go changes (it dedupes the codecs in place), which -race checks.
+func TestClientsOfOneConnBuiltAtOnce(t *testing.T) {
+	cfg, err := config.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Kafka.Compression = config.CompressionLZ4
+	conn, err := kafka.Connect(cfg, []string{"127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			cl, err := kafka.NewClient(conn)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			cl.Close()
+		})
+	}
+	wg.Wait()
 }

@@ -7,6 +7,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -51,7 +52,9 @@ func Options(conn Conn, opts ...kgo.Opt) []kgo.Opt {
 		kgo.MetadataMinAge(time.Second),
 	}
 	if conn.compression != nil {
-		base = append(base, kgo.ProducerBatchCompression(conn.compression...))
+		// A copy for each client: franz-go dedupes the codecs in place as
+		// it builds one, and a Conn's clients are built concurrently.
+		base = append(base, kgo.ProducerBatchCompression(slices.Clone(conn.compression)...))
 	}
 	base = append(base, conn.securityOptions()...)
 	return append(base, opts...)
