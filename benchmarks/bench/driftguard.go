@@ -57,9 +57,25 @@ type driftguardE2E struct {
 func (d *driftguardE2E) Name() string   { return "driftguard " + d.stream }
 func (d *driftguardE2E) Stream() string { return d.stream }
 
+// allStreams is the contender fed every stream of the catalogue at once,
+// in equal shares, one processor process deciding them all: how a
+// deployment's broker sees a mix of streams (the low-rate target is set
+// across all streams).
+const allStreams = "all"
+
+// streamsOf is the streams a contender of stream is fed.
+func streamsOf(stream string) []string {
+	if stream == allStreams {
+		return model.Streams
+	}
+	return []string{stream}
+}
+
 type driftguardInstance struct {
-	ws                    *Workspace
-	stream                string
+	ws     *Workspace
+	stream string
+	// streams are those it is fed: stream, or every one for "all".
+	streams               []string
 	kafka, ch             *server
 	ingest, process, sink *proc
 	// bridge serves the stream; follower is one client following every
@@ -84,7 +100,13 @@ type driftguardInstance struct {
 
 type positionSample struct {
 	at   time.Time
-	held map[int32]int64 // events' highest offset per outcomes partition
+	held map[streamPartition]int64 // events' highest offset per outcomes partition
+}
+
+// streamPartition is a partition of a stream's outcomes topic.
+type streamPartition struct {
+	stream    string
+	partition int32
 }
 
 func newSecret() string {
@@ -98,7 +120,7 @@ func (d *driftguardE2E) Start(ctx context.Context, ws *Workspace) (Instance, err
 	if err != nil {
 		return nil, err
 	}
-	in := &driftguardInstance{ws: ws, stream: d.stream, secret: newSecret(), database: "bench", controls: d.controls}
+	in := &driftguardInstance{ws: ws, stream: d.stream, streams: streamsOf(d.stream), secret: newSecret(), database: "bench", controls: d.controls}
 	ok := false
 	defer func() {
 		if !ok {
@@ -154,7 +176,7 @@ func (d *driftguardE2E) Start(ctx context.Context, ws *Workspace) (Instance, err
 		append(slices.Clone(env), fmt.Sprintf("DRIFTGUARD_HTTP_ADDR=127.0.0.1:%d", ports[0]), telemetry(1)), filepath.Join(dir, "ingest.log")); err != nil {
 		return nil, err
 	}
-	if in.process, err = spawn("processors", bin, []string{"process", "--streams", d.stream},
+	if in.process, err = spawn("processors", bin, []string{"process", "--streams", strings.Join(in.streams, ",")},
 		append(slices.Clone(env), telemetry(2)), filepath.Join(dir, "process.log")); err != nil {
 		return nil, err
 	}
@@ -174,7 +196,7 @@ func (d *driftguardE2E) Start(ctx context.Context, ws *Workspace) (Instance, err
 	// Ready means a component can work, not that its consumer group has
 	// handed it partitions yet: wait for that too, so that the warm-up
 	// warms a running pipeline.
-	if err := waitGroupsAssigned(ctx, brokers, []string{d.stream, "driftguard-sink-clickhouse"}, 2*time.Minute); err != nil {
+	if err := waitGroupsAssigned(ctx, brokers, append(slices.Clone(in.streams), "driftguard-sink-clickhouse"), 2*time.Minute); err != nil {
 		return nil, fmt.Errorf("%v (logs in %s)", err, dir)
 	}
 	if in.conn, err = sinkch.Open(ctx, config.ClickHouse{Addr: in.chAddr, Database: in.database, Username: "default"}); err != nil {
@@ -184,14 +206,16 @@ func (d *driftguardE2E) Start(ctx context.Context, ws *Workspace) (Instance, err
 	in.poll = cancel
 	in.polled.Add(1)
 	go in.pollPositions(pollCtx)
-	token, err := realtime.Sign([]byte(bridgeSecret), "bench-dashboard", []string{d.stream}, time.Now().Add(24*time.Hour))
+	token, err := realtime.Sign([]byte(bridgeSecret), "bench-dashboard", in.streams, time.Now().Add(24*time.Hour))
 	if err != nil {
 		return nil, err
 	}
 	followCtx, stopFollower := context.WithCancel(context.WithoutCancel(ctx))
 	in.stopFollower = stopFollower
 	in.followed.Add(1)
-	go in.follow(followCtx, d.stream, token)
+	// A dashboard follows the first stream: chat's conversations are read
+	// by their members, not followed whole.
+	go in.follow(followCtx, in.streams[0], token)
 	ok = true
 	return in, nil
 }
@@ -200,16 +224,19 @@ func (d *driftguardE2E) Start(ctx context.Context, ws *Workspace) (Instance, err
 // query costs ClickHouse little next to the inserts it measures.
 func (in *driftguardInstance) pollPositions(ctx context.Context) {
 	defer in.polled.Done()
-	outcomes := naming.Prefixes{}.For(in.stream).Outcomes
+	outcomes := map[string]string{}
+	for _, stream := range in.streams {
+		outcomes[naming.Prefixes{}.For(stream).Outcomes] = stream
+	}
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		held, err := checker.SinkPositions(ctx, in.conn, in.database)
 		if err == nil {
-			s := positionSample{at: time.Now(), held: map[int32]int64{}}
+			s := positionSample{at: time.Now(), held: map[streamPartition]int64{}}
 			for p, off := range held {
-				if p.Table == "events" && p.Topic == outcomes {
-					s.held[p.Partition] = off
+				if stream, ok := outcomes[p.Topic]; ok && p.Table == "events" {
+					s.held[streamPartition{stream, p.Partition}] = off
 				}
 			}
 			in.positions = append(in.positions, s)
@@ -248,7 +275,7 @@ func (in *driftguardInstance) Processes() map[string]int {
 func (in *driftguardInstance) Judge(ctx context.Context, run *Run) (Judgement, error) {
 	ch := config.ClickHouse{Addr: in.chAddr, Database: in.database, Username: "default"}
 	dg := checker.Driftguard{Brokers: []string{in.kafka.Vars["DRIFTGUARD_TEST_KAFKA"]}, ClickHouse: ch}
-	r, err := dg.Check(ctx, run.Sent, run.Expected, []string{in.stream})
+	r, err := dg.Check(ctx, run.Sent, run.Expected, in.streams)
 	in.poll()
 	in.polled.Wait()
 	if err != nil {
@@ -273,7 +300,7 @@ func (in *driftguardInstance) Judge(ctx context.Context, run *Run) (Judgement, e
 			decided++
 		}
 		if t.HasRow {
-			if at, ok := in.rowTime(t.OutcomePart, t.OutcomeOffset); ok {
+			if at, ok := in.rowTime(streamPartition{t.Stream, t.OutcomePart}, t.OutcomeOffset); ok {
 				row = append(row, float64(at.UnixMilli()-t.ReceivedAtMs))
 			}
 		}
@@ -300,7 +327,7 @@ func (in *driftguardInstance) Judge(ctx context.Context, run *Run) (Judgement, e
 
 // rowTime is the first sample at which ClickHouse held the outcome
 // record at part/offset.
-func (in *driftguardInstance) rowTime(part int32, offset int64) (time.Time, bool) {
+func (in *driftguardInstance) rowTime(part streamPartition, offset int64) (time.Time, bool) {
 	i := sort.Search(len(in.positions), func(i int) bool {
 		held, ok := in.positions[i].held[part]
 		return ok && held >= offset

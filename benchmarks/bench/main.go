@@ -28,6 +28,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -62,6 +63,9 @@ type options struct {
 	// profile is how many seconds of each driftguard round's measured
 	// window are profiled; 0 profiles nothing.
 	profile int
+	// idleSeconds is how long each round measures its processes at rest
+	// before the load; 0 measures nothing.
+	idleSeconds int
 }
 
 func run(ctx context.Context, args []string) error {
@@ -75,6 +79,7 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&o.count, "count", 60000, "webhooks in each measured window")
 	fs.IntVar(&o.cooldown, "cooldown", 5000, "webhooks sent after each measured window")
 	fs.IntVar(&o.profile, "profile", 0, "profile driftguard's components (Go CPU profiles) and the broker (a JFR recording) for this many seconds from the measured window's start, at most 29; written with a summary of each into the round's work folder (keep it with --keep or --work)")
+	fs.IntVar(&o.idleSeconds, "idle-seconds", 0, "measure each process's CPU at rest for this many seconds before the load (after 2 s to settle), for what the load adds above it")
 	fs.IntVar(&o.connections, "connections", 128, "the load generator's connections")
 	fs.Float64Var(&o.rate, "rate", 0, "target webhooks a second; 0 sends as fast as the contender answers")
 	fs.StringVar(&o.contenders, "contenders", "", "contenders to run, comma-separated (default: every one this checkout has)")
@@ -138,7 +143,10 @@ func run(ctx context.Context, args []string) error {
 			res.Notes = append(res.Notes, fmt.Sprintf("%s: not in this checkout (%s), not run.", p.name, p.pkg))
 		}
 	}
-	contenders, err := pick(all, o.contenders)
+	// Named only: every stream at once is for the low-rate target, and
+	// would add a contender to every default run.
+	named := append(slices.Clone(all), &driftguardE2E{stream: allStreams, config: dgConfig, profiles: o.profile > 0})
+	contenders, err := pick(all, named, o.contenders)
 	if err != nil {
 		return err
 	}
@@ -204,10 +212,13 @@ func rateText(r float64) string {
 	return fmt.Sprintf("%.0f/s", r)
 }
 
-func pick(all []Contender, list string) ([]Contender, error) {
+// pick is the contenders list names, from named, or every one of
+// defaults when it names none.
+func pick(defaults, named []Contender, list string) ([]Contender, error) {
 	if list == "" {
-		return all, nil
+		return defaults, nil
 	}
+	all := named
 	var out []Contender
 	for _, name := range strings.Split(list, ",") {
 		name = strings.TrimSpace(name)
@@ -285,8 +296,20 @@ func loadKnobs(stream string) string {
 	switch stream {
 	case "orders":
 		return "--disorder 20 --duplicates 0.02 --retries 0.02 --orphans 0.05 --late-parents 0.2"
+	case allStreams:
+		return "--disorder 20 --duplicates 0.02 --retries 0.02 --gaps 0.05 --orphans 0.05 --late-parents 0.2"
 	}
 	return "--disorder 20 --duplicates 0.02 --retries 0.02 --gaps 0.05"
+}
+
+// mixOf is loadgen's --mix for a contender of stream: its streams in
+// equal shares.
+func mixOf(stream string) string {
+	var mix []string
+	for _, s := range streamsOf(stream) {
+		mix = append(mix, s+"=1")
+	}
+	return strings.Join(mix, ",")
 }
 
 // runRound runs one contender once and returns its round, failed with
@@ -308,12 +331,19 @@ func (ws *Workspace) runRound(ctx context.Context, c Contender, round int, o opt
 		return fail(err)
 	}
 	t := in.Target()
-	args := []string{"--url", t.URL, "--secret", t.Secret, "--scheme", t.Scheme, "--mix", c.Stream() + "=1",
+	args := []string{"--url", t.URL, "--secret", t.Secret, "--scheme", t.Scheme, "--mix", mixOf(c.Stream()),
 		"--warmup", strconv.Itoa(o.warmup), "--count", strconv.Itoa(o.count), "--cooldown", strconv.Itoa(o.cooldown),
 		"--connections", strconv.Itoa(o.connections), "--rate", strconv.FormatFloat(o.rate, 'f', -1, 64),
 		"--seed", strconv.Itoa(1000 + round), "--out", dir}
 	args = append(args, strings.Fields(loadKnobs(c.Stream()))...)
 	procs := in.Processes()
+	if o.idleSeconds > 0 {
+		idle, err := idleCPU(ctx, procs, time.Duration(o.idleSeconds)*time.Second)
+		if err != nil {
+			return fail(err)
+		}
+		r.IdleCPU = idle
+	}
 	cmd := exec.CommandContext(ctx, ws.Bin["loadgen"], args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -485,4 +515,26 @@ func rewrite(path string) error {
 		fmt.Println(out)
 	}
 	return err
+}
+
+// idleCPU is each process's CPU µs per second over d at rest, after two
+// seconds for what starting left running to settle.
+func idleCPU(ctx context.Context, procs map[string]int, d time.Duration) (map[string]float64, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(2 * time.Second):
+	}
+	before, start := procstat.Take(procs), time.Now()
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(d):
+	}
+	after, secs := procstat.Take(procs), time.Since(start).Seconds()
+	out := map[string]float64{}
+	for name, perEvent := range procstat.PerEvent(before, after, 1) {
+		out[name] = perEvent / secs
+	}
+	return out, nil
 }

@@ -42,6 +42,9 @@ type Round struct {
 	// from the JVM's thread dumps at the window's edges; for contenders
 	// with a broker.
 	BrokerThreads map[string]float64 `json:"broker_cpu_us_by_thread,omitempty"`
+	// IdleCPU is each process's CPU µs per second while nothing was sent,
+	// measured before the load (--idle-seconds): what it costs at rest.
+	IdleCPU map[string]float64 `json:"idle_cpu_us_per_second,omitempty"`
 	// PeakRSS is each process's peak resident memory (VmHWM), bytes.
 	PeakRSS map[string]int64 `json:"peak_rss_bytes,omitempty"`
 	// Figures are further measurements by name, e.g. "decided_per_second"

@@ -185,6 +185,13 @@ func targets(ok, failed []Summary, rate float64) []string {
 		broker := s.CPU["broker"].Median
 		if rate > 0 {
 			share := broker * rate / 1e6
+			if idle, ok := s.IdleCPU["broker"]; ok {
+				// The target counts what the load adds to a broker at rest.
+				share -= idle.Median / 1e6
+				out = append(out, fmt.Sprintf("%s at %s webhooks/s: driftguard's own CPU %s µs per webhook; the broker %.1f%% of a core above its %.1f%% at rest, against ≤ %.0f%% at %d/s%s",
+					s.Contender, num(rate), num(own), 100*share, idle.Median/1e4, 100*TargetBrokerCoreAtLowRate, LowRate, lowRateVerdict(rate, share)))
+				continue
+			}
 			out = append(out, fmt.Sprintf("%s at %s webhooks/s: driftguard's own CPU %s µs per webhook; the broker %.1f%% of a core, idle included, against ≤ %.0f%% at %d/s%s",
 				s.Contender, num(rate), num(own), 100*share, 100*TargetBrokerCoreAtLowRate, LowRate, lowRateVerdict(rate, share)))
 			continue

@@ -65,6 +65,9 @@ type Summary struct {
 	// BrokerThreads is the broker's CPU µs per webhook by thread role
 	// (model.Round.BrokerThreads).
 	BrokerThreads map[string]stats.Summary `json:"broker_cpu_us_by_thread,omitempty"`
+	// IdleCPU is each process's CPU µs per second at rest
+	// (model.Round.IdleCPU).
+	IdleCPU map[string]stats.Summary `json:"idle_cpu_us_per_second,omitempty"`
 }
 
 // LatencySum is a latency's percentiles summarised over rounds.
@@ -92,7 +95,7 @@ func Summarize(rounds []model.Round) []Summary {
 		rs := by[name]
 		s := Summary{Contender: name, Stream: rs[0].Stream, Rounds: len(rs), Latency: map[string]LatencySum{},
 			CPU: map[string]stats.Summary{}, PeakRSS: map[string]int64{}, Figures: map[string]stats.Summary{},
-			KafkaRequests: map[string]stats.Summary{}, BrokerThreads: map[string]stats.Summary{}}
+			KafkaRequests: map[string]stats.Summary{}, BrokerThreads: map[string]stats.Summary{}, IdleCPU: map[string]stats.Summary{}}
 		collect := func(f func(model.Round) (float64, bool)) stats.Summary {
 			var v []float64
 			for _, r := range rs {
@@ -131,6 +134,9 @@ func Summarize(rounds []model.Round) []Summary {
 		})
 		for _, k := range keys(rs, func(r model.Round) []string { return slices.Collect(maps.Keys(r.KafkaRequests)) }) {
 			s.KafkaRequests[k] = collect(func(r model.Round) (float64, bool) { v, ok := r.KafkaRequests[k]; return v, ok })
+		}
+		for _, k := range keys(rs, func(r model.Round) []string { return slices.Collect(maps.Keys(r.IdleCPU)) }) {
+			s.IdleCPU[k] = collect(func(r model.Round) (float64, bool) { v, ok := r.IdleCPU[k]; return v, ok })
 		}
 		for _, k := range keys(rs, func(r model.Round) []string { return slices.Collect(maps.Keys(r.BrokerThreads)) }) {
 			s.BrokerThreads[k] = collect(func(r model.Round) (float64, bool) { v, ok := r.BrokerThreads[k]; return v, ok })

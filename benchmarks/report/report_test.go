@@ -112,6 +112,10 @@ func TestTargets(t *testing.T) {
 	if want := "the broker 8.0% of a core, idle included, against ≤ 10% at 200/s: **met**"; !strings.Contains(low, want) {
 		t.Errorf("low-rate targets lack %q:\n%s", want, low)
 	}
+	dg.IdleCPU = map[string]float64{"broker": 30_000} // 3% of a core at rest
+	if above := strings.Join(targets(Summarize([]model.Round{dg}), nil, 200), "\n"); !strings.Contains(above, "the broker 5.0% of a core above its 3.0% at rest, against ≤ 10% at 200/s: **met**") {
+		t.Errorf("low-rate target above the broker's rest:\n%s", above)
+	}
 	if mid := strings.Join(targets(Summarize([]model.Round{dg}), nil, 5000), "\n"); !strings.Contains(mid, "not judged") {
 		t.Errorf("the low-rate target judged at 5000/s:\n%s", mid)
 	}
