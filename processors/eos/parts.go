@@ -1,6 +1,7 @@
 package eos
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/lovoo/goka"
@@ -79,7 +80,10 @@ func (part *partition) partsOf(key string) ([]Part, error) {
 		if err != nil {
 			return nil, err
 		}
-		parts = append(parts, Part{Name: string(it.Key()[len(prefix):]), Data: data})
+		// A copy: LevelDB's iterator may reuse the bytes it returned once
+		// it moves on (a block's buffer goes back to its pool), which made
+		// an earlier part read as the later one's bytes.
+		parts = append(parts, Part{Name: string(it.Key()[len(prefix):]), Data: bytes.Clone(data)})
 	}
 	return parts, it.Err()
 }
