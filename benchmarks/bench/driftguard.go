@@ -85,8 +85,10 @@ type driftguardInstance struct {
 	followed            sync.WaitGroup
 	changesFollowed     atomic.Int64
 	url, secret, chAddr string
-	bridgeURL           string
-	database            string
+	// dir holds the components' logs.
+	dir       string
+	bridgeURL string
+	database  string
 	// metrics are the components' /metrics, by process.
 	metrics  map[string]string
 	controls bool
@@ -120,7 +122,7 @@ func (d *driftguardE2E) Start(ctx context.Context, ws *Workspace) (Instance, err
 	if err != nil {
 		return nil, err
 	}
-	in := &driftguardInstance{ws: ws, stream: d.stream, streams: streamsOf(d.stream), secret: newSecret(), database: "bench", controls: d.controls}
+	in := &driftguardInstance{ws: ws, dir: dir, stream: d.stream, streams: streamsOf(d.stream), secret: newSecret(), database: "bench", controls: d.controls}
 	ok := false
 	defer func() {
 		if !ok {
@@ -273,11 +275,27 @@ func (in *driftguardInstance) Processes() map[string]int {
 }
 
 func (in *driftguardInstance) Judge(ctx context.Context, run *Run) (Judgement, error) {
+	// A component that stopped leaves the checker waiting for decisions
+	// that never come: the round fails with what stopped, and its log.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	for _, p := range []*proc{in.ingest, in.process, in.sink, in.bridge} {
+		go func() {
+			select {
+			case <-p.done:
+				stop(fmt.Errorf("driftguard %s stopped during the round: %v (see its log in %s)", p.name, p.err, in.dir))
+			case <-ctx.Done():
+			}
+		}()
+	}
 	ch := config.ClickHouse{Addr: in.chAddr, Database: in.database, Username: "default"}
 	dg := checker.Driftguard{Brokers: []string{in.kafka.Vars["DRIFTGUARD_TEST_KAFKA"]}, ClickHouse: ch}
 	r, err := dg.Check(ctx, run.Sent, run.Expected, in.streams)
 	in.poll()
 	in.polled.Wait()
+	if cause := context.Cause(ctx); cause != nil {
+		return Judgement{}, cause
+	}
 	if err != nil {
 		return Judgement{}, err
 	}
