@@ -194,25 +194,29 @@ func (l *loop) handle(ctx context.Context, records []*kgo.Record) []*kgo.Record 
 			id:        record.ReplayRequestID(l.stream.Name, rec.Partition, rec.Offset, req.RequestedAtMs),
 			webhookID: record.ReplayWebhookID(l.stream.Name, string(rec.Key), req.FirstMissing)})
 	}
+	// notSent records a request that is not POSTed, superseded or a
+	// duplicate, and counts it.
+	notSent := func(r *request, result string) {
+		out = append(out, l.delivery(r, outcome{result: result}))
+		counter := l.m.superseded
+		if result == record.ReplayDuplicate {
+			counter = l.m.duplicates
+		}
+		counter.WithLabelValues(l.stream.Name).Inc()
+	}
 	newest, superseded := newestPerKey(reqs)
 	for _, r := range superseded {
-		out = append(out, l.delivery(r, outcome{result: record.ReplaySuperseded}))
-		l.m.superseded.WithLabelValues(l.stream.Name).Inc()
+		notSent(r, record.ReplaySuperseded)
 	}
 	now := l.now()
 	l.gaps.sweep(now)
 	var send []*request
 	for _, r := range newest {
-		switch result := l.gaps.verdict(string(r.rec.Key), r.req.FirstMissing, now); result {
-		case "":
-			send = append(send, r)
-		case record.ReplayDuplicate:
-			out = append(out, l.delivery(r, outcome{result: result}))
-			l.m.duplicates.WithLabelValues(l.stream.Name).Inc()
-		default:
-			out = append(out, l.delivery(r, outcome{result: result}))
-			l.m.superseded.WithLabelValues(l.stream.Name).Inc()
+		if result := l.gaps.verdict(string(r.rec.Key), r.req.FirstMissing, now); result != "" {
+			notSent(r, result)
+			continue
 		}
+		send = append(send, r)
 	}
 	results := make([]outcome, len(send))
 	var wg sync.WaitGroup

@@ -39,9 +39,9 @@ type Conn struct {
 	// tlsOn and caFile shape the errors that name kafka.tls settings.
 	tlsOn  bool
 	caFile string
-	// compression is kafka.compression's codec; nil keeps franz-go's
-	// default (snappy).
-	compression []kgo.CompressionCodec
+	// compression is kafka.compression; empty keeps franz-go's default
+	// (snappy).
+	compression string
 }
 
 // Connect builds the Conn of cfg's kafka.tls and kafka.sasl for brokers,
@@ -50,7 +50,7 @@ type Conn struct {
 // with the key named.
 func Connect(cfg *config.Config, brokers []string) (Conn, error) {
 	k := cfg.Kafka
-	c := Conn{Brokers: cfg.BrokersOr(brokers), tlsOn: k.TLS.On(), caFile: k.TLS.CAFile, compression: compression(k.Compression)}
+	c := Conn{Brokers: cfg.BrokersOr(brokers), tlsOn: k.TLS.On(), caFile: k.TLS.CAFile, compression: k.Compression}
 	if c.tlsOn {
 		t, err := k.TLS.Config("kafka.tls")
 		if err != nil {
@@ -72,8 +72,10 @@ func Connect(cfg *config.Config, brokers []string) (Conn, error) {
 	return c, nil
 }
 
-// compression is the codec of kafka.compression, each falling back to
-// none for a batch it would not make smaller; nil for the default.
+// compression is the codec of kafka.compression, falling back to none
+// for a batch it would not make smaller; nil for the default. Each client
+// gets a slice of its own: franz-go dedupes the codecs in place as it
+// builds one, and a Conn's clients are built at once.
 func compression(name string) []kgo.CompressionCodec {
 	switch name {
 	case config.CompressionNone:

@@ -7,7 +7,6 @@ package kafka
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -51,10 +50,8 @@ func Options(conn Conn, opts ...kgo.Opt) []kgo.Opt {
 		// up to 12 s in the cluster fault test. A second is still cheap.
 		kgo.MetadataMinAge(time.Second),
 	}
-	if conn.compression != nil {
-		// A copy for each client: franz-go dedupes the codecs in place as
-		// it builds one, and a Conn's clients are built concurrently.
-		base = append(base, kgo.ProducerBatchCompression(slices.Clone(conn.compression)...))
+	if codecs := compression(conn.compression); codecs != nil {
+		base = append(base, kgo.ProducerBatchCompression(codecs...))
 	}
 	base = append(base, conn.securityOptions()...)
 	return append(base, opts...)
