@@ -251,12 +251,8 @@ func TestRuntimeRestoresOnlyOncePreviousTransactionsEnded(t *testing.T) {
 	// partition, which it must not restore before the held commit.
 	second := zombieRuntime(t, ctx, brokers, s, "chat-b")
 	testenv.WaitFor(t, ctx, "the second instance assigned the partition", func() bool {
-		described, err := kadm.NewClient(cl).DescribeGroups(ctx, naming.Prefixes{}.Group(s.Name))
-		if err != nil {
-			return false
-		}
-		g := described[naming.Prefixes{}.Group(s.Name)]
-		return len(g.Members) == 1 && g.Members[0].MemberID != *zombie.Load() && g.State == "Stable"
+		id, ok := soleMember(ctx, cl, s)
+		return ok && id != *zombie.Load()
 	})
 	time.Sleep(time.Second) // a restore that did not wait would be done
 	if second.Recovered() {
@@ -284,5 +280,78 @@ func TestRuntimeRestoresOnlyOncePreviousTransactionsEnded(t *testing.T) {
 	}
 	if len(seqs) != 3 {
 		t.Errorf("sequences %v, want three messages", seqs)
+	}
+}
+
+// soleMember is the member id of the group of s when the group is stable
+// with one member.
+func soleMember(ctx context.Context, cl *kgo.Client, s *config.Stream) (string, bool) {
+	group := naming.Prefixes{}.Group(s.Name)
+	described, err := kadm.NewClient(cl).DescribeGroups(ctx, group)
+	if err != nil {
+		return "", false
+	}
+	g := described[group]
+	if len(g.Members) != 1 || g.State != "Stable" {
+		return "", false
+	}
+	return g.Members[0].MemberID, true
+}
+
+// A restore reads the changelog past every transaction that wrote there
+// before the group's offsets became stable, not only to the last stable
+// offset of that moment: the markers of a previous owner's committed
+// transaction can reach the group's offsets before the changelog. Here
+// another producer's transaction, open on the changelog when the second
+// instance is given the partition, deletes bob's value: the second
+// instance restores only once it commits, and decides bob's next event
+// without the value.
+func TestRuntimeRestoresPastTransactionsOpenOnTheChangelog(t *testing.T) {
+	cluster, ctx, s, names, cl := faultyPartitionStream(t, "presence", nil)
+	brokers := cluster.ListenAddrs()
+	first, _ := newRuntime(t, brokers, s, RuntimeOptions{TransactionalID: "changelog-a"})
+	stopFirst := runRuntime(ctx, first)
+	if err := cl.ProduceSync(ctx, bob(names.In, 5)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, ctx, "bob's v5 decided", func() bool { return len(committedOutcomes(t, ctx, cl, names.Outcomes)) == 1 })
+	if err := stopFirst(); err != nil {
+		t.Fatal(err)
+	}
+
+	other, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID("changelog-other"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := other.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.ProduceSync(ctx, &kgo.Record{Topic: names.Table, Key: []byte("bob"), Partition: 0}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	second, _ := newRuntime(t, brokers, s, RuntimeOptions{TransactionalID: "changelog-b"})
+	stopSecond := runRuntime(ctx, second)
+	t.Cleanup(func() {
+		if err := stopSecond(); err != nil {
+			t.Error(err)
+		}
+	})
+	testenv.WaitFor(t, ctx, "the second instance given the partition", func() bool { _, ok := soleMember(ctx, cl, s); return ok })
+	time.Sleep(time.Second) // a restore to the last stable offset would be done
+	if second.Recovered() {
+		t.Error("the second instance restored its table while a transaction on the changelog was open")
+	}
+	if err := other.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, ctx, "the second instance restored", second.Recovered)
+	if err := cl.ProduceSync(ctx, bob(names.In, 3)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, ctx, "bob's v3 decided", func() bool { return len(committedOutcomes(t, ctx, cl, names.Outcomes)) == 2 })
+	if o := committedOutcomes(t, ctx, cl, names.Outcomes)[1]; o.Outcome != record.Applied {
+		t.Errorf("bob's v3 was %s (%s), want applied: the deleted v5 was restored", o.Outcome, o.Reason)
 	}
 }

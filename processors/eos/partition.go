@@ -212,11 +212,12 @@ func (p *Processor) assigned(ctx context.Context, cl *kgo.Client, assigned map[s
 	p.recovery.phase(PhaseStable, "offsets of the assigned partitions stable", "partitions", ids)
 	var ends kadm.ListedOffsets
 	if p.plan.table != nil {
-		// The table's last stable offsets, once for every partition: the
-		// offsets are stable, so nothing another instance writes to these
-		// partitions from now on can commit.
+		// The table's last stable offsets, once for every partition, past
+		// every transaction that wrote there before the offsets were
+		// stable: nothing another instance writes to these partitions from
+		// now on can commit.
 		var err error
-		if ends, err = kadm.NewClient(cl).ListCommittedOffsets(ctx, p.plan.table.name); err != nil {
+		if ends, err = p.awaitChangelogEnds(ctx, cl, ids); err != nil {
 			p.failed = sessionLost(fmt.Errorf("group %s: the last stable offsets of %s: %w", p.group, p.plan.table.name, err))
 			return
 		}
@@ -266,24 +267,72 @@ func (p *Processor) assigned(ctx context.Context, cl *kgo.Client, assigned map[s
 // after its transaction timeout.
 func (p *Processor) awaitStableOffsets(ctx context.Context, cl *kgo.Client, ids []int32) error {
 	adm := kadm.NewClient(cl)
-	backoff, began := stableOffsetsBackoffMin, time.Now()
-	for {
+	return p.awaitPrevious(ctx, ids, func() (bool, error) {
 		offsets, err := adm.FetchOffsetsForTopics(kadm.RequireStable(ctx), p.group, p.topics...)
 		unstable := errors.Is(err, kerr.UnstableOffsetCommit)
 		if err != nil && !unstable {
-			return err
+			return false, err
 		}
 		for _, topic := range p.topics {
 			for _, id := range ids {
 				if o, ok := offsets.Lookup(topic, id); ok && errors.Is(o.Err, kerr.UnstableOffsetCommit) {
 					unstable = true
 				} else if ok && o.Err != nil {
-					return o.Err
+					return false, o.Err
 				}
 			}
 		}
-		if !unstable {
-			return nil
+		return !unstable, nil
+	})
+}
+
+// awaitChangelogEnds returns the table's last stable offsets once those of
+// partitions ids have reached the high watermarks the partitions had when
+// their offsets became stable. A transaction's markers reach its
+// partitions one by one: a previous owner's last transaction can count as
+// committed in the group's offsets while its marker on the changelog
+// still trails, and a restore to the last stable offset listed then would
+// miss its table writes, though its inputs count as decided (their
+// timers fire again, their dedup memory is gone). Every transaction that
+// wrote below those high watermarks has its marker once the last stable
+// offset passes them: a previous owner's within milliseconds, a stalled
+// one's when the broker aborts it at its transaction timeout.
+func (p *Processor) awaitChangelogEnds(ctx context.Context, cl *kgo.Client, ids []int32) (kadm.ListedOffsets, error) {
+	adm := kadm.NewClient(cl)
+	table := p.plan.table.name
+	written, err := adm.ListEndOffsets(ctx, table)
+	if err != nil {
+		return nil, err
+	}
+	var stable kadm.ListedOffsets
+	err = p.awaitPrevious(ctx, ids, func() (bool, error) {
+		if stable, err = adm.ListCommittedOffsets(ctx, table); err != nil {
+			return false, err
+		}
+		for _, id := range ids {
+			w, wok := written.Lookup(table, id)
+			s, sok := stable.Lookup(table, id)
+			switch {
+			case !wok || w.Err != nil:
+				return false, fmt.Errorf("no high watermark of %s/%d: %v", table, id, w.Err)
+			case !sok || s.Err != nil:
+				return false, fmt.Errorf("no last stable offset of %s/%d: %v", table, id, s.Err)
+			case s.Offset < w.Offset:
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	return stable, err
+}
+
+// awaitPrevious polls done, with a growing backoff, until it reports that
+// what a previous owner of partitions ids left open has ended, or fails.
+func (p *Processor) awaitPrevious(ctx context.Context, ids []int32, done func() (bool, error)) error {
+	backoff, began := stableOffsetsBackoffMin, time.Now()
+	for {
+		if ok, err := done(); ok || err != nil {
+			return err
 		}
 		p.recovery.unstable(ids, time.Since(began))
 		select {
