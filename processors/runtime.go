@@ -61,14 +61,13 @@ type RuntimeOptions struct {
 	Client []kgo.Opt
 }
 
-// Defaults of RuntimeOptions, and the producer's batching, measured with
-// BenchmarkProcessorAgainstRawConsumer: it gathers up to producerLinger of
-// writes per partition into one batch, and buffers at most this many
-// records and bytes.
+// Defaults of RuntimeOptions, and the producer's buffers, measured with
+// BenchmarkProcessorAgainstRawConsumer: it buffers at most this many
+// records and bytes. A transaction's writes linger until its end
+// (eos.Processor.ClientOptions).
 const (
 	producerBufferedRecords = 100_000
 	producerBufferedBytes   = 16 << 20
-	producerLinger          = 10 * time.Millisecond
 	defaultTimerTick        = time.Second
 	// transactionTimeout bounds how long an instance that died mid
 	// transaction holds back read_committed readers of its partitions when
@@ -152,7 +151,6 @@ func (r *Runtime) clientOptions(role string) []kgo.Opt {
 		kafka.FetchMinBytes(r.opts.FetchMinBytes),
 		kgo.FetchMaxWait(cmp.Or(r.opts.FetchMaxWait, 5*time.Second)),
 		kgo.MaxBufferedRecords(producerBufferedRecords), kgo.MaxBufferedBytes(producerBufferedBytes),
-		kgo.ProducerLinger(producerLinger),
 	}, append(r.h.opts.Metrics.clientOpts(id), r.opts.Client...)...)...)
 }
 

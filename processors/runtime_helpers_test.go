@@ -109,7 +109,9 @@ func startFaultyRuntime(t *testing.T, ctx context.Context, brokers []string, s *
 	t.Helper()
 	network = &severableNetwork{}
 	r, err := NewRuntime(kafka.Conn{Brokers: brokers}, s, Options{Logger: testenv.Logger(t)}, RuntimeOptions{TransactionalID: id, CommitEvery: commitEvery,
-		Client: []kgo.Opt{kgo.Dialer(network.DialContext), kgo.SessionTimeout(6 * time.Second)}})
+		// Writes go as decided, not at the transaction's end: the zombie
+		// holds written, uncommitted ones when it stalls.
+		Client: []kgo.Opt{kgo.Dialer(network.DialContext), kgo.SessionTimeout(6 * time.Second), kgo.ProducerLinger(10 * time.Millisecond)}})
 	if err != nil {
 		t.Fatal(err)
 	}

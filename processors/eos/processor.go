@@ -191,8 +191,15 @@ func (p *Processor) Group() string { return p.group }
 // ClientOptions are the franz-go options of the processor's group
 // transact session.
 func (p *Processor) ClientOptions() []kgo.Opt {
-	// The timeouts first, so that Options.Client may set them too.
-	opts := append([]kgo.Opt{kgo.SessionTimeout(p.opts.SessionTimeout), kgo.HeartbeatInterval(p.opts.HeartbeatInterval)}, p.clientFor("session")...)
+	// The timeouts and the linger first, so that Options.Client may set
+	// them too. A transaction's writes are read by no one before its
+	// commit, which flushes them: lingering past the whole transaction
+	// (twice its interval, for one that overruns it) sends them in one
+	// produce request per broker, or as batches fill or the buffer does,
+	// instead of one every few milliseconds. The commit waits for that
+	// request's round trip.
+	opts := append([]kgo.Opt{kgo.SessionTimeout(p.opts.SessionTimeout), kgo.HeartbeatInterval(p.opts.HeartbeatInterval),
+		kgo.ProducerLinger(min(2*p.opts.CommitEvery, time.Minute))}, p.clientFor("session")...)
 	opts = append(opts,
 		kgo.ConsumerGroup(p.group),
 		kgo.InstanceID(p.opts.TransactionalID),

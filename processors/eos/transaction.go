@@ -294,12 +294,20 @@ func (tx *transaction) withFence(ctx context.Context, fence map[int32]kgo.EpochO
 // reports whether the transaction committed.
 func (tx *transaction) end(commit bool, fence map[int32]kgo.EpochOffset) (bool, error) {
 	p := tx.p
-	if err := tx.promise.Err(); err != nil {
-		p.opts.Logger.Warn("a write of the transaction failed; aborted, its inputs are decided again", "group", p.group, "err", err)
-		commit = false
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
+	// The writes linger until now: a commit sends them first, then learns
+	// whether one failed (the promise waits for every write, lingering
+	// included). An abort drops what is still buffered.
+	if commit {
+		if err := p.sess.Client().Flush(ctx); err != nil {
+			p.opts.Logger.Warn("the transaction's writes could not be sent; aborted, its inputs are decided again", "group", p.group, "err", err)
+			commit = false
+		} else if err := tx.promise.Err(); err != nil {
+			p.opts.Logger.Warn("a write of the transaction failed; aborted, its inputs are decided again", "group", p.group, "err", err)
+			commit = false
+		}
+	}
 	// An empty transaction ends as an abort, and counts as committed:
 	// see empty.
 	empty := commit && tx.empty()
