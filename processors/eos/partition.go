@@ -306,8 +306,9 @@ func (p *Processor) awaitChangelogEnds(ctx context.Context, cl *kgo.Client, ids 
 	}
 	var stable kadm.ListedOffsets
 	err = p.awaitPrevious(ctx, ids, func() (bool, error) {
-		if stable, err = adm.ListCommittedOffsets(ctx, table); err != nil {
-			return false, err
+		var listErr error
+		if stable, listErr = adm.ListCommittedOffsets(ctx, table); listErr != nil {
+			return false, listErr
 		}
 		for _, id := range ids {
 			w, wok := written.Lookup(table, id)
