@@ -61,26 +61,8 @@ func TestTransactionWritesGoInOneProduceRequest(t *testing.T) {
 	applied := metrics.decisions.WithLabelValues(s.Name, "applied")
 	testenv.WaitFor(t, ctx, "every event decided", func() bool { return testutil.ToFloat64(applied) == events })
 
-	sent := func(request string) float64 {
-		families, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		total := 0.0
-		for _, mf := range families {
-			if mf.GetName() != "driftguard_kafka_requests_total" {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				labels := labelsOf(m)
-				if labels["client_id"] == "driftguard-process-"+s.Name && labels["request"] == request {
-					total += m.GetCounter().GetValue()
-				}
-			}
-		}
-		return total
-	}
-	produced, ended := sent("Produce"), sent("EndTxn")
+	sent := testenv.KafkaRequests(t, reg, "driftguard-process-"+s.Name)
+	produced, ended := sent["Produce"], sent["EndTxn"]
 	t.Logf("%d events: %.0f produce requests, %.0f transactions ended", events, produced, ended)
 	// 3 s of input is up to 15 transactions; a produce request may still
 	// go early when a commit and the input's arrival race.

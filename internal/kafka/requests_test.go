@@ -30,27 +30,7 @@ func TestRequestsCountedByKind(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	requests := func() map[string]float64 {
-		t.Helper()
-		families, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := map[string]float64{}
-		for _, f := range families {
-			if f.GetName() != "driftguard_kafka_requests_total" {
-				continue
-			}
-			for _, m := range f.GetMetric() {
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "request" {
-						got[l.GetValue()] = m.GetCounter().GetValue()
-					}
-				}
-			}
-		}
-		return got
-	}
+	requests := func() map[string]float64 { return testenv.KafkaRequests(t, reg, "driftguard-ingest") }
 	got := requests()
 	if got["Produce"] < 3 || got["Metadata"] < 1 || got["CreateTopics"] != 1 {
 		t.Errorf("requests by kind %v, want at least 3 Produce (one per synchronous record) and a Metadata; CreateTopics too", got)
