@@ -338,11 +338,11 @@ func (ws *Workspace) runRound(ctx context.Context, c Contender, round int, o opt
 	args = append(args, strings.Fields(loadKnobs(c.Stream()))...)
 	procs := in.Processes()
 	if o.idleSeconds > 0 {
-		idle, err := idleCPU(ctx, procs, time.Duration(o.idleSeconds)*time.Second)
+		rest, err := measureRest(ctx, in, procs, time.Duration(o.idleSeconds)*time.Second)
 		if err != nil {
 			return fail(err)
 		}
-		r.IdleCPU = idle
+		r.IdleCPU, r.IdleBrokerThreads, r.IdleKafkaRequests = rest.cpu, rest.brokerThreads, rest.kafkaRequests
 	}
 	cmd := exec.CommandContext(ctx, ws.Bin["loadgen"], args...)
 	stdout, err := cmd.StdoutPipe()
@@ -517,24 +517,59 @@ func rewrite(path string) error {
 	return err
 }
 
-// idleCPU is each process's CPU µs per second over d at rest, after two
-// seconds for what starting left running to settle.
-func idleCPU(ctx context.Context, procs map[string]int, d time.Duration) (map[string]float64, error) {
+// rest is what a contender's processes cost while nothing is sent, per
+// second.
+type rest struct {
+	// cpu is each process's CPU µs, and brokerThreads the broker's by
+	// thread role when there is one.
+	cpu, brokerThreads map[string]float64
+	// kafkaRequests are the Kafka requests by "process/kind", for an
+	// instance that reports them.
+	kafkaRequests map[string]float64
+}
+
+// measureRest measures the processes at rest over d, after two seconds to
+// settle.
+func measureRest(ctx context.Context, in Instance, procs map[string]int, d time.Duration) (rest, error) {
 	select {
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return rest{}, ctx.Err()
 	case <-time.After(2 * time.Second):
+	}
+	brokerPID, hasBroker := procs["broker"]
+	reporter, reports := in.(MetricsReporter)
+	var threadsBefore, threadsAfter map[string]time.Duration
+	var requestsBefore, requestsAfter map[string]float64
+	if hasBroker {
+		threadsBefore, _ = jvmThreadCPU(ctx, brokerPID)
+	}
+	if reports {
+		requestsBefore = kafkaCounts(ctx, reporter.MetricsURLs())
 	}
 	before, start := procstat.Take(procs), time.Now()
 	select {
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return rest{}, ctx.Err()
 	case <-time.After(d):
 	}
 	after, secs := procstat.Take(procs), time.Since(start).Seconds()
-	out := map[string]float64{}
-	for name, perEvent := range procstat.PerEvent(before, after, 1) {
-		out[name] = perEvent / secs
+	if hasBroker {
+		threadsAfter, _ = jvmThreadCPU(ctx, brokerPID)
 	}
-	return out, nil
+	if reports {
+		requestsAfter = kafkaCounts(ctx, reporter.MetricsURLs())
+	}
+	perSecond := func(m map[string]float64) map[string]float64 {
+		for k := range m {
+			m[k] /= secs
+		}
+		return m
+	}
+	return rest{
+		cpu:           perSecond(procstat.PerEvent(before, after, 1)),
+		brokerThreads: perSecond(perEventByRole(threadsBefore, threadsAfter, 1)),
+		// Requests per 1,000 "events" of one a second: per second, times
+		// 1,000.
+		kafkaRequests: perSecond(perThousand(requestsBefore, requestsAfter, 1000)),
+	}, nil
 }

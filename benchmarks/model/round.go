@@ -45,6 +45,13 @@ type Round struct {
 	// IdleCPU is each process's CPU µs per second while nothing was sent,
 	// measured before the load (--idle-seconds): what it costs at rest.
 	IdleCPU map[string]float64 `json:"idle_cpu_us_per_second,omitempty"`
+	// IdleBrokerThreads is the broker's CPU µs per second at rest by what
+	// its threads do, as BrokerThreads: what of its rest is the JIT
+	// compilation of a broker just started.
+	IdleBrokerThreads map[string]float64 `json:"idle_broker_cpu_us_per_second_by_thread,omitempty"`
+	// IdleKafkaRequests are the Kafka requests each process wrote per
+	// second at rest, keyed as KafkaRequests.
+	IdleKafkaRequests map[string]float64 `json:"idle_kafka_requests_per_second,omitempty"`
 	// PeakRSS is each process's peak resident memory (VmHWM), bytes.
 	PeakRSS map[string]int64 `json:"peak_rss_bytes,omitempty"`
 	// Figures are further measurements by name, e.g. "decided_per_second"

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/driftguard/driftguard/benchmarks/model"
+	"github.com/driftguard/driftguard/benchmarks/stats"
 )
 
 // Targets of a webhook's whole cost, checked in the results: driftguard
@@ -124,6 +125,9 @@ func Markdown(res *Results, sums []Summary, plots Plots) string {
 	if table := kafkaRequestsTable(ok); table != "" {
 		w("%s", table)
 	}
+	if table := restTable(ok); table != "" {
+		w("%s", table)
+	}
 
 	w("## Targets\n\n")
 	for _, line := range append(targets(ok, failed, res.Rate), processorTargets(Summarize(res.Processor))...) {
@@ -189,6 +193,17 @@ func targets(ok, failed []Summary, rate float64) []string {
 				// The target counts what the load adds to a broker at rest.
 				share -= idle.Median / 1e6
 				rest = fmt.Sprintf(" above its %.1f%% at rest", idle.Median/1e4)
+				jit, inWindow := s.BrokerThreads[brokerJIT]
+				restJIT, atRest := s.IdleBrokerThreads[brokerJIT]
+				if inWindow && atRest {
+					// As at full rate, the JIT compilation of a broker
+					// started for the round is left out, at rest and
+					// under load alike.
+					withJIT := share
+					share -= (jit.Median*rate - restJIT.Median) / 1e6
+					rest = fmt.Sprintf(" above its %.1f%% at rest, both without the JIT compilation of a broker started for the round (%.1f%% with it)",
+						(idle.Median-restJIT.Median)/1e4, 100*withJIT)
+				}
 			}
 			out = append(out, fmt.Sprintf("%s at %s webhooks/s: driftguard's own CPU %s µs per webhook; the broker %.1f%% of a core%s, against ≤ %.0f%% at %d/s%s",
 				s.Contender, num(rate), num(own), 100*share, rest, 100*TargetBrokerCoreAtLowRate, LowRate, lowRateVerdict(rate, share)))
@@ -368,4 +383,56 @@ func brokerThreadsTable(sums []Summary) string {
 	}
 	b.WriteString("\nThe CPU each of the broker's threads used over the measured window, from the JVM's thread dumps (`jcmd <pid> Thread.print`) at its edges, summed by what the threads do and divided by the webhooks accepted in it; medians over rounds with their ranges. Request handlers run the requests, network threads read and write them, the coordinators keep consumer groups and transactions.\n\n")
 	return b.String()
+}
+
+// restTable is what each process of the contenders measured at rest
+// (--idle-seconds) cost a second: its CPU, the broker's by thread role,
+// and the Kafka requests it wrote; empty when none was.
+func restTable(sums []Summary) string {
+	var b strings.Builder
+	for _, s := range sums {
+		if len(s.IdleCPU) == 0 {
+			continue
+		}
+		if b.Len() == 0 {
+			b.WriteString("### At rest\n\n| contender | process | CPU, % of a core | the broker's by thread, % of a core | Kafka requests a second |\n|---|---|---|---|---|\n")
+		}
+		for _, process := range sortProcesses(slices.Collect(maps.Keys(s.IdleCPU))) {
+			var threads, requests []string
+			if process == "broker" {
+				threads = largestFirst(s.IdleBrokerThreads, "", 1e-4)
+			}
+			requests = largestFirst(s.IdleKafkaRequests, process+"/", 1)
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", s.Contender, process, num(s.IdleCPU[process].Median/1e4),
+				strings.Join(threads, ", "), strings.Join(requests, ", "))
+		}
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	b.WriteString("\nEach process over the seconds at rest before the load (`--idle-seconds`), medians over rounds: its CPU, the broker's split by what its threads do, and the Kafka requests each process's clients wrote, by kind. What a target counts \"above rest\" is above these.\n\n")
+	return b.String()
+}
+
+// largestFirst lists the figures of m whose key starts with prefix, as
+// "name value" with the prefix cut and the value scaled, largest first,
+// leaving out pseudo-kinds and what rounds to zero.
+func largestFirst(m map[string]stats.Summary, prefix string, scale float64) []string {
+	names := slices.Collect(func(yield func(string) bool) {
+		for k := range m {
+			if name, ok := strings.CutPrefix(k, prefix); ok && !model.IsPseudoKind(name) && m[k].Median*scale >= 0.005 {
+				if !yield(name) {
+					return
+				}
+			}
+		}
+	})
+	slices.SortFunc(names, func(a, b string) int {
+		return cmp.Or(cmp.Compare(m[prefix+b].Median, m[prefix+a].Median), strings.Compare(a, b))
+	})
+	out := make([]string, len(names))
+	for i, name := range names {
+		out[i] = name + " " + num(m[prefix+name].Median*scale)
+	}
+	return out
 }

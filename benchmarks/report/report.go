@@ -68,6 +68,12 @@ type Summary struct {
 	// IdleCPU is each process's CPU µs per second at rest
 	// (model.Round.IdleCPU).
 	IdleCPU map[string]stats.Summary `json:"idle_cpu_us_per_second,omitempty"`
+	// IdleBrokerThreads is the broker's CPU µs per second at rest by
+	// thread role (model.Round.IdleBrokerThreads).
+	IdleBrokerThreads map[string]stats.Summary `json:"idle_broker_cpu_us_per_second_by_thread,omitempty"`
+	// IdleKafkaRequests are the Kafka requests per second at rest by
+	// "process/kind" (model.Round.IdleKafkaRequests).
+	IdleKafkaRequests map[string]stats.Summary `json:"idle_kafka_requests_per_second,omitempty"`
 }
 
 // LatencySum is a latency's percentiles summarised over rounds.
@@ -94,8 +100,7 @@ func Summarize(rounds []model.Round) []Summary {
 	for _, name := range order {
 		rs := by[name]
 		s := Summary{Contender: name, Stream: rs[0].Stream, Rounds: len(rs), Latency: map[string]LatencySum{},
-			CPU: map[string]stats.Summary{}, PeakRSS: map[string]int64{}, Figures: map[string]stats.Summary{},
-			KafkaRequests: map[string]stats.Summary{}, BrokerThreads: map[string]stats.Summary{}, IdleCPU: map[string]stats.Summary{}}
+			PeakRSS: map[string]int64{}}
 		collect := func(f func(model.Round) (float64, bool)) stats.Summary {
 			var v []float64
 			for _, r := range rs {
@@ -122,9 +127,7 @@ func Summarize(rounds []model.Round) []Summary {
 				P99: collect(func(r model.Round) (float64, bool) { l, ok := r.Latency[kind]; return l.P99, ok }),
 			}
 		}
-		for _, p := range keys(rs, func(r model.Round) []string { return slices.Collect(maps.Keys(r.CPUPerEvent)) }) {
-			s.CPU[p] = collect(func(r model.Round) (float64, bool) { v, ok := r.CPUPerEvent[p]; return v, ok })
-		}
+		s.CPU = summarizeByKey(rs, func(r model.Round) map[string]float64 { return r.CPUPerEvent })
 		s.CPUTotal = collect(func(r model.Round) (float64, bool) {
 			t := 0.0
 			for _, v := range r.CPUPerEvent {
@@ -132,19 +135,29 @@ func Summarize(rounds []model.Round) []Summary {
 			}
 			return t, len(r.CPUPerEvent) > 0
 		})
-		for _, k := range keys(rs, func(r model.Round) []string { return slices.Collect(maps.Keys(r.KafkaRequests)) }) {
-			s.KafkaRequests[k] = collect(func(r model.Round) (float64, bool) { v, ok := r.KafkaRequests[k]; return v, ok })
-		}
-		for _, k := range keys(rs, func(r model.Round) []string { return slices.Collect(maps.Keys(r.IdleCPU)) }) {
-			s.IdleCPU[k] = collect(func(r model.Round) (float64, bool) { v, ok := r.IdleCPU[k]; return v, ok })
-		}
-		for _, k := range keys(rs, func(r model.Round) []string { return slices.Collect(maps.Keys(r.BrokerThreads)) }) {
-			s.BrokerThreads[k] = collect(func(r model.Round) (float64, bool) { v, ok := r.BrokerThreads[k]; return v, ok })
-		}
-		for _, f := range keys(rs, func(r model.Round) []string { return slices.Collect(maps.Keys(r.Figures)) }) {
-			s.Figures[f] = collect(func(r model.Round) (float64, bool) { v, ok := r.Figures[f]; return v, ok })
-		}
+		s.KafkaRequests = summarizeByKey(rs, func(r model.Round) map[string]float64 { return r.KafkaRequests })
+		s.IdleCPU = summarizeByKey(rs, func(r model.Round) map[string]float64 { return r.IdleCPU })
+		s.IdleBrokerThreads = summarizeByKey(rs, func(r model.Round) map[string]float64 { return r.IdleBrokerThreads })
+		s.IdleKafkaRequests = summarizeByKey(rs, func(r model.Round) map[string]float64 { return r.IdleKafkaRequests })
+		s.BrokerThreads = summarizeByKey(rs, func(r model.Round) map[string]float64 { return r.BrokerThreads })
+		s.Figures = summarizeByKey(rs, func(r model.Round) map[string]float64 { return r.Figures })
 		out = append(out, s)
+	}
+	return out
+}
+
+// summarizeByKey summarises, key by key, a figure the rounds keep by
+// name: each key over the rounds that have it.
+func summarizeByKey(rs []model.Round, get func(model.Round) map[string]float64) map[string]stats.Summary {
+	out := map[string]stats.Summary{}
+	for _, k := range keys(rs, func(r model.Round) []string { return slices.Collect(maps.Keys(get(r))) }) {
+		var v []float64
+		for _, r := range rs {
+			if x, ok := get(r)[k]; ok {
+				v = append(v, x)
+			}
+		}
+		out[k] = stats.Summarize(v)
 	}
 	return out
 }

@@ -117,7 +117,36 @@ func TestTargets(t *testing.T) {
 	if above := strings.Join(targets(Summarize([]model.Round{dg}), nil, 200), "\n"); !strings.Contains(above, "the broker 5.0% of a core above its 3.0% at rest, against ≤ 10% at 200/s: **met**") {
 		t.Errorf("low-rate target above the broker's rest:\n%s", above)
 	}
+	dg.BrokerThreads = map[string]float64{"JIT compilation": 150, "request handlers": 100} // 3% of a core compiling under load
+	dg.IdleBrokerThreads = map[string]float64{"JIT compilation": 20_000}                   // 2% of a core compiling at rest
+	if noJIT := strings.Join(targets(Summarize([]model.Round{dg}), nil, 200), "\n"); !strings.Contains(noJIT,
+		"the broker 4.0% of a core above its 1.0% at rest, both without the JIT compilation of a broker started for the round (5.0% with it), against ≤ 10% at 200/s: **met**") {
+		t.Errorf("low-rate target without the broker's JIT compilation:\n%s", noJIT)
+	}
+	dg.BrokerThreads, dg.IdleBrokerThreads = nil, nil
 	if mid := strings.Join(targets(Summarize([]model.Round{dg}), nil, 5000), "\n"); !strings.Contains(mid, "not judged") {
 		t.Errorf("the low-rate target judged at 5000/s:\n%s", mid)
+	}
+}
+
+// The processes at rest: CPU as a share of a core, the broker's by thread
+// largest first, and each process's own requests a second, without the
+// pseudo-kinds.
+func TestRestTable(t *testing.T) {
+	r := round("driftguard all", 1, 200, true)
+	r.IdleCPU = map[string]float64{"broker": 120_000, "processors": 46_000}
+	r.IdleBrokerThreads = map[string]float64{"network": 48_000, "request handlers": 27_000, "log maintenance": 10}
+	r.IdleKafkaRequests = map[string]float64{"processors/Heartbeat": 4, "processors/Fetch": 12.5, "processors/produce records": 3, "bridge/Fetch": 5}
+	got := restTable(Summarize([]model.Round{r}))
+	for _, want := range []string{
+		"| driftguard all | broker | 12.0 | network 4.80, request handlers 2.70 |  |\n",
+		"| driftguard all | processors | 4.60 |  | Fetch 12.5, Heartbeat 4.00 |\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the table at rest lacks %q:\n%s", want, got)
+		}
+	}
+	if restTable(Summarize([]model.Round{round("driftguard all", 1, 200, true)})) != "" {
+		t.Error("a table at rest for rounds that measured none")
 	}
 }
