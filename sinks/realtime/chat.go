@@ -391,7 +391,7 @@ func (b *Bridge) readOutcomes(ctx context.Context, c *chat, topic string) error 
 	if len(start) == 0 {
 		return fmt.Errorf("topic %s has no partitions to read: %v", topic, since.Error())
 	}
-	cl, err := b.reader("bridge-"+topic, b.ops.Registry, topic, start, 200*time.Millisecond)
+	cl, err := b.reader("bridge-"+topic, b.ops.Registry, topic, start, liveReaderWait)
 	if err != nil {
 		return err
 	}

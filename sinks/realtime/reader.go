@@ -66,6 +66,14 @@ var errEpochChanged = errors.New("the topic's epoch changed")
 // epochCheck is how often a reader looks for a new epoch of its topic.
 const epochCheck = 5 * time.Second
 
+// liveReaderWait is how long the broker holds a live reader's fetch when
+// there is nothing to read. A fetch answers as soon as one record is
+// there (readers ask no minimum size), so the wait delays nothing; it is
+// only how often a reader of a quiet topic asks again. At 200 ms the
+// bridge's readers (a stream's states, a chat's messages, its typing)
+// were 35 fetches a second at rest.
+const liveReaderWait = 5 * time.Second
+
 // readState reads the stream's state topic from the start of every
 // partition, without a consumer group (every bridge reads everything, so a
 // cursor is good on any of them), until ctx ends; it starts over on a new
@@ -121,7 +129,7 @@ func (b *Bridge) readEpoch(ctx context.Context, st *stream) error {
 	for p := range int32(partitions) {
 		start[p] = kgo.NewOffset().AtStart()
 	}
-	cl, err := b.reader("bridge-"+st.topic, b.ops.Registry, st.topic, start, 200*time.Millisecond)
+	cl, err := b.reader("bridge-"+st.topic, b.ops.Registry, st.topic, start, liveReaderWait)
 	if err != nil {
 		return err
 	}

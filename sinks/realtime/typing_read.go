@@ -62,7 +62,7 @@ func (b *Bridge) readTypingFromEnd(ctx context.Context, st *stream) error {
 	}
 	// A reader that falls behind the topic's retention goes on from its
 	// end: what it skipped would have expired.
-	cl, err := b.reader("bridge-"+ts.topic, b.ops.Registry, ts.topic, start, 100*time.Millisecond,
+	cl, err := b.reader("bridge-"+ts.topic, b.ops.Registry, ts.topic, start, liveReaderWait,
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
 	if err != nil {
 		return err
