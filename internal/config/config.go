@@ -63,8 +63,10 @@ type Kafka struct {
 	// Linger is how long ingest's producer waits for more records before it
 	// sends a batch: each webhook's ack waits up to this much longer, and
 	// the broker handles one produce request for many webhooks instead of
-	// one each, which under load is most of its CPU. Default 5ms; 1µs is
-	// as good as none.
+	// one each. Default 20ms: at 200 webhooks a second it sends a third of
+	// the requests 5ms did, for ingest about a quarter less CPU per
+	// webhook, and its acks 7ms later at the median; under full load a few
+	// milliseconds. 1µs is as good as none.
 	Linger time.Duration `yaml:"linger"`
 	// Compression is the codec every producer compresses its batches with:
 	// none, snappy, lz4, zstd or gzip. A batch goes out compressed only
@@ -537,7 +539,7 @@ func (c *Config) mergeYAML(data []byte, source, baseDir string) error {
 func (c *Config) applyDefaults() {
 	orDefault(&c.Kafka.ReplicationFactor, 1)
 	orDefault(&c.Kafka.ProduceTimeout, 5*time.Second)
-	orDefault(&c.Kafka.Linger, 5*time.Millisecond)
+	orDefault(&c.Kafka.Linger, 20*time.Millisecond)
 	orDefault(&c.Kafka.Compression, CompressionSnappy)
 	orDefault(&c.HTTP.Addr, "127.0.0.1:8080")
 	orDefault(&c.ClickHouse.Addr, "127.0.0.1:9000")
@@ -817,7 +819,7 @@ kafka:
   replication_factor: 1          # use 3 in production
   # min_insync_replicas: 1       # default 2 when replication_factor is 3 or more
   produce_timeout: 5s            # ingest answers 503 after this
-  linger: 5ms                    # ingest's producer batches webhooks this long
+  linger: 20ms                   # ingest's producer batches webhooks this long
   compression: snappy            # DRIFTGUARD_KAFKA_COMPRESSION: none, snappy, lz4, zstd or gzip
   tls:                           # every client; any key below turns TLS on
     enabled: false               # DRIFTGUARD_KAFKA_TLS_ENABLED; system roots unless ca_file
