@@ -127,7 +127,7 @@ func run(ctx context.Context, args []string) error {
 		&driftguardE2E{stream: "orders", config: dgConfig, controls: o.smoke, profiles: o.profile > 0},
 	}
 	res := &report.Results{Date: start.UTC().Format("2006-01-02"), StartedAt: start.UTC(), Smoke: o.smoke,
-		Command: "go tool task bench", Revision: revision(ws.Root), Machine: machine(), Rate: o.rate,
+		Command: command(os.Args[1:]), Revision: revision(ws.Root), Machine: machine(), Rate: o.rate,
 		Settings: map[string]string{
 			"rounds": strconv.Itoa(o.rounds), "warm-up": strconv.Itoa(o.warmup), "measured": strconv.Itoa(o.count),
 			"cool-down": strconv.Itoa(o.cooldown), "connections": strconv.Itoa(o.connections), "rate": rateText(o.rate),
@@ -466,6 +466,22 @@ func markerTime(line string) time.Time {
 		}
 	}
 	return time.Now()
+}
+
+// command is how this run was asked for, as `go tool task bench` passes
+// its flags: what a results file says it was produced by.
+func command(args []string) string {
+	if len(args) == 0 {
+		return "go tool task bench"
+	}
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		if strings.ContainsAny(a, " \t\"'$") || a == "" {
+			a = strconv.Quote(a)
+		}
+		quoted[i] = a
+	}
+	return "go tool task bench -- " + strings.Join(quoted, " ")
 }
 
 func revision(root string) string {
