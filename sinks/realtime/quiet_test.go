@@ -1,6 +1,7 @@
 package realtime_test
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -13,15 +14,17 @@ import (
 // milliseconds; a change written then still reaches it. On the real
 // broker, whose fetch waits are what is counted.
 func TestQuietReaderAsksTheBrokerRarely(t *testing.T) {
-	brokers := testenv.Kafka(t)
 	stream := testenv.UniqueName("presence")
-	e := newBridgeEnv(t, brokers, presenceAs(stream, nil), "presence")
+	e := newBridgeEnv(t, testenv.Kafka(t), presenceAs(stream, nil), "presence")
 	tok := e.token("alice", stream)
+	shown := func(version int64) {
+		testenv.WaitFor(t, e.ctx, fmt.Sprintf("version %d shown", version), func() bool {
+			var ent entityJSON
+			return e.get("/v1/streams/"+stream+"/entities/u", tok, &ent) == http.StatusOK && ent.Version == version
+		})
+	}
 	e.publish(stream, "u", 1, `{"presence":"ONLINE"}`)
-	testenv.WaitFor(t, e.ctx, "version 1", func() bool {
-		var ent entityJSON
-		return e.get("/v1/streams/"+stream+"/entities/u", tok, &ent) == http.StatusOK && ent.Version == 1
-	})
+	shown(1)
 	reader := "driftguard-bridge-" + e.cfg.Kafka.Naming().For(stream).State
 	before := testenv.KafkaRequests(t, e.ops.Registry, reader)["Fetch"]
 	// Quiet for three seconds: a fetch held 200 ms would be asked again
@@ -33,8 +36,5 @@ func TestQuietReaderAsksTheBrokerRarely(t *testing.T) {
 		t.Errorf("the reader of %s sent %.0f fetches in 3 quiet seconds, want at most 2", stream, fetches)
 	}
 	e.publish(stream, "u", 2, `{"presence":"AWAY"}`)
-	testenv.WaitFor(t, e.ctx, "version 2", func() bool {
-		var ent entityJSON
-		return e.get("/v1/streams/"+stream+"/entities/u", tok, &ent) == http.StatusOK && ent.Version == 2
-	})
+	shown(2)
 }
