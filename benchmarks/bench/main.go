@@ -584,8 +584,7 @@ func measureRest(ctx context.Context, in Instance, procs map[string]int, d time.
 	return rest{
 		cpu:           perSecond(procstat.PerEvent(before, after, 1)),
 		brokerThreads: perSecond(perEventByRole(threadsBefore, threadsAfter, 1)),
-		// Requests per 1,000 "events" of one a second: per second, times
-		// 1,000.
+		// Per 1,000 of 1,000 events: the counts' differences.
 		kafkaRequests: perSecond(perThousand(requestsBefore, requestsAfter, 1000)),
 	}, nil
 }

@@ -418,15 +418,12 @@ func restTable(sums []Summary) string {
 // "name value" with the prefix cut and the value scaled, largest first,
 // leaving out pseudo-kinds and what rounds to zero.
 func largestFirst(m map[string]stats.Summary, prefix string, scale float64) []string {
-	names := slices.Collect(func(yield func(string) bool) {
-		for k := range m {
-			if name, ok := strings.CutPrefix(k, prefix); ok && !model.IsPseudoKind(name) && m[k].Median*scale >= 0.005 {
-				if !yield(name) {
-					return
-				}
-			}
+	var names []string
+	for k, v := range m {
+		if name, ok := strings.CutPrefix(k, prefix); ok && !model.IsPseudoKind(name) && v.Median*scale >= 0.005 {
+			names = append(names, name)
 		}
-	})
+	}
 	slices.SortFunc(names, func(a, b string) int {
 		return cmp.Or(cmp.Compare(m[prefix+b].Median, m[prefix+a].Median), strings.Compare(a, b))
 	})
