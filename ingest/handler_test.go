@@ -505,22 +505,9 @@ func TestRequestMetricFoldsUnknownStreams(t *testing.T) {
 		valid.with(func(d *delivery) { d.stream = name }).send(t, ctx, srv.URL)
 	}
 
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]float64{}
-	for _, mf := range families {
-		if mf.GetName() != "driftguard_ingest_requests_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			got[labels["stream"]+" "+labels["status"]] = m.GetCounter().GetValue()
-		}
+	for _, series := range testenv.Gathered(t, reg, "driftguard_ingest_requests_total") {
+		got[series.Labels["stream"]+" "+series.Labels["status"]] = series.GetCounter().GetValue()
 	}
 	// The 503 series of a served stream exists from the start, at 0.
 	want := map[string]float64{"presence 202": 1, "presence 503": 0, "unknown 404": 3}

@@ -130,26 +130,13 @@ func histogramSums(t *testing.T, reg prometheus.Gatherer, name string, labels ..
 
 func histograms(t *testing.T, reg prometheus.Gatherer, name string, labels ...string) map[string]*dto.Histogram {
 	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]*dto.Histogram{}
-	for _, mf := range families {
-		if mf.GetName() != name {
-			continue
+	for _, series := range testenv.Gathered(t, reg, name) {
+		key := make([]string, len(labels))
+		for i, l := range labels {
+			key[i] = series.Labels[l]
 		}
-		for _, m := range mf.GetMetric() {
-			values := map[string]string{}
-			for _, l := range m.GetLabel() {
-				values[l.GetName()] = l.GetValue()
-			}
-			key := make([]string, len(labels))
-			for i, l := range labels {
-				key[i] = values[l]
-			}
-			out[strings.Join(key, " ")] = m.GetHistogram()
-		}
+		out[strings.Join(key, " ")] = series.GetHistogram()
 	}
 	return out
 }

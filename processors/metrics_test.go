@@ -105,23 +105,14 @@ func TestRuntimeMetricsWhileWorkingAndStalled(t *testing.T) {
 
 	// The session's client reports as driftguard_kafka_*, by client id.
 	clientID := "driftguard-process-" + s.Name
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	found := false
-	for _, mf := range families {
-		if mf.GetName() != "driftguard_kafka_fetch_records_total" {
-			continue
+	for _, series := range testenv.Gathered(t, reg, "driftguard_kafka_fetch_records_total") {
+		labels := series.Labels
+		if labels["client_id"] == clientID && labels["topic"] == names.In && series.GetCounter().GetValue() >= 8 {
+			found = true
 		}
-		for _, m := range mf.GetMetric() {
-			labels := labelsOf(m)
-			if labels["client_id"] == clientID && labels["topic"] == names.In && m.GetCounter().GetValue() >= 8 {
-				found = true
-			}
-			if _, ok := labels["partition"]; ok {
-				t.Errorf("a client metric by partition: %v", labels)
-			}
+		if _, ok := labels["partition"]; ok {
+			t.Errorf("a client metric by partition: %v", labels)
 		}
 	}
 	if !found {
@@ -143,14 +134,6 @@ func histogramOf(t *testing.T, h prometheus.Histogram) *dto.Histogram {
 		t.Fatal(err)
 	}
 	return m.GetHistogram()
-}
-
-func labelsOf(m *dto.Metric) map[string]string {
-	out := map[string]string{}
-	for _, l := range m.GetLabel() {
-		out[l.GetName()] = l.GetValue()
-	}
-	return out
 }
 
 // A gap's expired report, made again each gap_timeout while the gap stays
