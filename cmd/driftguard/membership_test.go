@@ -397,9 +397,6 @@ func (r *chatRig) checkReader(t testenv.Fataler, key string, chat *decidetest.Ch
 	}
 }
 
-// pageMessages pages the messages endpoint from the start to its end,
-// limit a page, checks each page's intervals and each message's fields,
-// and returns the sequences read.
 // readMessages pages through the messages as pageMessages does until
 // they are what the model says, for up to half a minute, and returns the
 // last read. The bridge reads the messages from the outcomes topic with a
@@ -418,6 +415,9 @@ func (r *chatRig) readMessages(t testenv.Fataler, url, tok, key string, sends ma
 	}
 }
 
+// pageMessages pages the messages endpoint from the start to its end,
+// limit a page, checks each page's intervals and each message's fields,
+// and returns the sequences read.
 func (r *chatRig) pageMessages(t testenv.Fataler, url, tok, key string, sends map[int64]map[string]any, ivs []decidetest.Interval, history, who string, limit int) []int64 {
 	wantIvs := ivs
 	if history == config.HistoryShared {
