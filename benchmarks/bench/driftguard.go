@@ -306,14 +306,19 @@ func (in *driftguardInstance) Judge(ctx context.Context, run *Run) (Judgement, e
 	}
 	writeReport(run.Dir, r)
 	j := Judgement{Verdict: r.Verdict, Latency: map[string]model.Percentiles{}, Figures: map[string]float64{}}
-	var decision, row []float64
-	decided := 0
+	var decision, committed, row []float64
+	decided, uncommitted := 0, 0
 	startMs, endMs := run.WindowStart.UnixMilli(), run.WindowEnd.UnixMilli()
 	for _, t := range r.Timings {
 		if !t.First || run.Phases[t.EventID] != model.PhaseMeasure {
 			continue
 		}
 		decision = append(decision, float64(t.DecidedAtMs-t.ReceivedAtMs))
+		if t.CommittedAtMs > 0 {
+			committed = append(committed, float64(t.CommittedAtMs-t.ReceivedAtMs))
+		} else {
+			uncommitted++
+		}
 		if t.DecidedAtMs >= startMs && t.DecidedAtMs <= endMs {
 			decided++
 		}
@@ -324,6 +329,13 @@ func (in *driftguardInstance) Judge(ctx context.Context, run *Run) (Judgement, e
 		}
 	}
 	j.Latency["decision"] = percentiles(decision)
+	j.Latency["committed"] = percentiles(committed)
+	if uncommitted > 0 {
+		// A decision read back without its commit marker cannot be timed
+		// to its commit; the checker reads each topic to its end after
+		// the drain, so there should be none.
+		j.Figures["decisions_without_commit_time"] = float64(uncommitted)
+	}
 	j.Latency["row"] = percentiles(row)
 	if secs := run.WindowEnd.Sub(run.WindowStart).Seconds(); secs > 0 {
 		j.Figures["decided_per_second"] = float64(decided) / secs

@@ -42,13 +42,21 @@ type StreamReport struct {
 }
 
 // Timing is one decision of an accepted webhook: when ingest accepted it,
-// when a processor decided it, and where the decision's outcome record
-// is, which the runner matches with when its row reached ClickHouse.
+// when a processor decided it, when that decision's transaction committed,
+// and where the decision's outcome record is, which the runner matches
+// with when its row reached ClickHouse.
 type Timing struct {
 	Stream       string
 	EventID      string
 	ReceivedAtMs int64
-	DecidedAtMs  int64
+	// DecidedAtMs is the outcome's processed_at: when the processor
+	// decided, inside a transaction no reader sees yet.
+	DecidedAtMs int64
+	// CommittedAtMs is when the transaction that wrote the outcome
+	// committed, from its commit marker: when read_committed readers (the
+	// sink, the bridge, any consumer) can see the decision; 0 if no
+	// marker followed it.
+	CommittedAtMs int64
 	// First is true for the first decision of its input record (a
 	// buffered or quarantined event is decided again when it applies).
 	First         bool

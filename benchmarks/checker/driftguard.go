@@ -87,7 +87,7 @@ func (dg Driftguard) checkStream(ctx context.Context, conn driver.Conn, r *Repor
 		inputs[rec.Partition][rec.Offset] = &input{eventID: id}
 		inIDs[id]++
 		sr.InLog++
-	}); err != nil {
+	}, nil); err != nil {
 		return err
 	}
 	lostAt := map[string]bool{}
@@ -104,6 +104,7 @@ func (dg Driftguard) checkStream(ctx context.Context, conn driver.Conn, r *Repor
 	decisions := map[string]int{}
 	applied := map[string]int{}
 	var o record.Outcome
+	var commits commitTimes
 	lastOutcome, err := readTopic(ctx, dg.Brokers, names.Outcomes, func(rec *kgo.Record) {
 		if _, err := record.DecodeOutcome(rec.Value, &o); err != nil {
 			sr.note("an outcome record at %d/%d does not decode: %v", rec.Partition, rec.Offset, err)
@@ -131,7 +132,9 @@ func (dg Driftguard) checkStream(ctx context.Context, conn driver.Conn, r *Repor
 		}
 		r.Timings = append(r.Timings, Timing{Stream: stream, EventID: strings.Clone(o.EventID), ReceivedAtMs: o.ReceivedAtMs,
 			DecidedAtMs: o.ProcessedAtMs, First: first, OutcomePart: rec.Partition, OutcomeOffset: rec.Offset})
-	})
+		i := len(r.Timings) - 1
+		commits.wrote(rec, func(atMs int64) { r.Timings[i].CommittedAtMs = atMs })
+	}, commits.marker)
 	if err != nil {
 		return err
 	}
@@ -146,7 +149,7 @@ func (dg Driftguard) checkStream(ctx context.Context, conn driver.Conn, r *Repor
 	}
 
 	// ClickHouse: every decision a row, once.
-	lastState, err := readTopic(ctx, dg.Brokers, names.State, func(*kgo.Record) {})
+	lastState, err := readTopic(ctx, dg.Brokers, names.State, func(*kgo.Record) {}, nil)
 	if err != nil {
 		return err
 	}

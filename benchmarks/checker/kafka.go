@@ -2,6 +2,7 @@ package checker
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -13,9 +14,10 @@ import (
 
 // readTopic reads topic from its start to the end it has now, as a
 // read_committed consumer (what the sink and the bridge read), and calls
-// each for every record. It returns the last data record's offset per
+// each for every data record and, when marker is not nil, marker for
+// every transaction marker. It returns the last data record's offset per
 // partition (-1 for none).
-func readTopic(ctx context.Context, brokers []string, topic string, each func(*kgo.Record)) (map[int32]int64, error) {
+func readTopic(ctx context.Context, brokers []string, topic string, each, marker func(*kgo.Record)) (map[int32]int64, error) {
 	admCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		return nil, err
@@ -81,7 +83,12 @@ func readTopic(ctx context.Context, brokers []string, topic string, each func(*k
 			// The processors' marks for goka's view (on the state topic)
 			// are positions only, like transaction markers: no sink row
 			// has their offset.
-			if !r.Attrs.IsControl() && !record.IsViewMark(r.Key, r.Value) {
+			switch {
+			case r.Attrs.IsControl():
+				if marker != nil {
+					marker(r)
+				}
+			case !record.IsViewMark(r.Key, r.Value):
 				each(r)
 				last[r.Partition] = r.Offset
 			}
@@ -130,4 +137,50 @@ func waitGroupCaughtUp(ctx context.Context, brokers []string, group, topic strin
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// commitTimes tell when each record a transaction wrote became readable
+// by read_committed readers: the time of the commit marker that ended its
+// transaction, which the broker stamps as it writes it. Records are
+// added in log order per partition, each before the marker that follows
+// it.
+type commitTimes struct {
+	// pending are the records of each partition and producer not yet
+	// followed by their marker.
+	pending map[producerPartition][]func(atMs int64)
+}
+
+type producerPartition struct {
+	partition int32
+	producer  int64
+}
+
+// wrote notes that rec, a data record, is told its commit time by at.
+func (c *commitTimes) wrote(rec *kgo.Record, at func(atMs int64)) {
+	if c.pending == nil {
+		c.pending = map[producerPartition][]func(int64){}
+	}
+	k := producerPartition{rec.Partition, rec.ProducerID}
+	c.pending[k] = append(c.pending[k], at)
+}
+
+// marker ends the transaction of its producer on its partition: a commit
+// tells its records the marker's time; an abort forgets them (a
+// read_committed reader never sees an aborted record, so none is there
+// unless the broker's filtering failed).
+func (c *commitTimes) marker(rec *kgo.Record) {
+	k := producerPartition{rec.Partition, rec.ProducerID}
+	if isCommitMarker(rec) {
+		for _, at := range c.pending[k] {
+			at(rec.Timestamp.UnixMilli())
+		}
+	}
+	delete(c.pending, k)
+}
+
+// isCommitMarker reports whether a control record is a transaction's
+// commit marker: its key is the marker's version and then its type, two
+// big-endian int16s, type 1 for a commit and 0 for an abort.
+func isCommitMarker(rec *kgo.Record) bool {
+	return len(rec.Key) >= 4 && binary.BigEndian.Uint16(rec.Key[2:4]) == 1
 }

@@ -24,8 +24,10 @@ type Round struct {
 	Seconds   float64 `json:"seconds"`
 	PerSecond float64 `json:"per_second"`
 	// Latency holds percentiles in milliseconds by what they measure:
-	// "ack" (the contender's HTTP answer), "decision" (accepted → decided)
-	// and "row" (accepted → row in ClickHouse).
+	// "ack" (the contender's HTTP answer), "decision" (accepted → decided,
+	// inside the decision's transaction), "committed" (accepted → the
+	// commit of that transaction, when a read_committed reader sees the
+	// decision) and "row" (accepted → row in ClickHouse).
 	Latency map[string]Percentiles `json:"latency,omitempty"`
 	// CPUPerEvent is CPU µs (user + system) per measured event, by
 	// process ("ingest", "processors", "sink", "broker", "clickhouse",

@@ -70,17 +70,36 @@ func Markdown(res *Results, sums []Summary, plots Plots) string {
 	w("## End to end\n\n")
 	w("Each contender fed the same signed webhooks by `benchmarks/loadgen`, in interleaved rounds; medians with the range over rounds in parentheses. ")
 	w("webhooks/s are those accepted (2xx) in the measured window; decided/s, driftguard's first decisions of webhooks made in the same window (below webhooks/s when the processors fall behind). ")
-	w("Latencies in ms: ack is the HTTP answer, decision is accepted → decided (driftguard's outcome record), row is accepted → row in ClickHouse (sampled every 100 ms). ")
+	// Results from before the commit of each decision was timed have no
+	// such column.
+	timedCommits := slices.ContainsFunc(ok, func(s Summary) bool { _, found := s.Latency[committedLatency]; return found })
+	w("Latencies in ms: ack is the HTTP answer, decision is accepted → decided (driftguard's outcome record, inside its transaction), ")
+	if timedCommits {
+		w("committed is accepted → the commit of that transaction (its commit marker's time), when a read_committed reader (the sink, the bridge, any consumer) sees the decision, ")
+	}
+	w("row is accepted → row in ClickHouse (sampled every 100 ms). ")
 	w("Every contender listed passed `benchmarks/check` in every round: nothing lost, nothing doubled, the final state the model's.\n\n")
-	w("| contender | rounds passed | webhooks/s | decided/s | ack p50 / p99 | decision p50 / p99 | row p50 / p99 | CPU µs/webhook | peak RSS MiB |\n")
-	w("|---|---|---|---|---|---|---|---|---|\n")
+	latencies := []string{"ack", "decision"}
+	if timedCommits {
+		latencies = append(latencies, committedLatency)
+	}
+	latencies = append(latencies, "row")
+	w("| contender | rounds passed | webhooks/s | decided/s |")
+	for _, kind := range latencies {
+		w(" %s p50 / p99 |", kind)
+	}
+	w(" CPU µs/webhook | peak RSS MiB |\n")
+	w("|---|---|---|---|%s---|---|\n", strings.Repeat("---|", len(latencies)))
 	for _, s := range ok {
 		decided := "–"
 		if d, found := s.Figures["decided_per_second"]; found {
 			decided = withRange(d)
 		}
-		w("| %s | %d/%d | %s | %s | %s | %s | %s | %s | %s |\n", s.Contender, s.Passed, s.Rounds, withRange(s.PerSecond), decided,
-			latency(s, "ack"), latency(s, "decision"), latency(s, "row"), withRange(s.CPUTotal), rss(s))
+		w("| %s | %d/%d | %s | %s |", s.Contender, s.Passed, s.Rounds, withRange(s.PerSecond), decided)
+		for _, kind := range latencies {
+			w(" %s |", latency(s, kind))
+		}
+		w(" %s | %s |\n", withRange(s.CPUTotal), rss(s))
 	}
 	w("\n")
 	if len(failed) > 0 {
@@ -151,6 +170,10 @@ func Markdown(res *Results, sums []Summary, plots Plots) string {
 	return b.String()
 }
 
+// committedLatency is the latency kind of a decision's commit (see
+// model.Contender.Latency).
+const committedLatency = "committed"
+
 func latency(s Summary, kind string) string {
 	l, found := s.Latency[kind]
 	if !found || l.P50.N == 0 {
@@ -184,7 +207,12 @@ func targets(ok, failed []Summary, rate float64) []string {
 		if !strings.HasPrefix(s.Contender, driftguardPrefix) {
 			continue
 		}
-		p99 := s.Latency["decision"].P99.Median
+		// The decision's p99 as readers see it: at its commit, where the
+		// run timed it.
+		p99, decisionSaid := s.Latency["decision"].P99.Median, "decision"
+		if c, found := s.Latency[committedLatency]; found {
+			p99, decisionSaid = c.P99.Median, "committed decision"
+		}
 		own := s.CPUTotal.Median - s.CPU["loadgen"].Median
 		broker := s.CPU["broker"].Median
 		if rate > 0 {
@@ -212,8 +240,8 @@ func targets(ok, failed []Summary, rate float64) []string {
 		switch {
 		case redis != nil && redis.PerSecond.Median > 0:
 			r := s.PerSecond.Median / redis.PerSecond.Median
-			out = append(out, fmt.Sprintf("%s over %s: %.2f× the webhooks/s with p99 accept → decision %s ms, against ≥ %.1f× with p99 ≤ %d ms: %s",
-				s.Contender, redisPeer, r, num(p99), TargetRatioOverRedis, TargetDecisionP99Ms, metOrNot(r >= TargetRatioOverRedis && p99 <= TargetDecisionP99Ms)))
+			out = append(out, fmt.Sprintf("%s over %s: %.2f× the webhooks/s with p99 accept → %s %s ms, against ≥ %.1f× with p99 ≤ %d ms: %s",
+				s.Contender, redisPeer, r, decisionSaid, num(p99), TargetRatioOverRedis, TargetDecisionP99Ms, metOrNot(r >= TargetRatioOverRedis && p99 <= TargetDecisionP99Ms)))
 		case redisFailed:
 			out = append(out, fmt.Sprintf("%s over %s: not compared, %s failed the checker", s.Contender, redisPeer, redisPeer))
 		default:

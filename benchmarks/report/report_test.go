@@ -56,6 +56,26 @@ func TestWrite(t *testing.T) {
 	}
 }
 
+// A run that timed its decisions' commits has a column for them; one
+// from before, regenerated, has none.
+func TestCommittedColumn(t *testing.T) {
+	before := round("driftguard orders", 1, 9000, true)
+	if md := Markdown(&Results{Date: "2026-01-02", Rounds: []model.Round{before}}, Summarize([]model.Round{before}), Plots{}); strings.Contains(md, "committed") {
+		t.Errorf("results without commit times name them:\n%s", md)
+	}
+	after := round("driftguard orders", 1, 9000, true)
+	after.Latency = map[string]model.Percentiles{"ack": {P50: 2, P99: 9}, "decision": {P50: 40, P99: 200}, "committed": {P50: 120, P99: 300}, "row": {P50: 1500, P99: 2000}}
+	md := Markdown(&Results{Date: "2026-01-02", Rounds: []model.Round{after}}, Summarize([]model.Round{after}), Plots{})
+	for _, want := range []string{
+		"| contender | rounds passed | webhooks/s | decided/s | ack p50 / p99 | decision p50 / p99 | committed p50 / p99 | row p50 / p99 | CPU µs/webhook | peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|---|\n",
+		"| driftguard orders | 1/1 | 9000 | – | 2.00 / 9.00 | 40.0 / 200 | 120 / 300 | 1500 / 2000 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the results lack %q:\n%s", want, md)
+		}
+	}
+}
+
 // The Kafka requests of the contenders that report them: a row per
 // process, kinds most written first, records per produce batch; none
 // for a peer.
@@ -100,6 +120,14 @@ func TestTargets(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("targets lack %q:\n%s", want, got)
 		}
+	}
+	// Where the run timed each decision's commit, the target judges that:
+	// a decision no reader sees yet is not made.
+	committed := dg
+	committed.Latency = map[string]model.Percentiles{"ack": {P50: 2, P99: 9}, "decision": {P50: 40, P99: 200}, "committed": {P50: 120, P99: 300}}
+	if late := strings.Join(targets(Summarize([]model.Round{committed, peer}), nil, 0), "\n"); !strings.Contains(late,
+		"1.20× the webhooks/s with p99 accept → committed decision 300 ms, against ≥ 1.2× with p99 ≤ 250 ms: **not met**") {
+		t.Errorf("the decision target without the commit's latency:\n%s", late)
 	}
 	dg.BrokerThreads = map[string]float64{"JIT compilation": 10, "request handlers": 8}
 	if jit := strings.Join(targets(Summarize([]model.Round{dg, peer}), nil, 0), "\n"); !strings.Contains(jit,
