@@ -76,6 +76,18 @@ func TestCommittedColumn(t *testing.T) {
 	}
 }
 
+// A ratio just short of its target does not read as the target.
+func TestRatio(t *testing.T) {
+	for _, c := range []struct {
+		r, target float64
+		want      string
+	}{{4.997, 5, "4.997"}, {5, 5, "5.00"}, {5.004, 5, "5.00"}, {1.19999, 1.2, "1.19999"}, {0.54, 1.2, "0.54"}, {4.9999999, 5, "5.000000"}} {
+		if got := ratio(c.r, c.target); got != c.want {
+			t.Errorf("ratio(%v, %v) = %s, want %s", c.r, c.target, got, c.want)
+		}
+	}
+}
+
 // The Kafka requests of the contenders that report them: a row per
 // process, kinds most written first, records per produce batch; none
 // for a peer.
