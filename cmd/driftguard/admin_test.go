@@ -247,6 +247,9 @@ func TestOperatorActionsEndToEnd(t *testing.T) {
 	if o := waitOutcome(wf, "op-skip-again-1", record.Applied); o.Version != 1 {
 		t.Fatalf("first step after reset: %+v", o)
 	}
+	// A gap after the reset, at the sequence skipped before it: open.
+	produce(wf, "op-skip", wfStep("op-skip", 3, "op-skip-again-3"))
+	waitOutcome(wf, "op-skip-again-3", record.Buffered)
 
 	// An action issued through the library while the processor is down is
 	// pending, and decided once when it is back.
@@ -304,6 +307,20 @@ func TestOperatorActionsEndToEnd(t *testing.T) {
 	}
 	if want := "alice reset actioned 1, alice skip-gap actioned 1, bob release actioned 1, carol skip-gap actioned 1, oncall abandon actioned 1, oncall skip-gap rejected 1"; strings.Join(got, ", ") != want {
 		t.Errorf("the actions in ClickHouse:\n%s\nwant\n%s", strings.Join(got, ", "), want)
+	}
+
+	// Of the gaps the processor asked to be replayed (op-skip's from 2
+	// twice, op-ab's, op-kill's, and op-skip's again after its reset),
+	// only the last is open: the others were skipped, or their key
+	// abandoned, after they were asked for (gaps_never_filled in
+	// docs/analyst-queries.md).
+	testenv.WaitFor(t, ctx, "the replay requests in ClickHouse", func() bool {
+		return q("SELECT count() FROM %s.replay_requests") == 5
+	})
+	h := &history{t: t, ctx: ctx, cfg: cfg, conn: chConn, streams: map[string]string{"workflow": wf}}
+	gaps := h.query(h.localize(analystQueries(t)["gaps_never_filled"]))
+	if len(gaps) != 1 || gaps[0][0] != "op-skip" || gaps[0][1] != int64(2) || gaps[0][3] != uint64(1) {
+		t.Errorf("gaps never filled: %v, want op-skip's from 2 asked once after its reset", gaps)
 	}
 }
 
