@@ -315,6 +315,20 @@ func TestListeners(t *testing.T) {
 // Ingress routes.
 func TestPublicPorts(t *testing.T) {
 	r := render(t, readValues(t, productionFile))
+	if strings.Contains(r.notes, "WARNING") {
+		t.Errorf("NOTES.txt warns of the production values, which list the ingress controller as a trusted proxy:\n%s", r.notes)
+	}
+	// An Ingress before a component with no trusted proxies: every client
+	// would share the controller's per-source limits.
+	bare := render(t, valuesYAML(t, `
+ingest: {ingress: {enabled: true, hosts: [{host: webhooks.example.com, paths: [{path: /v1/webhooks/, pathType: Prefix}]}]}}
+bridge: {enabled: true, ingress: {enabled: true, hosts: [{host: app.example.com, paths: [{path: /v1/, pathType: Prefix}]}]}}
+config: {bridge: {allowed_origins: [https://app.example.com]}}`))
+	for _, want := range []string{"WARNING: ingest is behind an Ingress, and config.http.trusted_proxies", "WARNING: bridge is behind an Ingress, and config.bridge.trusted_proxies"} {
+		if !strings.Contains(bare.notes, want) {
+			t.Errorf("NOTES.txt lacks %q:\n%s", want, bare.notes)
+		}
+	}
 	ingest := r.deployment(t, "ingest").Spec.Template.Spec.Containers[0]
 	pub := r.service(fullName("ingest"))
 	if pub == nil {
