@@ -44,7 +44,10 @@ type typingEvent struct {
 
 // nextTyping waits up to d for the next typing event of s, passing over
 // state events; it fails the test without one.
-func nextTyping(t *testing.T, s *sse, d time.Duration) typingEvent {
+//
+// When none comes it fails with the bridge's typing metrics, which say
+// where the signal went (read stale, dropped expired, ...).
+func nextTyping(t *testing.T, e *bridgeEnv, s *sse, d time.Duration) typingEvent {
 	t.Helper()
 	until := time.After(d)
 	for {
@@ -62,7 +65,7 @@ func nextTyping(t *testing.T, s *sse, d time.Duration) typingEvent {
 			}
 			return te
 		case <-until:
-			t.Fatalf("no typing event within %s", d)
+			t.Fatalf("no typing event within %s; the bridge's typing metrics:\n%s", d, metricLines(t, e, "driftguard_bridge_typing_"))
 			return typingEvent{}
 		}
 	}
@@ -177,7 +180,7 @@ func TestTypingReachesMembersUntilItExpires(t *testing.T) {
 		t.Errorf("alice typing again at once: %d %+v, want 202 coalesced until %d", status, again, first.ExpiresAtMs)
 	}
 	for name, s := range map[string]*sse{"bob following room": bobRoom, "bob following the stream": bobAll} {
-		got := nextTyping(t, s, 30*time.Second)
+		got := nextTyping(t, e, s, 30*time.Second)
 		if got.Key != "room" || got.UserID != "alice" || got.ExpiresAtMs != first.ExpiresAtMs {
 			t.Errorf("%s got %+v, want alice in room until %d (erin is no member)", name, got, first.ExpiresAtMs)
 		}
@@ -192,7 +195,7 @@ func TestTypingReachesMembersUntilItExpires(t *testing.T) {
 	// (a bridge that lags) is dropped.
 	e.typedAsIngest(stream, "room", "bob", time.Now().Add(-2*ttl))
 	e.typedAsIngest(stream, "room", "bob", time.Now())
-	got := nextTyping(t, aliceRoom, 30*time.Second)
+	got := nextTyping(t, e, aliceRoom, 30*time.Second)
 	if got.UserID != "bob" || got.ExpiresAtMs <= got.arrivedMs {
 		t.Errorf("alice got %+v at %d, want bob's fresh typing (not alice's own, not erin's, not the stale one)", got, got.arrivedMs)
 	}
@@ -208,7 +211,7 @@ func TestTypingReachesMembersUntilItExpires(t *testing.T) {
 		t.Fatalf("alice typing after the expiry: %d %+v", status, second)
 	}
 	for name, s := range map[string]*sse{"bob's client from before": bobRoom, "bob's client from after the expiry": late} {
-		if got := nextTyping(t, s, 30*time.Second); got.ExpiresAtMs != second.ExpiresAtMs || got.ExpiresAtMs < got.arrivedMs {
+		if got := nextTyping(t, e, s, 30*time.Second); got.ExpiresAtMs != second.ExpiresAtMs || got.ExpiresAtMs < got.arrivedMs {
 			t.Errorf("%s got %+v at %d, want alice's second typing until %d", name, got, got.arrivedMs, second.ExpiresAtMs)
 		}
 	}
@@ -253,19 +256,38 @@ func abs(n int64) int64 { return max(n, -n) }
 // metricValue reads one series of the bridge's /metrics, 0 when absent.
 func metricValue(t *testing.T, e *bridgeEnv, series string) float64 {
 	t.Helper()
-	resp, err := http.Get(e.opsURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(scrape(t, e), "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			f, _ := strconv.ParseFloat(v, 64)
 			return f
 		}
 	}
 	return 0
+}
+
+// metricLines are the bridge's series whose names start with prefix, one
+// a line.
+func metricLines(t *testing.T, e *bridgeEnv, prefix string) string {
+	t.Helper()
+	var lines []string
+	for _, line := range strings.Split(scrape(t, e), "\n") {
+		if strings.HasPrefix(line, prefix) {
+			lines = append(lines, line)
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// scrape is the bridge's /metrics page.
+func scrape(t *testing.T, e *bridgeEnv) string {
+	t.Helper()
+	resp, err := http.Get(e.opsURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return string(body)
 }
 
 // Behind a load balancer: a member's typing POSTed to one bridge reaches
@@ -294,7 +316,7 @@ func TestTypingCrossesBridges(t *testing.T) {
 	if status != http.StatusAccepted {
 		t.Fatalf("alice typing on the first bridge: %d", status)
 	}
-	if got := nextTyping(t, s, 30*time.Second); got.UserID != "alice" || got.ExpiresAtMs != sent.ExpiresAtMs {
+	if got := nextTyping(t, &b, s, 30*time.Second); got.UserID != "alice" || got.ExpiresAtMs != sent.ExpiresAtMs {
 		t.Errorf("bob on the second bridge got %+v, want alice's typing until %d", got, sent.ExpiresAtMs)
 	}
 }
