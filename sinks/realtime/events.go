@@ -85,12 +85,15 @@ func (b *Bridge) events(q *request) {
 	name := q.stream.cfg.Name
 	c := &client{b: b, q: q, s: s, pos: pos, key: key, rc: http.NewResponseController(q.w),
 		sentTotal: b.metrics.sent.WithLabelValues(name), delivery: b.metrics.delivery.WithLabelValues(name), clock: time.Now(), rec: rec}
+	// Following typing before the client has its answer, and before it
+	// is counted: a typing signal read once it is connected reaches it
+	// (queued until run writes it).
+	defer b.followTyping(c)()
 	if c.flush() != nil {
 		return
 	}
 	b.metrics.clients.WithLabelValues(name).Inc()
 	defer b.metrics.clients.WithLabelValues(name).Dec()
-	defer b.followTyping(c)()
 	// The stream lasts as long as its token: at its expiry (and the
 	// leeway) the client is told so and gets a new token to resume with.
 	valid, stop := context.WithDeadline(q.r.Context(), b.tokenEnd(q.user))
