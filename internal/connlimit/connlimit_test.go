@@ -111,11 +111,15 @@ func TestConnectionLimitClosesTheConnectionIdleTheLongest(t *testing.T) {
 	if !answered(oldest, oldestR, 10*time.Second) {
 		t.Fatal("a connection under the cap was not served")
 	}
+	// The server marks a connection idle after the client has its
+	// answer: the newer one is asked only once the oldest is idle, so
+	// that a loaded machine cannot mark them in the other order.
+	ctx := testenv.Context(t, 30*time.Second)
+	testenv.WaitFor(t, ctx, "the oldest connection idle", func() bool { return limit.Idle() == 1 })
 	newer, newerR := ask("/")
 	if !answered(newer, newerR, 10*time.Second) {
 		t.Fatal("a connection under the cap was not served")
 	}
-	ctx := testenv.Context(t, 30*time.Second)
 	testenv.WaitFor(t, ctx, "two idle connections of three", func() bool {
 		return limit.Open() == 3 && limit.Idle() == 2
 	})
