@@ -70,20 +70,14 @@ func Markdown(res *Results, sums []Summary, plots Plots) string {
 	w("## End to end\n\n")
 	w("Each contender fed the same signed webhooks by `benchmarks/loadgen`, in interleaved rounds; medians with the range over rounds in parentheses. ")
 	w("webhooks/s are those accepted (2xx) in the measured window; decided/s, driftguard's first decisions of webhooks made in the same window (below webhooks/s when the processors fall behind). ")
-	// Results from before the commit of each decision was timed have no
-	// such column.
-	timedCommits := slices.ContainsFunc(ok, func(s Summary) bool { _, found := s.Latency[committedLatency]; return found })
+	latencies := latencyKinds(ok)
+	timedCommits := slices.Contains(latencies, committedLatency)
 	w("Latencies in ms: ack is the HTTP answer, decision is accepted → decided (driftguard's outcome record, inside its transaction), ")
 	if timedCommits {
 		w("committed is accepted → the commit of that transaction (its commit marker's time), when a read_committed reader (the sink, the bridge, any consumer) sees the decision, ")
 	}
 	w("row is accepted → row in ClickHouse (sampled every 100 ms). ")
 	w("Every contender listed passed `benchmarks/check` in every round: nothing lost, nothing doubled, the final state the model's.\n\n")
-	latencies := []string{"ack", "decision"}
-	if timedCommits {
-		latencies = append(latencies, committedLatency)
-	}
-	latencies = append(latencies, "row")
 	w("| contender | rounds passed | webhooks/s | decided/s |")
 	for _, kind := range latencies {
 		w(" %s p50 / p99 |", kind)
@@ -173,6 +167,15 @@ func Markdown(res *Results, sums []Summary, plots Plots) string {
 // committedLatency is the latency kind of a decision's commit (see
 // model.Contender.Latency).
 const committedLatency = "committed"
+
+// latencyKinds are the latencies, in the order of a webhook's path, that
+// some contender measured: results from before the commit of each
+// decision was timed have no "committed".
+func latencyKinds(ok []Summary) []string {
+	return slices.DeleteFunc([]string{"ack", "decision", committedLatency, "row"}, func(k string) bool {
+		return !slices.ContainsFunc(ok, func(s Summary) bool { _, found := s.Latency[k]; return found })
+	})
+}
 
 func latency(s Summary, kind string) string {
 	l, found := s.Latency[kind]

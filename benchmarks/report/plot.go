@@ -73,11 +73,7 @@ func drawPlots(base string, sums []Summary) (Plots, error) {
 	lp.Y.Label.Text = "ms (log scale)"
 	lp.Y.Scale = plot.LogScale{}
 	lp.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-	// Only the kinds a run measured: results from before commits were
-	// timed have no "committed".
-	kinds := slices.DeleteFunc([]string{"ack", "decision", committedLatency, "row"}, func(k string) bool {
-		return !slices.ContainsFunc(ok, func(s Summary) bool { _, found := s.Latency[k]; return found })
-	})
+	kinds := latencyKinds(ok)
 	var labels []string
 	for _, k := range kinds {
 		labels = append(labels, k+" p50", k+" p99")

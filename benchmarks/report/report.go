@@ -129,9 +129,11 @@ func Summarize(rounds []model.Round) []Summary {
 		}
 		s.CPU = summarizeByKey(rs, func(r model.Round) map[string]float64 { return r.CPUPerEvent })
 		s.CPUTotal = collect(func(r model.Round) (float64, bool) {
+			// In the processes' order, so that the same rounds always sum
+			// to the same last bit (a map's order is random).
 			t := 0.0
-			for _, v := range r.CPUPerEvent {
-				t += v
+			for _, name := range slices.Sorted(maps.Keys(r.CPUPerEvent)) {
+				t += r.CPUPerEvent[name]
 			}
 			return t, len(r.CPUPerEvent) > 0
 		})

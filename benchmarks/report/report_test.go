@@ -190,3 +190,17 @@ func TestRestTable(t *testing.T) {
 		t.Error("a table at rest for rounds that measured none")
 	}
 }
+
+// The same rounds always give the same total CPU, to the last bit: the
+// processes are summed in one order, whatever a map's.
+func TestCPUTotalIsTheSameEveryTime(t *testing.T) {
+	r := round("driftguard orders", 1, 9000, true)
+	// Summed in another order, 1e16 + 1 - 1e16 is 0 or 1 in float64.
+	r.CPUPerEvent = map[string]float64{"a": 1e16, "b": 1, "c": -1e16, "d": 0.5, "e": 0.25}
+	want := Summarize([]model.Round{r})[0].CPUTotal.Median
+	for range 100 {
+		if got := Summarize([]model.Round{r})[0].CPUTotal.Median; got != want {
+			t.Fatalf("total CPU %v, then %v", want, got)
+		}
+	}
+}
