@@ -126,7 +126,9 @@ func (e *bridgeEnv) typedAsIngest(stream, conv, user string, receivedAt time.Tim
 func TestTypingReachesMembersUntilItExpires(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	stream := testenv.UniqueName("chat")
-	const ttl = 2 * time.Second
+	// Long enough for a loaded CI machine: a signal read after it is
+	// dropped as stale, which a 2 s TTL saw there twice.
+	const ttl = 6 * time.Second
 	e := newBridgeEnv(t, brokers, chatAs(stream, func(cfg *config.Config) { cfg.Bridge.TypingTTL = ttl }), "chat")
 	e.publish(stream, "room", 1, chatState(0, "alice", "bob"))
 	e.publish(stream, "other", 1, chatState(0, "alice", "erin"))
