@@ -1,6 +1,8 @@
 package processors
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -105,4 +107,56 @@ func (m *Metrics) serve(stream string) {
 		v.WithLabelValues(stream)
 	}
 	m.decisionLatency.WithLabelValues(stream)
+}
+
+// tally is what decisions add to a stream's counters and latency
+// histogram, gathered apart from the metrics so that a transaction's are
+// added only once it commits.
+type tally struct {
+	// outcomes counts decisions by their decisions_total label.
+	outcomes         map[string]int
+	evicted, expired int
+	// receivedAtMs are the received_at (unix ms) of the decisions about an
+	// event, whose latency runs to when they became readable.
+	receivedAtMs []int64
+}
+
+// reset empties t, keeping its room.
+func (t *tally) reset() {
+	clear(t.outcomes)
+	t.evicted, t.expired = 0, 0
+	t.receivedAtMs = t.receivedAtMs[:0]
+}
+
+// add adds t to stream's series, its decisions readable from at, and
+// empties t. m nil only empties it.
+func (m *Metrics) add(stream string, t *tally, at time.Time) {
+	defer t.reset()
+	if m == nil {
+		return
+	}
+	for outcome, n := range t.outcomes {
+		if n == 0 {
+			continue
+		}
+		m.decisions.WithLabelValues(stream, outcome).Add(float64(n))
+		switch record.Result(outcome) {
+		case record.Quarantined:
+			m.stored.WithLabelValues(stream).Add(float64(n))
+		case record.Reconciled:
+			m.reconciled.WithLabelValues(stream).Add(float64(n))
+		}
+	}
+	if t.evicted > 0 {
+		m.evicted.WithLabelValues(stream).Add(float64(t.evicted))
+	}
+	if t.expired > 0 {
+		m.expired.WithLabelValues(stream).Add(float64(t.expired))
+	}
+	if len(t.receivedAtMs) > 0 {
+		latency, atMs := m.decisionLatency.WithLabelValues(stream), at.UnixMilli()
+		for _, ms := range t.receivedAtMs {
+			latency.Observe(float64(max(0, atMs-ms)) / 1000)
+		}
+	}
 }

@@ -67,32 +67,19 @@ type handler struct {
 	rules *decide.Rules
 	// visited sums what one timer visit sees, for the gauges.
 	visited visitCounts
-	// onDecided takes the received_at (unix ms) of each decision written;
-	// nil observes its latency at once. The transactional runtime holds
-	// them until its transaction commits.
-	onDecided func(receivedAtMs int64)
+	// counts is what the decisions not yet counted add to the metrics.
+	// With holdCounts (the transactional runtime) they wait for their
+	// transaction to commit; otherwise each input's and each timer's are
+	// counted once it is decided.
+	counts     tally
+	holdCounts bool
 }
 
-// decided is called for each decision written, with its event's
-// received_at.
-func (h *handler) decided(receivedAtMs int64) {
-	if h.onDecided != nil {
-		h.onDecided(receivedAtMs)
-		return
-	}
-	h.observeLatency(h.opts.Now(), receivedAtMs)
-}
-
-// observeLatency observes the decision latencies of events received at
-// receivedAtMs (unix ms) and decided, readable, at now.
-func (h *handler) observeLatency(now time.Time, receivedAtMs ...int64) {
-	if h.opts.Metrics == nil || len(receivedAtMs) == 0 {
-		return
-	}
-	o := h.opts.Metrics.decisionLatency.WithLabelValues(h.stream.Name)
-	nowMs := now.UnixMilli()
-	for _, ms := range receivedAtMs {
-		o.Observe(float64(max(0, nowMs-ms)) / 1000)
+// countedNow adds the decisions' counts to the metrics unless the runtime
+// holds them for its transaction.
+func (h *handler) countedNow() {
+	if !h.holdCounts {
+		h.opts.Metrics.add(h.stream.Name, &h.counts, h.opts.Now())
 	}
 }
 
@@ -116,6 +103,7 @@ type decisionContext interface {
 // process is goka's callback: goka serializes calls per partition, so
 // everything here for one key happens in log order.
 func (h *handler) process(ctx decisionContext, msg any) {
+	defer h.countedNow()
 	body, _ := msg.([]byte)
 	if string(ctx.Headers()[record.HeaderType]) == record.ControlType {
 		h.act(ctx, body)
@@ -175,13 +163,11 @@ func tableValueOf(ctx decisionContext) *tableValue {
 func (h *handler) store(ctx decisionContext, value *tableValue, effects decide.Effects, atMs int64, origin decisionOrigin) {
 	for _, d := range effects.Decisions {
 		h.count(string(d.Outcome))
-		if record.IsOrphanExpiry(d.Reason) && h.opts.Metrics != nil {
-			h.opts.Metrics.expired.WithLabelValues(h.stream.Name).Inc()
+		if record.IsOrphanExpiry(d.Reason) {
+			h.counts.expired++
 		}
 	}
-	if effects.Evicted > 0 && h.opts.Metrics != nil {
-		h.opts.Metrics.evicted.WithLabelValues(h.stream.Name).Add(float64(effects.Evicted))
-	}
+	h.counts.evicted += effects.Evicted
 	h.emitEffects(ctx, effects, atMs, origin)
 	h.writeBack(ctx, value, effects.ChangesState())
 }
@@ -237,7 +223,7 @@ func (h *handler) emitEffects(ctx decisionContext, effects decide.Effects, atMs 
 		// A gap's report (gap_timeout, repeated while the gap stays open)
 		// is about no event: it has no latency to count.
 		if d.Event.EventID != "" {
-			h.decided(d.Event.ReceivedAtMs)
+			h.counts.receivedAtMs = append(h.counts.receivedAtMs, d.Event.ReceivedAtMs)
 		}
 		if d.DeadLetter != "" {
 			h.emitDeadLetter(ctx, d.Event, d.DeadLetter, fmt.Sprintf("event %s at version %d", d.Event.EventID, d.Version), atMs)
@@ -339,16 +325,11 @@ func (h *handler) emit(ctx decisionContext, topic string, v any) {
 	ctx.Emit(goka.Stream(topic), ctx.Key(), data)
 }
 
+// count counts a decision by its driftguard_processor_decisions_total
+// label.
 func (h *handler) count(outcome string) {
-	m := h.opts.Metrics
-	if m == nil {
-		return
+	if h.counts.outcomes == nil {
+		h.counts.outcomes = make(map[string]int)
 	}
-	m.decisions.WithLabelValues(h.stream.Name, outcome).Inc()
-	switch record.Result(outcome) {
-	case record.Quarantined:
-		m.stored.WithLabelValues(h.stream.Name).Inc()
-	case record.Reconciled:
-		m.reconciled.WithLabelValues(h.stream.Name).Inc()
-	}
+	h.counts.outcomes[outcome]++
 }

@@ -30,13 +30,9 @@ type Runtime struct {
 	conn kafka.Conn
 	opts RuntimeOptions
 	// mu is held by each callback and at each transaction's end: the
-	// decisions of the running transaction (receivedAt) are observed once
-	// it commits, and a test stalls the loop by holding it.
+	// running transaction's decisions (h.counts) are counted once it
+	// commits, and a test stalls the loop by holding it.
 	mu sync.Mutex
-	// receivedAt are the received_at (unix ms) of the decisions of the
-	// running transaction, whose latency is observed once it commits: a
-	// decision of an aborted transaction is never seen by readers.
-	receivedAt []int64
 }
 
 // RuntimeOptions configure the runtime. Zero values mean defaults.
@@ -104,8 +100,8 @@ func NewRuntime(conn kafka.Conn, s *config.Stream, opts Options, ropts RuntimeOp
 		ropts.TimerTick = defaultTimerTick
 	}
 	h := newHandler(s, opts)
+	h.holdCounts = true
 	r := &Runtime{h: h, conn: conn, opts: ropts}
-	h.onDecided = func(ms int64) { r.receivedAt = append(r.receivedAt, ms) }
 	graph := h.graph(func(ctx goka.Context, msg any) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -168,18 +164,21 @@ func (r *Runtime) ChangelogReaderOptions(p int32, from int64) []kgo.Opt {
 // every table partition it was given.
 func (r *Runtime) Recovered() bool { return r.proc.Recovered() }
 
-// ended observes, after a transaction, the latency of its decisions when
-// it committed, and the time of the commit.
+// ended counts, after a transaction, its decisions once it committed at
+// at, their latency to then, and the time of the commit. An aborted
+// transaction's are not counted: readers never see them, and its inputs
+// are decided, and counted, again.
 func (r *Runtime) ended(committed bool, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if committed {
-		r.h.observeLatency(at, r.receivedAt...)
-		if m := r.h.opts.Metrics; m != nil {
-			m.lastCommit.WithLabelValues(r.h.stream.Name).Set(float64(at.UnixMilli()) / 1000)
-		}
+	if !committed {
+		r.h.counts.reset()
+		return
 	}
-	r.receivedAt = r.receivedAt[:0]
+	r.h.opts.Metrics.add(r.h.stream.Name, &r.h.counts, at)
+	if m := r.h.opts.Metrics; m != nil {
+		m.lastCommit.WithLabelValues(r.h.stream.Name).Set(float64(at.UnixMilli()) / 1000)
+	}
 }
 
 // Run decides the stream until ctx ends. Beside the processor, a client

@@ -133,11 +133,14 @@ func TestRuntimeBeginsANewSessionWhenATransactionCannotEnd(t *testing.T) {
 	if n := testutil.ToFloat64(metrics.sessionRestarts.WithLabelValues(s.Name)); n != 1 {
 		t.Errorf("driftguard_processor_session_restarts_total = %v, want 1", n)
 	}
-	// The transaction that did not end was decided again: its decisions
-	// are counted as made twice, their latency observed once, at the
-	// commit readers see.
-	if made := testutil.ToFloat64(metrics.decisions.WithLabelValues(s.Name, string(record.Applied))); made <= 3 {
-		t.Errorf("%v decisions made: the refused transaction's were not decided again", made)
+	// The transaction that did not end was decided again: its outcomes
+	// were written twice, once aborted. Its decisions are counted once,
+	// when they committed, and so is their latency.
+	if written := len(readTopic(t, ctx, cl, names.Outcomes, false)); written <= 3 {
+		t.Errorf("%d outcomes written: the refused transaction's were not decided again", written)
+	}
+	if made := testutil.ToFloat64(metrics.decisions.WithLabelValues(s.Name, string(record.Applied))); made != 3 {
+		t.Errorf("%v decisions counted, want one per committed decision, 3", made)
 	}
 	if n := histogramCount(t, metrics.decisionLatency.WithLabelValues(s.Name).(prometheus.Histogram)); n != 3 {
 		t.Errorf("%d decision latencies observed, want one per committed decision, 3", n)

@@ -32,6 +32,7 @@ const tickVisitor = "timers"
 
 // tick is the visitor callback; meta is the tick's time in unix ms.
 func (h *handler) tick(ctx decisionContext, meta any) {
+	defer h.countedNow()
 	value, _ := ctx.Value().(*tableValue)
 	now, _ := meta.(int64)
 	if value == nil {
