@@ -148,6 +148,11 @@ auto.create.topics.enable=false
 # Consumer groups should not wait for more members before the first
 # assignment.
 group.initial.rebalance.delay.ms=0
+# The log cleaner takes its dedupe buffer (128 MiB by default) in one
+# allocation at startup: half of a cluster node's 256 MiB heap, which a
+# fragmented heap can refuse (OutOfMemoryError, the node exits). The
+# tests' compacted topics are small; 16 MiB holds half a million keys.
+log.cleaner.dedupe.buffer.size=16777216
 EOF
   } >"$dir/server.properties"
   # Written per run so that the broker log lands in its own temp dir.
