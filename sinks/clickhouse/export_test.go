@@ -27,6 +27,22 @@ func (p *Pipeline) Insert(ctx context.Context, chunks [][]*kgo.Record) error {
 	return p.w.settle(true)
 }
 
+// InsertStopped hands records to a background INSERT as Run does, with
+// ctx already ended (a stop that came as the batch was handed over), and
+// returns the INSERT's result once it is answered.
+func (p *Pipeline) InsertStopped(ctx context.Context, records []*kgo.Record) error {
+	if err := p.w.add(ctx, records); err != nil {
+		return err
+	}
+	stopped, stop := context.WithCancel(ctx)
+	stop()
+	if err := p.w.flush(stopped); err != nil {
+		return err
+	}
+	p.w.wait()
+	return p.w.err
+}
+
 // Batch is a gathered batch.
 type Batch = batch
 

@@ -270,6 +270,28 @@ func sinkOverDatabase(t *testing.T) (context.Context, func() *sinkch.Sink, func(
 	}
 }
 
+// A sink stopped as it hands a batch to its INSERT lets the INSERT be
+// answered: when the sink returns, ClickHouse holds the rows and, through
+// the views, their positions, so a sink started next skips them. Given up
+// at the stop, the INSERT would fail at once while the server could still
+// be writing, and the sink would return before the positions were in.
+func TestStoppedSinkLetsItsInsertLand(t *testing.T) {
+	ctx, newSink, count := sinkOverDatabase(t)
+	records := presenceOutcomes(t, "frank", 5, 0, 4)
+	if err := newSink().NewPipeline().InsertStopped(ctx, records); err != nil {
+		t.Fatalf("the INSERT under way at the stop: %v", err)
+	}
+	if n := count(); n != 4 {
+		t.Fatalf("events has %d rows, want the 4 of the INSERT", n)
+	}
+	if err := newSink().Insert(ctx, records); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 4 {
+		t.Errorf("events has %d rows after a sink started next read the records again, want 4: their positions were not in", n)
+	}
+}
+
 // The server can die after writing an INSERT's rows to the table and
 // before writing their position through the view: the rows are in,
 // sink_positions lags them, and the client saw an error. The retry finds

@@ -2,6 +2,7 @@ package clickhouse
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -54,21 +55,46 @@ func (w *writer) idle() bool { return w.inflight == nil && w.cur.records == 0 }
 // one fails, the prepared INSERT is dropped (see discard) and sent again
 // after it.
 func (w *writer) flush(ctx context.Context) error {
-	w.s.prepare(ctx, w.cur)
+	sendCtx, stopSending := outlast(ctx, insertGrace)
+	w.s.prepare(sendCtx, w.cur)
 	if err := w.settle(true); err != nil {
 		for _, blk := range w.cur.blocks() {
 			blk.discard()
 		}
+		stopSending()
 		return err
 	}
 	b := w.cur
 	w.cur, w.spare, w.inflight = w.spare, nil, b
 	w.done = make(chan struct{})
 	go func() {
-		w.err = w.s.untilDone(ctx, "inserting", func(retry bool) error { return w.s.flush(ctx, b, retry) })
+		defer stopSending()
+		w.err = w.s.untilDone(ctx, "inserting", func(retry bool) error { return w.s.flush(sendCtx, b, retry) })
 		close(w.done)
 	}()
 	return nil
+}
+
+// insertGrace is how long an INSERT under way when the sink stops may
+// take to be answered. Cancelled, the driver gives up at once while the
+// server goes on writing the table and then, through the views, the
+// positions: the sink would stop before ClickHouse holds what it wrote,
+// and a restart meanwhile would read positions behind the rows. No
+// new attempt begins after the stop.
+const insertGrace = 10 * time.Second
+
+// outlast is a context that ends grace after ctx ends, or at stop.
+func outlast(ctx context.Context, grace time.Duration) (_ context.Context, stop func()) {
+	outlasting, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var timer atomic.Pointer[time.Timer]
+	unwatch := context.AfterFunc(ctx, func() { timer.Store(time.AfterFunc(grace, cancel)) })
+	return outlasting, func() {
+		unwatch()
+		if t := timer.Load(); t != nil {
+			t.Stop()
+		}
+		cancel()
+	}
 }
 
 // settle commits the batch in flight if it has landed, or with wait once
