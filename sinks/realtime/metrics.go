@@ -141,6 +141,9 @@ type typingMetrics struct {
 	// (handed to the clients that may see it), stale (read after its
 	// expiry), not_member, coalesced, undecodable.
 	read *prometheus.CounterVec
+	// readDelay is how long after it was produced each signal was read:
+	// the bridge's lag on typing, seen before it reaches the TTL.
+	readDelay *prometheus.HistogramVec
 	// sent are the typing events written to clients; dropped those a
 	// client did not get, by reason: queue_full (a client behind on its
 	// writes), expired (its expiry passed before the write).
@@ -163,6 +166,10 @@ func newTypingMetrics(reg prometheus.Registerer) *typingMetrics {
 		read: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "driftguard_bridge_typing_read_total", Help: "Typing signals read from <stream>.ephemeral by outcome: shown, stale (past their expiry when read), not_member, coalesced, undecodable.",
 		}, []string{"stream", "outcome"}),
+		readDelay: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "driftguard_bridge_typing_read_delay_seconds", Help: "Time from a typing signal's production (its dg-received-at, else the record's time) to the bridge reading it from <stream>.ephemeral; a signal read bridge.typing_ttl after it is stale.",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10},
+		}, []string{"stream"}),
 		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "driftguard_bridge_typing_sent_total", Help: "SSE typing events written to clients.",
 		}, []string{"stream"}),
@@ -171,7 +178,7 @@ func newTypingMetrics(reg prometheus.Registerer) *typingMetrics {
 		}, []string{"stream", "reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.posts, m.read, m.sent, m.dropped)
+		reg.MustRegister(m.posts, m.read, m.readDelay, m.sent, m.dropped)
 	}
 	return m
 }
@@ -184,6 +191,7 @@ func (m *typingMetrics) serve(stream string) {
 	for _, o := range typingReadOutcomes {
 		m.read.WithLabelValues(stream, o)
 	}
+	m.readDelay.WithLabelValues(stream)
 	m.sent.WithLabelValues(stream)
 	for _, r := range typingDropReasons {
 		m.dropped.WithLabelValues(stream, r)

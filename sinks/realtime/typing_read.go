@@ -102,8 +102,10 @@ func (b *Bridge) receiveTyping(st *stream, r *kgo.Record) {
 	if key == "" {
 		return // another ephemeral type
 	}
+	nowMs := b.now().UnixMilli()
+	b.typingMetrics.readDelay.WithLabelValues(name).Observe(float64(max(0, nowMs-atMs)) / 1000)
 	expiresAtMs := atMs + ts.ttl.Milliseconds()
-	if b.now().UnixMilli() >= expiresAtMs {
+	if nowMs >= expiresAtMs {
 		// Read after its expiry (the bridge lagged): it would show a
 		// typing that has already stopped.
 		b.typingMetrics.read.WithLabelValues(name, "stale").Inc()

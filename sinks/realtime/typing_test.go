@@ -201,6 +201,13 @@ func TestTypingReachesMembersUntilItExpires(t *testing.T) {
 	if got.UserID != "bob" || got.ExpiresAtMs <= got.arrivedMs {
 		t.Errorf("alice got %+v at %d, want bob's fresh typing (not alice's own, not erin's, not the stale one)", got, got.arrivedMs)
 	}
+	// Each of the four signals produced so far was timed from its
+	// production, the stale one, two TTLs old, past the last bucket.
+	delay := `driftguard_bridge_typing_read_delay_seconds_`
+	series := func(suffix string) float64 { return metricValue(t, e, delay+suffix) }
+	if n, late := series(`count{stream="`+stream+`"}`), series(`bucket{stream="`+stream+`",le="+Inf"}`)-series(`bucket{stream="`+stream+`",le="10"}`); n != 4 || late != 1 {
+		t.Errorf("read delays: %v observed, %v over 10 s; want 4, 1\n%s", n, late, metricLines(t, e, delay))
+	}
 
 	// After the expiry: a new client of bob's gets nothing of it, and the
 	// next typing it and the old client get is alice's next one.
