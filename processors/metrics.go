@@ -1,6 +1,7 @@
 package processors
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/driftguard/driftguard/internal/kafka"
 	"github.com/driftguard/driftguard/internal/record"
+	"github.com/driftguard/driftguard/processors/decide"
 )
 
 // Metrics count decisions across streams.
@@ -113,6 +115,7 @@ func (m *Metrics) serve(stream string) {
 // histogram, gathered apart from the metrics so that a transaction's are
 // added only once it commits.
 type tally struct {
+	mu sync.Mutex
 	// outcomes counts decisions by their decisions_total label.
 	outcomes         map[string]int
 	evicted, expired int
@@ -121,8 +124,40 @@ type tally struct {
 	receivedAtMs []int64
 }
 
+// decided counts the decisions of effects.
+func (t *tally) decided(effects decide.Effects) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, d := range effects.Decisions {
+		t.count(string(d.Outcome))
+		if record.IsOrphanExpiry(d.Reason) {
+			t.expired++
+		}
+		// A gap's report (gap_timeout, repeated while the gap stays open)
+		// is about no event: it has no latency to count.
+		if d.Event.EventID != "" {
+			t.receivedAtMs = append(t.receivedAtMs, d.Event.ReceivedAtMs)
+		}
+	}
+	t.evicted += effects.Evicted
+}
+
+// count counts one decision by its label; t.mu is held.
+func (t *tally) count(label string) {
+	if t.outcomes == nil {
+		t.outcomes = make(map[string]int)
+	}
+	t.outcomes[label]++
+}
+
 // reset empties t, keeping its room.
 func (t *tally) reset() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.resetLocked()
+}
+
+func (t *tally) resetLocked() {
 	clear(t.outcomes)
 	t.evicted, t.expired = 0, 0
 	t.receivedAtMs = t.receivedAtMs[:0]
@@ -131,16 +166,18 @@ func (t *tally) reset() {
 // add adds t to stream's series, its decisions readable from at, and
 // empties t. m nil only empties it.
 func (m *Metrics) add(stream string, t *tally, at time.Time) {
-	defer t.reset()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	defer t.resetLocked()
 	if m == nil {
 		return
 	}
-	for outcome, n := range t.outcomes {
+	for label, n := range t.outcomes {
 		if n == 0 {
 			continue
 		}
-		m.decisions.WithLabelValues(stream, outcome).Add(float64(n))
-		switch record.Result(outcome) {
+		m.decisions.WithLabelValues(stream, label).Add(float64(n))
+		switch record.Result(label) {
 		case record.Quarantined:
 			m.stored.WithLabelValues(stream).Add(float64(n))
 		case record.Reconciled:

@@ -165,3 +165,39 @@ func TestDecisionLatencyCountsEventsNotGapReports(t *testing.T) {
 		t.Errorf("%d decision latencies observed, want 2: steps 1 and 3, not the gap's reports", n)
 	}
 }
+
+// Outside the transactional runtime (goka's own processor) partitions are
+// decided in parallel and each input is counted once decided: every
+// decision is counted, once. Under -race this also shows the counts are
+// safe to share.
+func TestHandlerCountsPartitionsDecidedInParallel(t *testing.T) {
+	const partitions, inputs = 4, 50
+	s := testenv.Shipped(t, "presence")
+	metrics := NewMetrics(prometheus.NewRegistry())
+	h := newHandler(s, Options{Metrics: metrics, Logger: testenv.Logger(t)})
+	var wg sync.WaitGroup
+	for p := range partitions {
+		wg.Go(func() {
+			user := fmt.Sprint("user-", p)
+			c := &oneKeyTransaction{key: user}
+			for v := range int64(inputs) {
+				// Each input twice: applied, then a duplicate.
+				body := testenv.Presence{EventID: fmt.Sprint(user, "-", v), User: user, Version: v + 1}.Body()
+				h.process(c, body)
+				h.process(c, body)
+			}
+			if c.failed != nil {
+				t.Error(c.failed)
+			}
+		})
+	}
+	wg.Wait()
+	for _, outcome := range []record.Result{record.Applied, record.Duplicate} {
+		if n := testutil.ToFloat64(metrics.decisions.WithLabelValues(s.Name, string(outcome))); n != partitions*inputs {
+			t.Errorf("%v %s decisions counted, want %d", n, outcome, partitions*inputs)
+		}
+	}
+	if n := histogramCount(t, metrics.decisionLatency.WithLabelValues(s.Name).(prometheus.Histogram)); n != 2*partitions*inputs {
+		t.Errorf("%d latencies observed, want one per decision, %d", n, 2*partitions*inputs)
+	}
+}

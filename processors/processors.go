@@ -70,7 +70,7 @@ type handler struct {
 	// counts is what the decisions not yet counted add to the metrics.
 	// With holdCounts (the transactional runtime) they wait for their
 	// transaction to commit; otherwise each input's and each timer's are
-	// counted once it is decided.
+	// counted once it is decided, partitions in parallel.
 	counts     tally
 	holdCounts bool
 }
@@ -161,13 +161,7 @@ func tableValueOf(ctx decisionContext) *tableValue {
 // value to the table and then, when the state changed, the state record,
 // so the table holds the revision the state record carries.
 func (h *handler) store(ctx decisionContext, value *tableValue, effects decide.Effects, atMs int64, origin decisionOrigin) {
-	for _, d := range effects.Decisions {
-		h.count(string(d.Outcome))
-		if record.IsOrphanExpiry(d.Reason) {
-			h.counts.expired++
-		}
-	}
-	h.counts.evicted += effects.Evicted
+	h.counts.decided(effects)
 	h.emitEffects(ctx, effects, atMs, origin)
 	h.writeBack(ctx, value, effects.ChangesState())
 }
@@ -220,11 +214,6 @@ func (h *handler) emitEffects(ctx decisionContext, effects decide.Effects, atMs 
 			DecisionID: origin.id(h.stream.Name, ctx.Key(), &d, i), Payload: d.Event.Body,
 		}
 		ctx.Emit(goka.Stream(h.names.Outcomes), ctx.Key(), record.AppendOutcome(make([]byte, 0, 512+len(o.Key)+len(o.EventID)+len(o.Payload)), &o))
-		// A gap's report (gap_timeout, repeated while the gap stays open)
-		// is about no event: it has no latency to count.
-		if d.Event.EventID != "" {
-			h.counts.receivedAtMs = append(h.counts.receivedAtMs, d.Event.ReceivedAtMs)
-		}
 		if d.DeadLetter != "" {
 			h.emitDeadLetter(ctx, d.Event, d.DeadLetter, fmt.Sprintf("event %s at version %d", d.Event.EventID, d.Version), atMs)
 		}
@@ -325,11 +314,10 @@ func (h *handler) emit(ctx decisionContext, topic string, v any) {
 	ctx.Emit(goka.Stream(topic), ctx.Key(), data)
 }
 
-// count counts a decision by its driftguard_processor_decisions_total
-// label.
-func (h *handler) count(outcome string) {
-	if h.counts.outcomes == nil {
-		h.counts.outcomes = make(map[string]int)
-	}
-	h.counts.outcomes[outcome]++
+// count counts an input sent to the DLQ undecided, or found ephemeral, by
+// its driftguard_processor_decisions_total label.
+func (h *handler) count(label string) {
+	h.counts.mu.Lock()
+	defer h.counts.mu.Unlock()
+	h.counts.count(label)
 }
