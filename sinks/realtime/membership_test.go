@@ -106,6 +106,14 @@ func TestChatReadsByMembershipInterval(t *testing.T) {
 	}
 	for _, e := range []*bridgeEnv{joined, shared} {
 		testenv.WaitFor(t, e.ctx, "the room", func() bool { return e.get("/v1/streams/chat/entities/room", tok["alice"], nil) == http.StatusOK })
+		// A bridge reads the messages apart from the state, and serves
+		// what it holds after waiting 2 s for the rest: on a loaded
+		// machine its reader of messages can lag longer. What follows is
+		// who reads what, so it starts once both bridges hold them all.
+		testenv.WaitFor(t, e.ctx, "the room's six messages", func() bool {
+			var page intervalPage
+			return e.get("/v1/streams/chat/entities/room/messages?after_seq=0&limit=100", tok["alice"], &page) == http.StatusOK && len(page.Messages) == 6
+		})
 	}
 
 	all := []int64{1, 2, 3, 4, 5, 6}
