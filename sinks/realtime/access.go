@@ -25,6 +25,18 @@ func readable(ivs []interval, seq int64) bool {
 	return slices.ContainsFunc(ivs, func(iv interval) bool { return iv.covers(seq) })
 }
 
+// readableIn reports whether the intervals cover a sequence from lo to
+// hi.
+func readableIn(ivs []interval, lo, hi int64) bool {
+	return slices.ContainsFunc(ivs, func(iv interval) bool {
+		to := iv.To
+		if to == 0 {
+			to = hi
+		}
+		return max(lo, iv.From) <= min(hi, to)
+	})
+}
+
 // access is what the bridge keeps of a conversation's membership (an
 // assign stream's public state): its current members, sorted, and every
 // user's intervals of membership, oldest first.

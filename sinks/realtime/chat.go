@@ -14,6 +14,7 @@ import (
 
 	"github.com/driftguard/driftguard/internal/config"
 	"github.com/driftguard/driftguard/internal/envelope"
+	"github.com/driftguard/driftguard/internal/partition"
 	"github.com/driftguard/driftguard/internal/record"
 )
 
@@ -42,13 +43,21 @@ type chat struct {
 	bound int
 	// fetch reads outcome records of partition p back from Kafka.
 	fetch func(ctx context.Context, p int32, want []wanted, each func(w wanted, o *record.Outcome)) error
+	// end is where partition p of the outcomes ends now (its high
+	// watermark).
+	end func(ctx context.Context, p int32) (int64, error)
 
 	mu            sync.RWMutex
 	conversations map[string]*conversation
 	// starts are where each partition's log is known to start: offsets
 	// below were deleted by retention.
 	starts map[int32]int64
-	// wake is closed, and replaced, whenever messages arrive.
+	// readAt is the offset the reader reads next in each partition, of
+	// partitions in all.
+	readAt     map[int32]int64
+	partitions int32
+	// wake is closed, and replaced, whenever messages arrive or the
+	// reader moves on.
 	wake     chan struct{}
 	caughtUp atomic.Bool
 	// decisions are the clients' writes waiting for their outcome.
@@ -66,7 +75,7 @@ type conversation struct {
 
 func newChat(s *config.Stream, window, bound int) *chat {
 	return &chat{cfg: s, roles: s.Assign.Roles(), window: window, bound: bound,
-		conversations: map[string]*conversation{}, starts: map[int32]int64{}, wake: make(chan struct{}), decisions: newDecisions()}
+		conversations: map[string]*conversation{}, starts: map[int32]int64{}, readAt: map[int32]int64{}, wake: make(chan struct{}), decisions: newDecisions()}
 }
 
 // at is the i-th oldest message of the window.
@@ -177,6 +186,54 @@ func (c *chat) add(o *record.Outcome, partition int32, offset int64) {
 	v.keep(m, c.window)
 	close(c.wake)
 	c.wake = make(chan struct{})
+}
+
+// readTo records where the reader reads each partition next.
+func (c *chat) readTo(next map[int32]int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	moved := false
+	for p, at := range next {
+		if c.readAt[p] != at {
+			c.readAt[p], moved = at, true
+		}
+	}
+	c.partitions = int32(len(next))
+	if moved {
+		close(c.wake)
+		c.wake = make(chan struct{})
+	}
+}
+
+// readThrough reports whether the reader has read conversation key's
+// partition to end: every outcome below it that was committed is held,
+// or was never the reader's (older than where it started, or deleted by
+// retention).
+func (c *chat) readThrough(key string, end int64) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	p := c.partitionOf(key)
+	return p >= 0 && c.readAt[p] >= end
+}
+
+// partitionFor is the outcomes' partition of conversation key.
+func (c *chat) partitionFor(key string) int32 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.partitionOf(key)
+}
+
+// partitionOf is the outcomes' partition of conversation key: where the
+// reader found it, else where the processors place its key; -1 before
+// the reader knows the partitions. c.mu is held.
+func (c *chat) partitionOf(key string) int32 {
+	if v := c.conversations[key]; v != nil {
+		return v.index.partition
+	}
+	if c.partitions == 0 {
+		return -1
+	}
+	return partition.For([]byte(key), c.partitions)
 }
 
 // trim forgets the offsets retention has deleted: start is each
@@ -396,6 +453,7 @@ func (b *Bridge) readOutcomes(ctx context.Context, c *chat, topic string) error 
 		return err
 	}
 	defer cl.Close()
+	c.readTo(next)
 	var o record.Outcome
 	trimmed := time.Now()
 	for {
@@ -425,6 +483,7 @@ func (b *Bridge) readOutcomes(ctx context.Context, c *chat, topic string) error 
 				c.decisions.deliver(&o)
 			}
 		}
+		c.readTo(next)
 	}
 }
 

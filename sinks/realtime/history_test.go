@@ -1,6 +1,7 @@
 package realtime_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -150,4 +151,67 @@ func TestChatHistoryBeyondTheWindow(t *testing.T) {
 	e.stop()
 	e.start()
 	check("a bridge started after the deletion")
+}
+
+// A conversation none of whose messages the bridge can read any more
+// (retention deleted them before it started) is told so: its messages and
+// its sync answer the sequences its state names as held nowhere, and go on
+// past them, rather than waiting for messages that will not come and then
+// answering as if there were none. Messages sent after that are served as
+// ever.
+func TestChatMessagesDeletedBeforeTheBridgeStarted(t *testing.T) {
+	e := newBridgeEnv(t, testenv.Fake(t), nil, "chat")
+	topic := naming.Prefixes{}.For("chat").Outcomes
+	for seq := int64(1); seq <= 3; seq++ {
+		e.sent("room", seq, "alice", fmt.Sprintf("message %d", seq))
+	}
+	adm := kadm.NewClient(e.cl)
+	ends, err := adm.ListEndOffsets(e.ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if deletions, err := adm.DeleteRecords(e.ctx, ends.Offsets()); err != nil || deletions.Error() != nil {
+		t.Fatalf("deleting records: %v %v", err, deletions.Error())
+	}
+	e.stop()
+	e.start()
+	// bob joined after message 1; carol after the last.
+	e.publish("chat", "room", 1, `{"last_seq":3,"members":["alice","bob","carol"],"membership":{"alice":[{"from":1}],"bob":[{"from":2}],"carol":[{"from":4}]}}`)
+	alice, carol := e.token("alice", "chat"), e.token("carol", "chat")
+	testenv.WaitFor(t, e.ctx, "the room", func() bool { return e.get("/v1/streams/chat/entities/room", alice, nil) == http.StatusOK })
+
+	for _, c := range []struct {
+		user    string
+		after   int64
+		limited bool
+	}{{"alice", 0, true}, {"alice", 1, true}, {"bob", 0, true}, {"carol", 0, false}} {
+		var page messagesPage
+		status := e.get(fmt.Sprintf("/v1/streams/chat/entities/room/messages?after_seq=%d", c.after), e.token(c.user, "chat"), &page)
+		if status != http.StatusOK || len(page.Messages) != 0 || page.Limited != c.limited || page.NextAfterSeq != 3 {
+			t.Errorf("%s after %d: %d %+v, want no messages, limited %v, next_after_seq 3", c.user, c.after, status, page, c.limited)
+		}
+	}
+	var sync struct {
+		Conversations []struct {
+			Key          string            `json:"key"`
+			Messages     []json.RawMessage `json:"messages"`
+			NextAfterSeq int64             `json:"next_after_seq"`
+			Limited      bool              `json:"limited"`
+			Gap          bool              `json:"gap"`
+		} `json:"conversations"`
+	}
+	if status := e.get("/v1/streams/chat/sync", alice, &sync); status != http.StatusOK || len(sync.Conversations) != 1 {
+		t.Fatalf("sync: %d %+v", status, sync)
+	}
+	if c := sync.Conversations[0]; len(c.Messages) != 0 || c.NextAfterSeq != 3 || c.Limited || !c.Gap {
+		t.Errorf("sync: %+v, want no messages, next_after_seq 3, not limited, a gap", c)
+	}
+
+	// The conversation goes on: message 4 is read as ever.
+	e.sent("room", 4, "alice", "message 4")
+	e.publish("chat", "room", 2, `{"last_seq":4,"members":["alice","bob","carol"],"membership":{"alice":[{"from":1}],"bob":[{"from":2}],"carol":[{"from":4}]}}`)
+	testenv.WaitFor(t, e.ctx, "message 4", func() bool {
+		var page messagesPage
+		return e.get("/v1/streams/chat/entities/room/messages?after_seq=3", carol, &page) == http.StatusOK && len(page.seqs()) == 1 && page.seqs()[0] == 4
+	})
 }

@@ -209,10 +209,11 @@ func (b *Bridge) messages(q *request) {
 	if end := ivs[len(ivs)-1].To; end != 0 {
 		last = min(last, end)
 	}
-	if !c.await(q.r.Context(), key, last, time.Now().Add(messageWait)) {
+	gone, ok := c.await(q.r.Context(), key, last, time.Now().Add(messageWait))
+	if !ok {
 		return
 	}
-	msgs, next, limited, err := c.readUpTo(q.r.Context(), key, after, int(limit), ivs, last)
+	msgs, next, limited, err := c.readUpTo(q.r.Context(), key, after, int(limit), ivs, last, gone)
 	if err != nil {
 		q.w.Header().Set("Retry-After", "1")
 		problem.Write(q.w, http.StatusServiceUnavailable, "unavailable", "reading the conversation's messages: "+err.Error(), nil)
@@ -230,18 +231,38 @@ func (b *Bridge) messages(q *request) {
 }
 
 // await waits until the messages held of conversation key reach
-// sequence last, or until; false when ctx ended first.
-func (c *chat) await(ctx context.Context, key string, last int64, until time.Time) bool {
+// sequence last, or until; ok is false when ctx ended first. It stops
+// early, gone, once the reader has read the conversation's partition to
+// where it ended when the wait began: the state that names last was
+// committed with its outcomes, which lie below that end, so a sequence up
+// to last not held by then never will be (older than where the reader
+// started, or deleted by retention).
+func (c *chat) await(ctx context.Context, key string, last int64, until time.Time) (gone, ok bool) {
+	if top, _ := c.highest(key); top >= last {
+		return false, true
+	}
+	end := int64(-1) // unknown: wait for the messages alone
+	if p := c.partitionFor(key); p >= 0 && c.end != nil {
+		if at, err := c.end(ctx, p); err == nil {
+			end = at
+		}
+	}
 	for {
 		top, wake := c.highest(key)
-		if top >= last || !time.Now().Before(until) {
-			return true
+		if top >= last {
+			return false, true
+		}
+		if end >= 0 && c.readThrough(key, end) {
+			return true, true
+		}
+		if !time.Now().Before(until) {
+			return false, true
 		}
 		select {
 		case <-wake:
 		case <-time.After(time.Until(until)):
 		case <-ctx.Done():
-			return false
+			return false, false
 		}
 	}
 }
@@ -252,10 +273,19 @@ func (c *chat) await(ctx context.Context, key string, last int64, until time.Tim
 // is neither given nor counted as looked at (next stays at most last): the
 // state may be behind the outcomes, and under `shared` a member added
 // back may later read what was sent while they were out.
-func (c *chat) readUpTo(ctx context.Context, key string, after int64, limit int, ivs []interval, last int64) (msgs []message, next int64, limited bool, err error) {
+//
+// With gone (see await), the sequences up to last above what is held are
+// held nowhere: a page that reaches them is limited if the user may read
+// one, and goes on past them to last.
+func (c *chat) readUpTo(ctx context.Context, key string, after int64, limit int, ivs []interval, last int64, gone bool) (msgs []message, next int64, limited bool, err error) {
 	// Nothing before the user's first interval is theirs to read: reading
 	// starts at it, not at every sequence the store no longer holds.
 	from := max(after, ivs[0].From-1)
+	top, _ := c.highest(key)
 	msgs, next, limited, err = c.read(ctx, key, from, limit, func(seq int64) bool { return seq <= last && readable(ivs, seq) })
+	if err == nil && gone && next >= min(top, last) && last > max(next, from) {
+		limited = limited || readableIn(ivs, max(next, from)+1, last)
+		next = last
+	}
 	return msgs, max(from, min(next, last)), limited, err
 }

@@ -140,6 +140,17 @@ func New(opts Options) (*Bridge, error) {
 				b.metrics.history.WithLabelValues(s.Name).Add(float64(len(want)))
 				return b.fetchSends(ctx, st.outcomes, p, want, each)
 			}
+			st.chat.end = func(ctx context.Context, p int32) (int64, error) {
+				ends, err := b.adm.ListEndOffsets(ctx, st.outcomes)
+				if err != nil {
+					return 0, err
+				}
+				end, ok := ends.Lookup(st.outcomes, p)
+				if !ok || end.Err != nil {
+					return 0, fmt.Errorf("no end offset of %s/%d: %v", st.outcomes, p, end.Err)
+				}
+				return end.Offset, nil
+			}
 			if st.writer, err = newWriter(s, t, st.chat.decisions, cfg.Bridge.SendRate, b.now); err != nil {
 				return nil, err
 			}

@@ -108,10 +108,11 @@ func (b *Bridge) sync(q *request) {
 		}
 		if sc.AfterSeq < target {
 			// The state may be ahead of the outcomes read so far.
-			if !c.await(q.r.Context(), p.e.key, target, until) {
+			gone, ok := c.await(q.r.Context(), p.e.key, target, until)
+			if !ok {
 				return
 			}
-			msgs, next, gap, err := c.readUpTo(q.r.Context(), p.e.key, sc.AfterSeq, int(limit), sc.Intervals, target)
+			msgs, next, gap, err := c.readUpTo(q.r.Context(), p.e.key, sc.AfterSeq, int(limit), sc.Intervals, target, gone)
 			if err != nil {
 				q.w.Header().Set("Retry-After", "1")
 				problem.Write(q.w, http.StatusServiceUnavailable, "unavailable", "reading the messages of "+p.e.key+": "+err.Error(), nil)
