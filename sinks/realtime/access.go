@@ -20,21 +20,19 @@ func (iv interval) covers(seq int64) bool {
 	return seq >= iv.From && (iv.To == 0 || seq <= iv.To)
 }
 
+// overlaps reports whether the interval holds a sequence from lo to hi.
+func (iv interval) overlaps(lo, hi int64) bool {
+	return max(lo, iv.From) <= hi && (iv.To == 0 || lo <= iv.To)
+}
+
 // readable reports whether seq lies in one of ivs.
 func readable(ivs []interval, seq int64) bool {
 	return slices.ContainsFunc(ivs, func(iv interval) bool { return iv.covers(seq) })
 }
 
-// readableIn reports whether the intervals cover a sequence from lo to
-// hi.
+// readableIn reports whether one of ivs holds a sequence from lo to hi.
 func readableIn(ivs []interval, lo, hi int64) bool {
-	return slices.ContainsFunc(ivs, func(iv interval) bool {
-		to := iv.To
-		if to == 0 {
-			to = hi
-		}
-		return max(lo, iv.From) <= min(hi, to)
-	})
+	return slices.ContainsFunc(ivs, func(iv interval) bool { return iv.overlaps(lo, hi) })
 }
 
 // access is what the bridge keeps of a conversation's membership (an
