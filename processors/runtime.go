@@ -175,8 +175,9 @@ func (r *Runtime) ended(committed bool, at time.Time) {
 		r.h.counts.reset()
 		return
 	}
-	r.h.opts.Metrics.add(r.h.stream.Name, &r.h.counts, at)
-	if m := r.h.opts.Metrics; m != nil {
+	m := r.h.opts.Metrics
+	m.add(r.h.stream.Name, &r.h.counts, at)
+	if m != nil {
 		m.lastCommit.WithLabelValues(r.h.stream.Name).Set(float64(at.UnixMilli()) / 1000)
 	}
 }

@@ -2,7 +2,6 @@ package clickhouse
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -86,15 +85,8 @@ const insertGrace = 10 * time.Second
 // outlast is a context that ends grace after ctx ends, or at stop.
 func outlast(ctx context.Context, grace time.Duration) (_ context.Context, stop func()) {
 	outlasting, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	var timer atomic.Pointer[time.Timer]
-	unwatch := context.AfterFunc(ctx, func() { timer.Store(time.AfterFunc(grace, cancel)) })
-	return outlasting, func() {
-		unwatch()
-		if t := timer.Load(); t != nil {
-			t.Stop()
-		}
-		cancel()
-	}
+	unwatch := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
+	return outlasting, func() { unwatch(); cancel() }
 }
 
 // settle commits the batch in flight if it has landed, or with wait once

@@ -52,10 +52,8 @@ type chat struct {
 	// starts are where each partition's log is known to start: offsets
 	// below were deleted by retention.
 	starts map[int32]int64
-	// readAt is the offset the reader reads next in each partition, of
-	// partitions in all.
-	readAt     map[int32]int64
-	partitions int32
+	// readAt is the offset the reader reads next in each partition.
+	readAt map[int32]int64
 	// wake is closed, and replaced, whenever messages arrive or the
 	// reader moves on.
 	wake     chan struct{}
@@ -198,42 +196,34 @@ func (c *chat) readTo(next map[int32]int64) {
 			c.readAt[p], moved = at, true
 		}
 	}
-	c.partitions = int32(len(next))
 	if moved {
 		close(c.wake)
 		c.wake = make(chan struct{})
 	}
 }
 
-// readThrough reports whether the reader has read conversation key's
-// partition to end: every outcome below it that was committed is held,
-// or was never the reader's (older than where it started, or deleted by
-// retention).
-func (c *chat) readThrough(key string, end int64) bool {
+// readThrough reports whether the reader has read partition p to end:
+// every outcome below it that was committed is held, or was never the
+// reader's (older than where it started, or deleted by retention).
+func (c *chat) readThrough(p int32, end int64) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	p := c.partitionOf(key)
-	return p >= 0 && c.readAt[p] >= end
-}
-
-// partitionFor is the outcomes' partition of conversation key.
-func (c *chat) partitionFor(key string) int32 {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.partitionOf(key)
+	return c.readAt[p] >= end
 }
 
 // partitionOf is the outcomes' partition of conversation key: where the
 // reader found it, else where the processors place its key; -1 before
-// the reader knows the partitions. c.mu is held.
+// the reader knows the partitions.
 func (c *chat) partitionOf(key string) int32 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	if v := c.conversations[key]; v != nil {
 		return v.index.partition
 	}
-	if c.partitions == 0 {
+	if len(c.readAt) == 0 {
 		return -1
 	}
-	return partition.For([]byte(key), c.partitions)
+	return partition.For([]byte(key), int32(len(c.readAt)))
 }
 
 // trim forgets the offsets retention has deleted: start is each

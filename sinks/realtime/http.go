@@ -241,8 +241,8 @@ func (c *chat) await(ctx context.Context, key string, last int64, until time.Tim
 	if top, _ := c.highest(key); top >= last {
 		return false, true
 	}
-	end := int64(-1) // unknown: wait for the messages alone
-	if p := c.partitionFor(key); p >= 0 && c.end != nil {
+	p, end := c.partitionOf(key), int64(-1) // unknown: wait for the messages alone
+	if p >= 0 && c.end != nil {
 		if at, err := c.end(ctx, p); err == nil {
 			end = at
 		}
@@ -252,7 +252,7 @@ func (c *chat) await(ctx context.Context, key string, last int64, until time.Tim
 		if top >= last {
 			return false, true
 		}
-		if end >= 0 && c.readThrough(key, end) {
+		if end >= 0 && c.readThrough(p, end) {
 			return true, true
 		}
 		if !time.Now().Before(until) {
